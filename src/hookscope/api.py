@@ -1,0 +1,179 @@
+"""One-call entry points: ``trace`` and ``summary``.
+
+Both validate their options here, at the API boundary, build example inputs when the
+user gives sizes instead of tensors (``core/inputs.py``), run the model under a
+:class:`~hookscope.core.tracer.Tracer`, and turn a failure inside the model into a
+:class:`~hookscope.errors.ModelRunError` that carries the partial trace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from hookscope.core.inputs import InputSize, make_example_inputs, model_device
+from hookscope.core.records import Trace
+from hookscope.core.selectors import Selector
+from hookscope.core.tensors import call_input_metas, iter_tensors, metas
+from hookscope.core.tracer import Tracer, describe_failure
+from hookscope.errors import ModelRunError, SpecError
+from hookscope.probes.base import Probe
+from hookscope.render.summary import Summary
+
+
+def trace(
+    model: nn.Module,
+    *inputs: Any,
+    kwargs: dict[str, Any] | None = None,
+    input_size: InputSize | None = None,
+    dtypes: Sequence[torch.dtype] | None = None,
+    device: str | torch.device | None = None,
+    backward: bool = False,
+    shapes: bool = True,
+    time: bool = True,
+    stats: bool = True,
+    memory: bool = True,
+    ops: bool = False,
+    probes: Iterable[Probe] = (),
+    select: Selector | None = None,
+) -> Trace:
+    """Run one forward pass (and optionally a backward pass) and record every call.
+
+    Args:
+        model: the model; it is left exactly as it was (hooks, flags, parameters).
+        *inputs: positional inputs of ``model``.
+        kwargs: keyword inputs of ``model``.
+        input_size: instead of ``inputs``: one shape or a list of shapes; random
+            tensors of those shapes are made on the model's device.
+        dtypes: dtypes of the tensors made from ``input_size`` (default float32).
+        device: where to make inputs from ``input_size`` (default: the model's).
+        backward: also run a backward pass from every floating output (gradients are
+            computed with ``torch.autograd.grad``: no ``.grad`` is changed).
+        shapes, time, stats, memory, ops: which probes to run.
+        probes: extra probe instances.
+        select: observe only the modules whose path matches.
+
+    Returns:
+        The :class:`~hookscope.Trace`.
+
+    Raises:
+        ModelRunError: the model raised; ``.trace`` holds the partial trace.
+        SpecError: an option is wrong.
+    """
+    args, kw = _resolve_inputs(model, inputs, kwargs, input_size, dtypes, device)
+    tracer = Tracer(
+        model, shapes=shapes, time=time, stats=stats, memory=memory, ops=ops,
+        probes=probes, select=select,
+    )
+    grad_ctx = torch.enable_grad() if backward else torch.no_grad()
+    try:
+        with tracer, grad_ctx:
+            output = model(*args, **kw)
+            if backward:
+                _run_backward(tracer, model, output, args, kw)
+    except Exception as e:
+        raise _run_error(tracer, e) from e
+    result = tracer.trace
+    assert result is not None
+    result.inputs = call_input_metas(args, kw)
+    result.outputs = metas(output, "out")
+    return result
+
+
+def summary(
+    model: nn.Module,
+    *inputs: Any,
+    kwargs: dict[str, Any] | None = None,
+    input_size: InputSize | None = None,
+    dtypes: Sequence[torch.dtype] | None = None,
+    device: str | torch.device | None = None,
+    depth: int | None = None,
+    ops: bool = False,
+) -> Summary:
+    """Summarise a model: module tree, input/output shapes and parameters per call.
+
+    Runs one forward pass under ``torch.no_grad()``.
+
+    Args:
+        model: the model; it is left exactly as it was.
+        *inputs, kwargs, input_size, dtypes, device: as for :func:`trace`.
+        depth: show modules down to this depth (``None``: all).
+        ops: also count FLOPs per call.
+
+    Returns:
+        A :class:`~hookscope.render.summary.Summary`: print it for the table;
+        ``.trace`` holds the records, ``.to_json()`` the JSON document.
+
+    Example:
+        >>> print(hookscope.summary(model, input_size=(1, 3, 224, 224), depth=2))
+    """
+    if depth is not None and (not isinstance(depth, int) or depth < 0):
+        raise SpecError(f"depth must be a non-negative integer or None, got {depth!r}")
+    result = trace(
+        model, *inputs, kwargs=kwargs, input_size=input_size, dtypes=dtypes, device=device,
+        time=False, stats=False, memory=False, ops=ops,
+    )
+    return Summary(result, depth=depth)
+
+
+def _resolve_inputs(
+    model: nn.Module,
+    inputs: tuple[Any, ...],
+    kwargs: dict[str, Any] | None,
+    input_size: InputSize | None,
+    dtypes: Sequence[torch.dtype] | None,
+    device: str | torch.device | None,
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    if not isinstance(model, nn.Module):
+        raise SpecError(
+            f"expected a torch.nn.Module as the first argument, got {type(model).__name__}"
+        )
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise SpecError(f"kwargs must be a dict of keyword inputs, got {type(kwargs).__name__}")
+    if inputs and input_size is not None:
+        raise SpecError("pass either input tensors or input_size=, not both")
+    if input_size is not None:
+        dev = torch.device(device) if device is not None else model_device(model)
+        return make_example_inputs(input_size, dtypes=dtypes, device=dev), dict(kwargs or {})
+    if dtypes is not None:
+        raise SpecError("dtypes= only applies to inputs made from input_size=")
+    if not inputs and not kwargs:
+        raise SpecError(
+            "no inputs given: pass example inputs (hookscope.trace(model, x)) "
+            "or their sizes (input_size=(1, 3, 224, 224))"
+        )
+    return inputs, dict(kwargs or {})
+
+
+def _run_backward(
+    tracer: Tracer, model: nn.Module, output: Any, args: tuple[Any, ...], kw: dict[str, Any]
+) -> None:
+    roots = [
+        t for _, t in iter_tensors(output, "out")
+        if t.requires_grad and (t.is_floating_point() or t.is_complex())
+    ]
+    if not roots:
+        raise SpecError(
+            "backward=True needs an output that requires grad; no floating output of the "
+            "model requires grad (are all parameters frozen?)"
+        )
+    targets = [p for p in model.parameters() if p.requires_grad]
+    targets += [t for _, t in iter_tensors((args, kw), "in") if t.requires_grad and t.is_leaf]
+    with tracer.internal_work():
+        seeds = [torch.ones_like(t) for t in roots]
+    torch.autograd.grad(roots, targets, seeds, allow_unused=True)
+
+
+def _run_error(tracer: Tracer, e: Exception) -> Exception:
+    partial = tracer.trace
+    if partial is None or isinstance(e, SpecError):
+        return e
+    err = partial.error
+    return ModelRunError(
+        f"the model raised {describe_failure(partial)}",
+        trace=partial,
+        path=None if err is None else err.path,
+    )

@@ -1,0 +1,67 @@
+"""Example inputs made from sizes, for ``input_size=`` and the command line."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Union
+
+import torch
+from torch import nn
+
+from hookscope.errors import SpecError
+
+InputSize = Union[Sequence[int], Sequence[Sequence[int]]]
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """Device of the model's first parameter or buffer (CPU for a stateless model)."""
+    for t in model.parameters():
+        return t.device
+    for t in model.buffers():
+        return t.device
+    return torch.device("cpu")
+
+
+def _normalize_sizes(input_size: InputSize) -> list[tuple[int, ...]]:
+    sizes = list(input_size)
+    if all(isinstance(d, int) for d in sizes):
+        sizes = [tuple(sizes)]  # one shape: (1, 3, 224, 224)
+    out: list[tuple[int, ...]] = []
+    for size in sizes:
+        if isinstance(size, int) or not all(isinstance(d, int) and d >= 0 for d in size):
+            raise SpecError(
+                f"input_size must be a shape like (1, 3, 224, 224) or a list of shapes, "
+                f"got {input_size!r}"
+            )
+        out.append(tuple(size))
+    return out
+
+
+def make_example_inputs(
+    input_size: InputSize,
+    *,
+    dtypes: Sequence[torch.dtype] | None = None,
+    device: torch.device,
+    seed: int = 0,
+) -> tuple[torch.Tensor, ...]:
+    """Random tensors of the given sizes, without touching torch's global RNG.
+
+    Floating dtypes are standard normal, integer dtypes are 0 or 1, bool is random.
+    """
+    sizes = _normalize_sizes(input_size)
+    if dtypes is None:
+        dtypes = [torch.float32] * len(sizes)
+    if len(dtypes) != len(sizes):
+        raise SpecError(f"got {len(sizes)} input sizes but {len(dtypes)} dtypes; give one each")
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for size, dtype in zip(sizes, dtypes):
+        if device.type == "meta":
+            out.append(torch.empty(size, dtype=dtype, device=device))
+        elif dtype.is_floating_point or dtype.is_complex:
+            out.append(torch.randn(size, generator=gen, dtype=dtype).to(device))
+        elif dtype == torch.bool:
+            out.append(torch.randint(0, 2, size, generator=gen).bool().to(device))
+        else:
+            out.append(torch.randint(0, 2, size, generator=gen, dtype=dtype).to(device))
+    return tuple(out)

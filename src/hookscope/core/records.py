@@ -1,0 +1,318 @@
+"""Plain records that a trace is made of.
+
+The engine (``core/tracer.py``) creates one :class:`Call` per module execution and
+hands it to the probes, which fill in their own fields (shapes, time, statistics,
+memory, FLOPs). When the tracer finishes, the records form a :class:`Trace`: plain
+data that renderers read and that round-trips through JSON (``core/serialize.py``).
+
+Records never hold live tensors or modules, and never format themselves: strings are
+made by the renderers in ``hookscope.render``.
+
+NB: :class:`Call` is mutable because probes fill it while the model runs; treat it as
+read-only once the trace is returned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+
+class Phase(str, Enum):
+    """When an operation ran."""
+
+    FORWARD = "forward"
+    BACKWARD = "backward"
+
+
+@dataclass(frozen=True, slots=True)
+class TensorMeta:
+    """Shape and type of one tensor found in a call's inputs or outputs.
+
+    Attributes:
+        path: where the tensor sits in the nested structure, e.g. ``out``,
+            ``out[0]``, ``out["logits"]``, ``args[0]``, ``kwargs["mask"]``.
+        shape: the tensor's size.
+        dtype: torch dtype name without the ``torch.`` prefix (``float32``).
+        device: device string (``cpu``, ``cuda:0``, ``meta``).
+        requires_grad: whether autograd tracks the tensor.
+        layout: ``strided``, ``sparse_coo``, ...
+    """
+
+    path: str
+    shape: tuple[int, ...]
+    dtype: str
+    device: str
+    requires_grad: bool = False
+    layout: str = "strided"
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+@dataclass(frozen=True, slots=True)
+class TensorStats:
+    """Statistics of one output tensor (see ``probes/stats.py``).
+
+    Values that do not make sense for a dtype (the std of a bool tensor, say) are
+    ``None``. For complex tensors, statistics are of the magnitude.
+    """
+
+    path: str
+    numel: int
+    mean: float | None
+    std: float | None
+    min: float | None
+    max: float | None
+    absmax: float | None
+    zero_fraction: float | None
+    nan_count: int
+    inf_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRecord:
+    """Memory facts of one call (see ``probes/memory.py``).
+
+    Attributes:
+        output_bytes: bytes of the call's output tensors, each storage counted once.
+        saved_bytes: bytes autograd saved for backward while this call (excluding its
+            children) ran; ``None`` when grad mode was off.
+        allocated_delta: CUDA allocated-memory change across the call (``None`` off CUDA).
+        peak_bytes: CUDA peak allocated memory during the call (``None`` off CUDA).
+    """
+
+    output_bytes: int
+    saved_bytes: int | None = None
+    allocated_delta: int | None = None
+    peak_bytes: int | None = None
+
+
+@dataclass(slots=True)
+class FlopCount:
+    """Floating-point operations of a call, its subtree or the whole trace.
+
+    Conventions follow ``torch.utils.flop_counter``: a multiply-add is 2 FLOPs and
+    ``macs == flops // 2``. ``partial`` is True when an op that does arithmetic but
+    has no formula ran inside: the numbers are then lower bounds, never silent zeros.
+    """
+
+    forward: int = 0
+    backward: int = 0
+    partial: bool = False
+
+    @property
+    def total(self) -> int:
+        return self.forward + self.backward
+
+    @property
+    def macs_forward(self) -> int:
+        return self.forward // 2
+
+    @property
+    def macs_backward(self) -> int:
+        return self.backward // 2
+
+
+@dataclass(slots=True)
+class Call:
+    """One execution of one module.
+
+    A module called three times gives three calls (``call_index`` 0, 1, 2); calls form
+    a tree by the runtime call stack (``parent``/``children`` are indices into
+    ``Trace.calls``).
+
+    Probes fill the optional fields; a field stays ``None`` when its probe was off.
+    ``time_ns``/``flops``/``memory.output_bytes`` are inclusive of children,
+    ``self_time_ns``/``self_flops`` exclusive.
+    """
+
+    index: int
+    path: str
+    module_class: str
+    call_index: int
+    depth: int
+    parent: int | None
+    children: list[int] = field(default_factory=list)
+    inputs: list[TensorMeta] = field(default_factory=list)
+    outputs: list[TensorMeta] = field(default_factory=list)
+    time_ns: int | None = None
+    self_time_ns: int | None = None
+    stats: list[TensorStats] | None = None
+    memory: MemoryRecord | None = None
+    flops: FlopCount | None = None
+    self_flops: FlopCount | None = None
+    error: str | None = None
+
+    @property
+    def name(self) -> str:
+        """``path`` with the call index when the module ran more than once (``fc#1``)."""
+        return f"{self.path}#{self.call_index}" if self.call_index else self.path
+
+
+@dataclass(frozen=True, slots=True)
+class OpRecord:
+    """One aten operation executed while the model ran (see ``probes/ops.py``).
+
+    Attributes:
+        name: the overload name, e.g. ``aten.convolution.default``.
+        call: index of the innermost module call it is attributed to (for backward ops:
+            the call whose forward created the autograd node), ``None`` if outside.
+        phase: forward or backward.
+        flops: FLOPs from ``torch.utils.flop_counter``'s registry; ``None`` when the op
+            has no formula (then ``counted`` is False, unless the op is known free).
+        counted: False for ops that do arithmetic but have no formula.
+    """
+
+    index: int
+    name: str
+    call: int | None
+    phase: Phase
+    inputs: tuple[TensorMeta, ...]
+    outputs: tuple[TensorMeta, ...]
+    flops: int | None
+    counted: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class TraceError:
+    """Where the observed model raised."""
+
+    call: int | None
+    path: str | None
+    exception_type: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleInfo:
+    """One module of the tree.
+
+    Attributes:
+        path: fully qualified name (``""`` for the root).
+        class_name: the module's class name.
+        depth: 0 for the root, 1 for its children, ...
+        parent: path of the parent module (``None`` for the root).
+        children: paths of the direct submodules (like ``named_children``).
+        aliases: other paths under which the same module object is registered.
+        own_params: parameters registered directly on this module (tied ones counted
+            once, at their first path).
+        total_params: parameters of the whole subtree, each tensor once.
+        trainable_params: of ``total_params``, those with ``requires_grad``.
+        extra_repr: the module's ``extra_repr()`` (e.g. ``in_features=2, ...``).
+    """
+
+    path: str
+    class_name: str
+    depth: int
+    parent: str | None
+    children: tuple[str, ...]
+    aliases: tuple[str, ...]
+    own_params: int
+    total_params: int
+    trainable_params: int
+    own_buffers: int
+    extra_repr: str
+
+
+@dataclass(slots=True)
+class ModelSummary:
+    """Model-level counts recorded with a trace (from ``core/structure.py``)."""
+
+    class_name: str
+    params_total: int
+    params_trainable: int
+    buffers_total: int
+    param_bytes: int
+    buffer_bytes: int
+
+
+@dataclass(slots=True)
+class Trace:
+    """Everything recorded while a model ran under a :class:`~hookscope.Tracer`.
+
+    Iterating a trace yields its calls in the order they started.
+    """
+
+    model: ModelSummary
+    modules: dict[str, ModuleInfo]
+    calls: list[Call] = field(default_factory=list)
+    ops: list[OpRecord] = field(default_factory=list)
+    inputs: list[TensorMeta] = field(default_factory=list)
+    outputs: list[TensorMeta] = field(default_factory=list)
+    error: TraceError | None = None
+    probes: list[str] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+    totals_flops: FlopCount | None = None
+    uncounted_ops: dict[str, int] = field(default_factory=dict)
+
+    def __iter__(self) -> Iterator[Call]:
+        return iter(self.calls)
+
+    def __len__(self) -> int:
+        return len(self.calls)
+
+    def calls_of(self, path: str) -> list[Call]:
+        """Every call of the module at ``path``, in call order."""
+        return [c for c in self.calls if c.path == path]
+
+    def find(self, path: str, call_index: int = 0) -> Call:
+        """The ``call_index``-th call of the module at ``path``.
+
+        Raises:
+            KeyError: when the module did not run that often (the message lists the
+                recorded paths closest to ``path``).
+        """
+        for c in self.calls:
+            if c.path == path and c.call_index == call_index:
+                return c
+        import difflib
+
+        close = difflib.get_close_matches(path, sorted({c.path for c in self.calls}), n=3)
+        hint = f"; close matches: {close}" if close else ""
+        raise KeyError(f"no call {call_index} of module {path!r} in this trace{hint}")
+
+    def __getitem__(self, key: str | tuple[str, int]) -> Call:
+        if isinstance(key, tuple):
+            return self.find(*key)
+        return self.find(key)
+
+    def children(self, call: Call) -> list[Call]:
+        return [self.calls[i] for i in call.children]
+
+    @property
+    def roots(self) -> list[Call]:
+        """Calls without a parent (normally one: the root module)."""
+        return [c for c in self.calls if c.parent is None]
+
+    @property
+    def total_time_ns(self) -> int | None:
+        times = [c.time_ns for c in self.roots]
+        if not times or any(t is None for t in times):
+            return None
+        return sum(t for t in times if t is not None)
+
+    # Exporters live in hookscope.render; these are thin conveniences.
+    def to_json(self, *, indent: int | None = 2) -> str:
+        from hookscope.core.serialize import trace_to_json
+
+        return trace_to_json(self, indent=indent)
+
+    @classmethod
+    def from_json(cls, text: str) -> Trace:
+        from hookscope.core.serialize import trace_from_json
+
+        return trace_from_json(text)
+
+    def __str__(self) -> str:
+        from hookscope.render.table import render_trace_text
+
+        return render_trace_text(self)

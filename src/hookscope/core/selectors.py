@@ -1,0 +1,37 @@
+"""One way to choose modules, accepted by every API and CLI flag.
+
+A :data:`Selector` is a glob over fully qualified module names (``"encoder.*.attn"``),
+a sequence of globs (any may match), or a callable ``fn(path: str) -> bool``. The root
+module's path is ``""``; the glob ``"<root>"`` selects it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Callable, Sequence
+from typing import Union
+
+from hookscope.errors import SpecError
+
+Selector = Union[str, Sequence[str], Callable[[str], bool]]
+
+
+def compile_selector(select: Selector) -> Callable[[str], bool]:
+    """Turn a :data:`Selector` into a predicate over module paths.
+
+    Raises:
+        SpecError: when ``select`` is not a string, a sequence of strings or a callable.
+    """
+    if callable(select):
+        return select
+    patterns = [select] if isinstance(select, str) else list(select)
+    if not patterns or not all(isinstance(p, str) for p in patterns):
+        raise SpecError(
+            f"a module selector must be a glob string, a list of globs or a callable, "
+            f"got {select!r}"
+        )
+    regex = re.compile(
+        "|".join("(?:^$)" if p == "<root>" else fnmatch.translate(p) for p in patterns)
+    )
+    return lambda path: regex.match(path) is not None

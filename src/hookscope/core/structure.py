@@ -1,0 +1,260 @@
+"""Static structure of a model: no forward pass, no hooks.
+
+``inspect(model)`` walks ``named_modules``/``named_parameters``/``named_buffers`` once
+and returns a :class:`ModelInfo`: the module tree by fully qualified name, parameter
+and buffer counts, bytes by dtype, and tied (shared) tensors counted once. It only
+reads attributes, so it works on a model on the meta device.
+
+The tracer records the same facts with every trace (``Trace.modules``), so renderers
+can show parameter counts beside the calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from hookscope.core.records import ModelSummary, ModuleInfo
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.float32`` -> ``float32``."""
+    return str(dtype).removeprefix("torch.")
+
+
+@dataclass(frozen=True, slots=True)
+class ParamInfo:
+    """One parameter. ``tied_to`` names the first path of the same tensor when shared."""
+
+    path: str
+    shape: tuple[int, ...]
+    dtype: str
+    device: str
+    numel: int
+    nbytes: int
+    trainable: bool
+    tied_to: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BufferInfo:
+    """One buffer. ``persistent`` is False for buffers left out of ``state_dict``."""
+
+    path: str
+    shape: tuple[int, ...]
+    dtype: str
+    device: str
+    numel: int
+    nbytes: int
+    persistent: bool
+    tied_to: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    """Structure of a model, as returned by :func:`hookscope.inspect`.
+
+    Index it by path like ``get_submodule``/``get_parameter``/``get_buffer``:
+    ``info["ab.b"]`` is a :class:`ModuleInfo`, ``info["ab.b.W1"]`` a
+    :class:`ParamInfo`, ``info["cd.c.duck"]`` a :class:`BufferInfo`.
+    """
+
+    class_name: str
+    modules: dict[str, ModuleInfo]
+    parameters: dict[str, ParamInfo]
+    buffers: dict[str, BufferInfo]
+    tied: dict[str, str] = field(default_factory=dict)
+
+    def __getitem__(self, path: str) -> ModuleInfo | ParamInfo | BufferInfo:
+        for table in (self.modules, self.parameters, self.buffers):
+            if path in table:
+                return table[path]
+        for table in (self.parameters, self.buffers):
+            for info in table.values():
+                if info.tied_to is None and path in self.tied and self.tied[path] == info.path:
+                    return info
+        import difflib
+
+        names = [*self.modules, *self.parameters, *self.buffers, *self.tied]
+        close = difflib.get_close_matches(path, names, n=3)
+        hint = f"; close matches: {close}" if close else ""
+        raise KeyError(f"{path!r} is not a module, parameter or buffer of this model{hint}")
+
+    def __contains__(self, path: object) -> bool:
+        return isinstance(path, str) and (
+            path in self.modules or path in self.parameters or path in self.buffers
+            or path in self.tied
+        )
+
+    def __iter__(self) -> Iterator[ModuleInfo]:
+        return iter(self.modules.values())
+
+    def children(self, path: str = "") -> list[ModuleInfo]:
+        """Direct submodules of ``path`` (like ``named_children``)."""
+        return [self.modules[p] for p in self.modules[path].children]
+
+    def descendants(self, path: str = "") -> list[ModuleInfo]:
+        """Every module below ``path`` in tree order (like ``named_modules``)."""
+        prefix = f"{path}." if path else ""
+        return [m for p, m in self.modules.items() if p != path and p.startswith(prefix)]
+
+    @property
+    def total_params(self) -> int:
+        return sum(p.numel for p in self.parameters.values())
+
+    @property
+    def trainable_params(self) -> int:
+        return sum(p.numel for p in self.parameters.values() if p.trainable)
+
+    @property
+    def frozen_params(self) -> int:
+        return self.total_params - self.trainable_params
+
+    @property
+    def total_buffers(self) -> int:
+        return sum(b.numel for b in self.buffers.values())
+
+    @property
+    def param_bytes(self) -> int:
+        return sum(p.nbytes for p in self.parameters.values())
+
+    @property
+    def buffer_bytes(self) -> int:
+        return sum(b.nbytes for b in self.buffers.values())
+
+    def param_bytes_by_dtype(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for p in self.parameters.values():
+            out[p.dtype] = out.get(p.dtype, 0) + p.nbytes
+        return dict(sorted(out.items()))
+
+    def summary(self) -> ModelSummary:
+        return ModelSummary(
+            class_name=self.class_name,
+            params_total=self.total_params,
+            params_trainable=self.trainable_params,
+            buffers_total=self.total_buffers,
+            param_bytes=self.param_bytes,
+            buffer_bytes=self.buffer_bytes,
+        )
+
+    def __str__(self) -> str:
+        from hookscope.render.table import render_structure_text
+
+        return render_structure_text(self)
+
+
+def _tensor_fields(t: torch.Tensor) -> tuple[tuple[int, ...], str, str, int, int]:
+    numel = t.numel()
+    return tuple(t.shape), dtype_name(t.dtype), str(t.device), numel, numel * t.element_size()
+
+
+def _collect_params(model: nn.Module) -> tuple[dict[str, ParamInfo], dict[str, str]]:
+    params: dict[str, ParamInfo] = {}
+    tied: dict[str, str] = {}
+    first: dict[int, str] = {}
+    for path, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in first:
+            tied[path] = first[id(p)]
+            continue
+        first[id(p)] = path
+        shape, dtype, device, numel, nbytes = _tensor_fields(p)
+        params[path] = ParamInfo(path, shape, dtype, device, numel, nbytes, p.requires_grad)
+    return params, tied
+
+
+def _collect_buffers(model: nn.Module) -> tuple[dict[str, BufferInfo], dict[str, str]]:
+    buffers: dict[str, BufferInfo] = {}
+    tied: dict[str, str] = {}
+    first: dict[int, str] = {}
+    for mod_path, module in model.named_modules(remove_duplicate=False):
+        for name, b in module._buffers.items():
+            if b is None:
+                continue
+            path = f"{mod_path}.{name}" if mod_path else name
+            if id(b) in first:
+                if first[id(b)] != path:
+                    tied.setdefault(path, first[id(b)])
+                continue
+            first[id(b)] = path
+            shape, dtype, device, numel, nbytes = _tensor_fields(b)
+            persistent = name not in module._non_persistent_buffers_set
+            buffers[path] = BufferInfo(path, shape, dtype, device, numel, nbytes, persistent)
+    return buffers, tied
+
+
+def _subtree_param_ids(module: nn.Module) -> tuple[int, int]:
+    """(total, trainable) numel of the unique parameters below ``module``."""
+    total = trainable = 0
+    for p in module.parameters():  # deduplicates tied tensors
+        n = p.numel()
+        total += n
+        if p.requires_grad:
+            trainable += n
+    return total, trainable
+
+
+def inspect(model: nn.Module) -> ModelInfo:
+    """Describe a model's structure without running it.
+
+    Args:
+        model: any ``nn.Module``, also one on the meta device.
+
+    Returns:
+        The module tree, parameters and buffers, with tied tensors counted once.
+
+    Example:
+        >>> info = hookscope.inspect(model)
+        >>> info.total_params, info["encoder.layers.0"].total_params
+    """
+    if not isinstance(model, nn.Module):
+        from hookscope.errors import SpecError
+
+        raise SpecError(
+            f"hookscope.inspect expects a torch.nn.Module, got {type(model).__name__}"
+        )
+    params, tied = _collect_params(model)
+    buffers, tied_buffers = _collect_buffers(model)
+    tied.update(tied_buffers)
+    aliases: dict[int, list[str]] = {}
+    for path, module in model.named_modules(remove_duplicate=False):
+        aliases.setdefault(id(module), []).append(path)
+    canonical = {id(m): p for p, m in model.named_modules()}
+    modules: dict[str, ModuleInfo] = {}
+    for path, module in model.named_modules():
+        names = aliases[id(module)]
+        prefix = f"{path}." if path else ""
+        own = sum(
+            params[f"{prefix}{n}"].numel
+            for n in module._parameters
+            if f"{prefix}{n}" in params
+        )
+        own_buffers = sum(
+            buffers[f"{prefix}{n}"].numel for n in module._buffers if f"{prefix}{n}" in buffers
+        )
+        total, trainable = _subtree_param_ids(module)
+        children = tuple(canonical[id(child)] for _, child in module.named_children())
+        modules[path] = ModuleInfo(
+            path=path,
+            class_name=type(module).__name__,
+            depth=0 if not path else path.count(".") + 1,
+            parent=None if not path else path.rpartition(".")[0],
+            children=children,
+            aliases=tuple(n for n in names if n != path),
+            own_params=own,
+            total_params=total,
+            trainable_params=trainable,
+            own_buffers=own_buffers,
+            extra_repr=_safe_extra_repr(module),
+        )
+    return ModelInfo(type(model).__name__, modules, params, buffers, tied)
+
+
+def _safe_extra_repr(module: nn.Module) -> str:
+    try:
+        return module.extra_repr()
+    except Exception:  # a user's extra_repr must never break inspection
+        return ""

@@ -1,0 +1,81 @@
+"""Find every tensor in nested inputs and outputs, with its path.
+
+Nested containers are walked with ``torch.utils._pytree`` (tuples, lists, dicts,
+namedtuples and anything registered with it, such as transformers' ``ModelOutput``);
+dataclass instances that pytree does not know are walked field by field. Paths are
+written the way a user would index the value: ``out[0]``, ``out["logits"]``,
+``out.hidden``.
+
+This runs in every hook call, so a bare tensor (the common case) takes a fast path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+from hookscope.core.records import TensorMeta
+
+_DTYPE_NAMES: dict[torch.dtype, str] = {}
+
+
+def dtype_str(dtype: torch.dtype) -> str:
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).removeprefix("torch.")
+    return name
+
+
+def tensor_meta(path: str, t: torch.Tensor) -> TensorMeta:
+    """Shape, dtype, device and layout of ``t`` (no data is read)."""
+    layout = "strided" if t.layout is torch.strided else str(t.layout).removeprefix("torch.")
+    return TensorMeta(
+        path, tuple(t.shape), dtype_str(t.dtype), str(t.device), t.requires_grad, layout
+    )
+
+
+def iter_tensors(value: Any, root: str) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield ``(path, tensor)`` for every tensor inside ``value``, in pytree order."""
+    if isinstance(value, torch.Tensor):
+        yield root, value
+        return
+    if value is None or isinstance(value, (int, float, str, bool)):
+        return
+    leaves, _ = pytree.tree_flatten_with_path(value)
+    for key_path, leaf in leaves:
+        path = root + "".join(_key_str(k) for k in key_path)
+        if isinstance(leaf, torch.Tensor):
+            yield path, leaf
+        elif dataclasses.is_dataclass(leaf) and not isinstance(leaf, type):
+            for f in dataclasses.fields(leaf):
+                yield from iter_tensors(getattr(leaf, f.name), f"{path}.{f.name}")
+
+
+def _key_str(key: Any) -> str:
+    if isinstance(key, pytree.MappingKey) and isinstance(key.key, str):
+        return f'["{key.key}"]'
+    return str(key)
+
+
+def metas(value: Any, root: str) -> list[TensorMeta]:
+    """:func:`tensor_meta` of every tensor inside ``value``."""
+    if isinstance(value, torch.Tensor):
+        return [tensor_meta(root, value)]
+    return [tensor_meta(p, t) for p, t in iter_tensors(value, root)]
+
+
+def call_input_metas(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[TensorMeta]:
+    """Metas of a call's positional (``args[i]``) and keyword (``kwargs["k"]``) inputs."""
+    out: list[TensorMeta] = []
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor):
+            out.append(tensor_meta(f"args[{i}]", a))
+        else:
+            out.extend(metas(a, f"args[{i}]"))
+    for k, v in kwargs.items():
+        out.extend(metas(v, f'kwargs["{k}"]'))
+    return out

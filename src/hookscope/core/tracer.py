@@ -1,0 +1,317 @@
+"""The engine: the one place that registers hooks on a user's model.
+
+:class:`Tracer` is a context manager. On entry it registers, on every module of the
+model, a forward pre-hook and a forward hook (``with_kwargs=True``,
+``always_call=True``, so it also runs when ``forward`` raises), keeps the runtime call
+stack, creates a :class:`~hookscope.core.records.Call` per module execution and hands
+it to the probes (``hookscope.probes``). On exit, in a ``finally``, it removes every
+handle it registered, restores ``training`` flags and ``requires_grad``, and lets the
+probes finalise the :class:`~hookscope.core.records.Trace`.
+
+The hooks return ``None``, so the model computes exactly what it computes without
+hookscope: outputs are bit-identical.
+
+``trace()`` (in ``hookscope/api.py``) is the one-call form: it runs a forward (and
+optionally a backward) under a tracer and returns the trace.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from types import TracebackType
+from typing import Any
+
+import torch
+from torch import nn
+
+from hookscope.core.handles import HandleGroup
+from hookscope.core.records import Call, Trace, TraceError
+from hookscope.core.selectors import Selector, compile_selector
+from hookscope.core.structure import inspect
+from hookscope.errors import HookscopeError, SpecError
+from hookscope.probes.base import PROBES, Probe, overrides
+
+EnterFn = Callable[[Call, nn.Module, tuple[Any, ...], dict[str, Any]], None]
+ExitFn = Callable[[Call, nn.Module, Any, bool], None]
+
+
+class _Frame:
+    """One entry of the runtime call stack."""
+
+    __slots__ = ("call", "module", "outer_exc")
+
+    def __init__(self, call: Call, module: nn.Module, outer_exc: BaseException | None) -> None:
+        self.call = call
+        self.module = module
+        # The exception already being handled when the call started (if the model runs
+        # inside an ``except`` block): a call failed only if a *different* one is active.
+        self.outer_exc = outer_exc
+
+
+class _ModelState:
+    """``training`` flags and ``requires_grad`` of a model, to restore them on exit."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.training = [(m, m.training) for m in model.modules()]
+        self.requires_grad = [(p, p.requires_grad) for p in model.parameters()]
+
+    def restore(self) -> None:
+        for m, flag in self.training:
+            if m.training != flag:
+                m.training = flag
+        for p, rg in self.requires_grad:
+            if p.requires_grad != rg:
+                p.requires_grad_(rg)
+
+
+class Tracer:
+    """Observe every module call of ``model`` while the ``with`` block runs.
+
+    Args:
+        model: the model to observe. It is not modified: every hook is removed on exit,
+            also when the block raises.
+        shapes: record input and output shapes and dtypes of every call.
+        time: record inclusive and self time per call.
+        stats: record activation statistics of every output tensor.
+        memory: record output bytes, saved-for-backward bytes and CUDA memory.
+        ops: record every aten op with its FLOPs.
+        probes: extra :class:`~hookscope.probes.Probe` instances.
+        select: only observe modules whose path matches (glob string, list of globs,
+            or ``fn(path: str) -> bool``); ``None`` observes every module.
+
+    Example:
+        >>> with hookscope.Tracer(model, time=True) as tracer:
+        ...     loss = model(x).sum()
+        ...     loss.backward()
+        >>> print(tracer.trace)
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        shapes: bool = True,
+        time: bool = False,
+        stats: bool = False,
+        memory: bool = False,
+        ops: bool = False,
+        probes: Iterable[Probe] = (),
+        select: Selector | None = None,
+        **options: bool,
+    ) -> None:
+        if not isinstance(model, nn.Module):
+            raise SpecError(
+                f"hookscope expects a torch.nn.Module, got {type(model).__name__}; "
+                "pass the model object, not its output or its class"
+            )
+        flags = {"shapes": shapes, "time": time, "stats": stats, "memory": memory, "ops": ops}
+        for key, value in options.items():
+            if key not in PROBES:
+                known = ", ".join(sorted({*PROBES, *flags}))
+                raise SpecError(f"unknown probe option {key!r}; known options: {known}")
+            flags[key] = value
+        self.model = model
+        self.probes: list[Probe] = _build_probes(flags, probes)
+        self._matches = compile_selector(select) if select is not None else None
+        self._enters: list[EnterFn] = [
+            p.on_enter for p in self.probes if overrides(p, "on_enter")
+        ]
+        self._exits: list[ExitFn] = [
+            p.on_exit for p in reversed(self.probes) if overrides(p, "on_exit")
+        ]
+        self._handles = HandleGroup()
+        self._stack: list[_Frame] = []
+        self._counts: dict[str, int] = {}
+        self._state: _ModelState | None = None
+        self._active = False
+        #: > 0 while a probe computes on tensors itself; the ops probe ignores those ops.
+        self.internal = 0
+        self.trace: Trace | None = None
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def __enter__(self) -> Tracer:
+        if self._active:
+            raise HookscopeError("this Tracer is already active; create a new Tracer instead")
+        structure = inspect(self.model)
+        self.trace = Trace(
+            model=structure.summary(),
+            modules=structure.modules,
+            probes=[p.name for p in self.probes],
+            meta={"torch_version": torch.__version__},
+        )
+        self._stack.clear()
+        self._counts.clear()
+        self._state = _ModelState(self.model)
+        try:
+            self._register_module_hooks(structure.modules)
+            for probe in self.probes:
+                self._handles.extend(probe.install(self))
+        except BaseException:
+            self._handles.remove()
+            raise
+        self._active = True
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._active = False
+        try:
+            self._handles.remove()
+        finally:
+            if self._state is not None:
+                self._state.restore()
+            self._stack.clear()
+        trace = self.trace
+        assert trace is not None
+        if exc is not None and trace.error is None:
+            trace.error = TraceError(None, None, type(exc).__name__, str(exc))
+        for probe in self.probes:
+            probe.finalize(trace)
+        if exc is not None and trace.error is not None and trace.error.call is not None:
+            exc.add_note(f"hookscope: {describe_failure(trace)}")
+
+    @property
+    def active(self) -> bool:
+        return self._active
+
+    @property
+    def current_call(self) -> Call | None:
+        """The innermost module call running now (``None`` outside any module)."""
+        return self._stack[-1].call if self._stack else None
+
+    @contextmanager
+    def internal_work(self) -> Iterator[None]:
+        """Mark tensor work done by a probe itself, so it is not recorded as the model's."""
+        self.internal += 1
+        try:
+            yield
+        finally:
+            self.internal -= 1
+
+    # -- hooks -------------------------------------------------------------------
+
+    def _register_module_hooks(self, modules: Iterable[str]) -> None:
+        for path, module in self.model.named_modules():
+            if self._matches is not None and not self._matches(path):
+                continue
+            cls = type(module).__name__
+            self._handles.add(
+                module.register_forward_pre_hook(self._make_pre_hook(path, cls), with_kwargs=True)
+            )
+            self._handles.add(
+                module.register_forward_hook(
+                    self._make_post_hook(), with_kwargs=True, always_call=True
+                )
+            )
+
+    def _make_pre_hook(
+        self, path: str, cls: str
+    ) -> Callable[[nn.Module, tuple[Any, ...], dict[str, Any]], None]:
+        stack, counts, enters = self._stack, self._counts, self._enters
+        trace = self.trace
+        assert trace is not None
+        calls = trace.calls
+
+        def pre_hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            n = counts.get(path, 0)
+            counts[path] = n + 1
+            parent = stack[-1].call if stack else None
+            call = Call(
+                len(calls), path, cls, n, len(stack), None if parent is None else parent.index
+            )
+            if parent is not None:
+                parent.children.append(call.index)
+            calls.append(call)
+            stack.append(_Frame(call, module, sys.exc_info()[1]))
+            if enters:
+                self.internal += 1
+                try:
+                    for fn in enters:
+                        fn(call, module, args, kwargs)
+                finally:
+                    self.internal -= 1
+
+        return pre_hook
+
+    def _make_post_hook(self) -> Callable[[nn.Module, tuple[Any, ...], dict[str, Any], Any], None]:
+        stack, exits = self._stack, self._exits
+
+        def post_hook(
+            module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
+        ) -> None:
+            frame = self._pop(module)
+            if frame is None:
+                return
+            exc = sys.exc_info()[1]
+            failed = exc is not None and exc is not frame.outer_exc
+            if failed:
+                self._record_failure(frame.call, exc)
+            if exits:
+                self.internal += 1
+                try:
+                    for fn in exits:
+                        fn(frame.call, module, output, failed)
+                finally:
+                    self.internal -= 1
+
+        del stack
+        return post_hook
+
+    def _pop(self, module: nn.Module) -> _Frame | None:
+        stack = self._stack
+        if stack and stack[-1].module is module:
+            return stack.pop()
+        # A pre-hook registered before ours raised, so our pre-hook never ran for this
+        # call; or frames above were left by such calls. Unwind to the matching frame.
+        for i in range(len(stack) - 1, -1, -1):
+            if stack[i].module is module:
+                frame = stack[i]
+                del stack[i:]
+                return frame
+        return None
+
+    def _record_failure(self, call: Call, exc: BaseException | None) -> None:
+        assert self.trace is not None and exc is not None
+        call.error = f"{type(exc).__name__}: {exc}"
+        if self.trace.error is None:
+            self.trace.error = TraceError(call.index, call.path, type(exc).__name__, str(exc))
+
+
+def _build_probes(flags: dict[str, bool], extra: Iterable[Probe]) -> list[Probe]:
+    _load_builtin_probes()
+    probes: list[Probe] = [PROBES[name]() for name, on in flags.items() if on and name in PROBES]
+    missing = [name for name, on in flags.items() if on and name not in PROBES]
+    if missing:
+        raise SpecError(f"probe(s) {missing} are not available in this version of hookscope")
+    for p in extra:
+        if not isinstance(p, Probe):
+            raise SpecError(f"probes= expects hookscope.probes.Probe instances, got {p!r}")
+        probes.append(p)
+    return sorted(probes, key=lambda p: p.order)
+
+
+def _load_builtin_probes() -> None:
+    import hookscope.probes  # noqa: F401  (registers the built-in probes)
+
+
+def describe_failure(trace: Trace) -> str:
+    """One line naming the failing module call and its input shapes."""
+    err = trace.error
+    if err is None:
+        return "no failure recorded"
+    if err.call is None:
+        return f"{err.exception_type}: {err.message} (outside any module call)"
+    call = trace.calls[err.call]
+    shapes = ", ".join(f"{m.path}={list(m.shape)}" for m in call.inputs) or "no tensor inputs"
+    where = call.path or "<root>"
+    return (
+        f"{err.exception_type} in module {where!r} ({call.module_class}, call {call.call_index}) "
+        f"with inputs {shapes}: {err.message}"
+    )

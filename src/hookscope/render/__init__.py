@@ -1,0 +1,1 @@
+"""Renderers: turn records into terminal tables, JSON, CSV and HTML. They never touch a model."""
