@@ -3,29 +3,26 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Union
+from typing import Any
 
 import torch
 from torch import nn
 
 from hookscope.errors import SpecError
 
-InputSize = Union[Sequence[int], Sequence[Sequence[int]]]
+InputSize = Sequence[int] | Sequence[Sequence[int]]
 
 
 def model_device(model: nn.Module) -> torch.device:
     """Device of the model's first parameter or buffer (CPU for a stateless model)."""
-    for t in model.parameters():
-        return t.device
-    for t in model.buffers():
-        return t.device
+    for tensor in (*model.parameters(), *model.buffers()):
+        return tensor.device
     return torch.device("cpu")
 
 
 def _normalize_sizes(input_size: InputSize) -> list[tuple[int, ...]]:
-    sizes = list(input_size)
-    if all(isinstance(d, int) for d in sizes):
-        sizes = [tuple(sizes)]  # one shape: (1, 3, 224, 224)
+    items: list[Any] = list(input_size)
+    sizes: list[Any] = [items] if all(isinstance(d, int) for d in items) else items
     out: list[tuple[int, ...]] = []
     for size in sizes:
         if isinstance(size, int) or not all(isinstance(d, int) and d >= 0 for d in size):
@@ -55,7 +52,7 @@ def make_example_inputs(
         raise SpecError(f"got {len(sizes)} input sizes but {len(dtypes)} dtypes; give one each")
     gen = torch.Generator().manual_seed(seed)
     out = []
-    for size, dtype in zip(sizes, dtypes):
+    for size, dtype in zip(sizes, dtypes, strict=True):
         if device.type == "meta":
             out.append(torch.empty(size, dtype=dtype, device=device))
         elif dtype.is_floating_point or dtype.is_complex:

@@ -10,11 +10,10 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Callable, Sequence
-from typing import Union
 
 from hookscope.errors import SpecError
 
-Selector = Union[str, Sequence[str], Callable[[str], bool]]
+Selector = str | Sequence[str] | Callable[[str], bool]
 
 
 def compile_selector(select: Selector) -> Callable[[str], bool]:

@@ -186,15 +186,31 @@ def _collect_buffers(model: nn.Module) -> tuple[dict[str, BufferInfo], dict[str,
     return buffers, tied
 
 
-def _subtree_param_ids(module: nn.Module) -> tuple[int, int]:
-    """(total, trainable) numel of the unique parameters below ``module``."""
-    total = trainable = 0
-    for p in module.parameters():  # deduplicates tied tensors
-        n = p.numel()
-        total += n
-        if p.requires_grad:
-            trainable += n
-    return total, trainable
+def _subtree_counts(model: nn.Module) -> dict[int, tuple[int, int]]:
+    """``id(module) -> (total, trainable)`` numel of the unique parameters below it.
+
+    One bottom-up pass: each module's parameter set is its own plus its children's,
+    keyed by tensor identity, so a tied tensor counts once per subtree.
+    """
+    sets: dict[int, dict[int, nn.Parameter]] = {}
+
+    def visit(module: nn.Module) -> dict[int, nn.Parameter]:
+        found = sets.get(id(module))
+        if found is None:
+            found = {id(p): p for p in module._parameters.values() if p is not None}
+            for child in module._modules.values():
+                if child is not None:
+                    found.update(visit(child))
+            sets[id(module)] = found
+        return found
+
+    visit(model)
+    counts: dict[int, tuple[int, int]] = {}
+    for key, params in sets.items():
+        total = sum(p.numel() for p in params.values())
+        trainable = sum(p.numel() for p in params.values() if p.requires_grad)
+        counts[key] = (total, trainable)
+    return counts
 
 
 def inspect(model: nn.Module) -> ModelInfo:
@@ -223,6 +239,7 @@ def inspect(model: nn.Module) -> ModelInfo:
     for path, module in model.named_modules(remove_duplicate=False):
         aliases.setdefault(id(module), []).append(path)
     canonical = {id(m): p for p, m in model.named_modules()}
+    counts = _subtree_counts(model)
     modules: dict[str, ModuleInfo] = {}
     for path, module in model.named_modules():
         names = aliases[id(module)]
@@ -235,7 +252,7 @@ def inspect(model: nn.Module) -> ModelInfo:
         own_buffers = sum(
             buffers[f"{prefix}{n}"].numel for n in module._buffers if f"{prefix}{n}" in buffers
         )
-        total, trainable = _subtree_param_ids(module)
+        total, trainable = counts[id(module)]
         children = tuple(canonical[id(child)] for _, child in module.named_children())
         modules[path] = ModuleInfo(
             path=path,

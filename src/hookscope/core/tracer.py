@@ -175,7 +175,7 @@ class Tracer:
         for probe in self.probes:
             probe.finalize(trace)
         if exc is not None and trace.error is not None and trace.error.call is not None:
-            exc.add_note(f"hookscope: {describe_failure(trace)}")
+            _add_note(exc, f"hookscope: {describe_failure(trace)}")
 
     @property
     def active(self) -> bool:
@@ -299,6 +299,13 @@ def _build_probes(flags: dict[str, bool], extra: Iterable[Probe]) -> list[Probe]
 
 def _load_builtin_probes() -> None:
     import hookscope.probes  # noqa: F401  (registers the built-in probes)
+
+
+def _add_note(exc: BaseException, note: str) -> None:
+    """``exc.add_note(note)`` where Python has it (3.11+)."""
+    add_note = getattr(exc, "add_note", None)
+    if add_note is not None:
+        add_note(note)
 
 
 def describe_failure(trace: Trace) -> str:

@@ -1,0 +1,678 @@
+"""Tests of hookscope.cli.loading: model specs, config overrides, input specs, inputs.
+
+Models are always built from configs with random weights; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from hookscope.cli.loading import (
+    DTYPES,
+    InputSpec,
+    LoadedModel,
+    ModelSource,
+    default_input_specs,
+    load_model,
+    make_inputs,
+    parse_config_overrides,
+    parse_input_spec,
+)
+from hookscope.errors import HookscopeError, SpecError
+
+FACTORY_FILE = """
+    import torch
+    from torch import nn
+
+    class Net(nn.Module):
+        def __init__(self, width=4):
+            super().__init__()
+            self.fc = nn.Linear(width, 2)
+
+        def forward(self, x):
+            return self.fc(x)
+
+    def make():
+        return Net()
+
+    def make_bad():
+        return 3
+
+    def make_raising():
+        raise RuntimeError("broken on purpose")
+
+    def make_needing(depth, width=3):
+        return Net(width)
+
+    instance = Net(5)
+    not_callable = 42
+    _private = make
+"""
+
+
+def write(path: Path, source: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(source))
+    return path
+
+
+@pytest.fixture
+def factory_file(tmp_path: Path) -> Path:
+    return write(tmp_path / "factories.py", FACTORY_FILE)
+
+
+def spec_error(spec: str, *fragments: str, **kwargs: object) -> SpecError:
+    """Load ``spec``, expect a one-line SpecError containing every fragment."""
+    with pytest.raises(SpecError) as info:
+        load_model(spec, **kwargs)  # type: ignore[arg-type]
+    assert_message(info.value, *fragments)
+    return info.value
+
+
+def assert_message(error: BaseException, *fragments: str) -> None:
+    message = str(error)
+    assert "\n" not in message, message
+    for fragment in fragments:
+        assert fragment in message, (fragment, message)
+
+
+def param_count(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+# ---------------------------------------------------------------------------- errors.py
+
+
+def test_spec_error_is_hookscope_and_value_error() -> None:
+    assert issubclass(SpecError, HookscopeError)
+    assert issubclass(SpecError, ValueError)
+    assert SpecError.__doc__
+
+
+# ------------------------------------------------------------------------- file specs
+
+
+@pytest.mark.parametrize(
+    ("factory", "width"), [("make", 4), ("Net", 4), ("instance", 5)], ids=["fn", "cls", "inst"]
+)
+def test_file_spec_builds_from_function_class_or_instance(
+    factory_file: Path, factory: str, width: int
+) -> None:
+    path_before = list(sys.path)
+    loaded = load_model(f"{factory_file}:{factory}")
+    assert isinstance(loaded, LoadedModel)
+    assert loaded.source == "file" and loaded.source is ModelSource.FILE
+    model: Any = loaded.model
+    assert model.fc.in_features == width
+    assert loaded.default_inputs == () and loaded.vocab_size is None
+    assert sys.path == path_before
+
+
+def test_file_spec_relative_path_and_sibling_import(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(tmp_path / "proj" / "hs_sibling_layers.py", "from torch import nn\nWIDTH = 7\n")
+    write(
+        tmp_path / "proj" / "model.py",
+        """
+        from torch import nn
+        from hs_sibling_layers import WIDTH
+
+        def make():
+            return nn.Linear(WIDTH, 1)
+        """,
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "hs_sibling_layers", raising=False)
+    loaded = load_model("proj/model.py:make")
+    model: Any = loaded.model
+    assert model.in_features == 7
+    sys.modules.pop("hs_sibling_layers", None)
+
+
+def test_file_spec_loads_twice_as_separate_modules(factory_file: Path) -> None:
+    first = load_model(f"{factory_file}:Net").model
+    second = load_model(f"{factory_file}:Net").model
+    assert type(first) is not type(second)
+    assert type(first).__module__ != type(second).__module__
+
+
+def test_file_spec_on_meta(factory_file: Path) -> None:
+    model = load_model(f"{factory_file}:make", device="meta").model
+    assert {p.device.type for p in model.parameters()} == {"meta"}
+
+
+def test_error_file_without_factory(factory_file: Path) -> None:
+    spec_error(str(factory_file), "names a file but no factory", f"'{factory_file}:FACTORY'")
+
+
+def test_error_file_not_found(tmp_path: Path) -> None:
+    spec_error(f"{tmp_path}/missing.py:make", "file ", "missing.py' not found", "relative paths")
+
+
+def test_error_missing_attribute_lists_callables(factory_file: Path) -> None:
+    error = spec_error(f"{factory_file}:build", "has no attribute 'build'", "available callables")
+    assert "Net, instance, make, make_bad" in str(error)
+    assert "_private" not in str(error) and "not_callable" not in str(error)
+
+
+def test_error_attribute_not_callable(factory_file: Path) -> None:
+    spec_error(f"{factory_file}:not_callable", "'not_callable'", "is int", "expected a function")
+
+
+def test_error_factory_returns_non_module(factory_file: Path) -> None:
+    spec_error(f"{factory_file}:make_bad", "factory 'make_bad'", "returned int", "torch.nn.Module")
+
+
+def test_error_factory_raises_is_chained(factory_file: Path) -> None:
+    error = spec_error(
+        f"{factory_file}:make_raising", "factory 'make_raising'", "RuntimeError: broken on purpose"
+    )
+    assert isinstance(error.__cause__, RuntimeError)
+
+
+def test_error_factory_needs_arguments(factory_file: Path) -> None:
+    spec_error(f"{factory_file}:make_needing", "needs arguments (depth)", "give them defaults")
+
+
+def test_error_file_raises_on_import(tmp_path: Path) -> None:
+    path = write(tmp_path / "broken.py", "x = 1 / 0\n")
+    error = spec_error(f"{path}:make", "importing", "broken.py", "ZeroDivisionError")
+    assert isinstance(error.__cause__, ZeroDivisionError)
+    assert not [m for m in sys.modules if m.startswith("_hookscope_user_broken")]
+
+
+def test_error_file_with_syntax_error(tmp_path: Path) -> None:
+    path = write(tmp_path / "syntax.py", "def f(:\n")
+    spec_error(f"{path}:f", "importing", "SyntaxError")
+
+
+# ------------------------------------------------------------------------ module specs
+
+
+def test_module_spec_from_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(tmp_path / "hs_test_pkg" / "__init__.py", "")
+    write(
+        tmp_path / "hs_test_pkg" / "models.py",
+        "from torch import nn\n\ndef make():\n    return nn.Linear(3, 2)\n",
+    )
+    monkeypatch.chdir(tmp_path)
+    try:
+        loaded = load_model("hs_test_pkg.models:make")
+    finally:
+        for name in ("hs_test_pkg", "hs_test_pkg.models"):
+            sys.modules.pop(name, None)
+    assert loaded.source is ModelSource.MODULE
+    assert isinstance(loaded.model, nn.Linear)
+    assert str(tmp_path) not in sys.path
+
+
+def test_module_spec_installed_class() -> None:
+    loaded = load_model("torch.nn:Identity")
+    assert isinstance(loaded.model, nn.Identity)
+
+
+def test_error_module_not_found() -> None:
+    spec_error("hs_no_such_pkg.models:make", "module 'hs_no_such_pkg.models' not found")
+
+
+def test_error_module_import_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write(tmp_path / "hs_bad_mod.py", "import hs_missing_dependency\n")
+    monkeypatch.chdir(tmp_path)
+    spec_error(
+        "hs_bad_mod:make", "importing module 'hs_bad_mod'", "ModuleNotFoundError", "hs_missing"
+    )
+
+
+@pytest.mark.parametrize("spec", ["foo", "", "a b:c", "mod:", ":make", "pkg.mod:not-valid"])
+def test_error_spec_form(spec: str) -> None:
+    spec_error(spec, f"model spec {spec!r} is not of the form", "'torchvision:NAME'")
+
+
+def test_error_config_for_non_transformers(factory_file: Path) -> None:
+    spec_error(
+        "torchvision:resnet18",
+        "config overrides (num_hidden_layers)",
+        "only apply to 'transformers:NAME'",
+        config={"num_hidden_layers": 2},
+    )
+    spec_error(f"{factory_file}:make", "config overrides (width)", config={"width": 3})
+
+
+@pytest.mark.parametrize("device", ["gpu", "cuda:x", "banana"])
+def test_error_bad_device(device: str) -> None:
+    spec_error("torch.nn:Identity", f"device {device!r} is not a torch device", device=device)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")
+def test_error_cuda_not_available() -> None:
+    spec_error("torch.nn:Identity", "CUDA is not available", "'meta'", device="cuda")
+
+
+# ------------------------------------------------------------------------- torchvision
+
+
+def forward(loaded: LoadedModel) -> Any:
+    args, kwargs = make_inputs(default_input_specs(loaded), device="cpu")
+    with torch.no_grad():
+        return loaded.model(*args, **kwargs)
+
+
+@pytest.mark.parametrize("name", ["resnet18", "vit_b_16"])
+def test_torchvision_classification_forward(name: str) -> None:
+    loaded = load_model(f"torchvision:{name}")
+    assert loaded.source is ModelSource.TORCHVISION
+    assert not loaded.model.training
+    assert default_input_specs(loaded) == [InputSpec((1, 3, 224, 224))]
+    out = forward(loaded)
+    assert isinstance(out, torch.Tensor) and out.shape == (1, 1000)
+
+
+def test_torchvision_inception_uses_299_and_eval_mode() -> None:
+    loaded = load_model("torchvision:inception_v3")
+    assert default_input_specs(loaded) == [InputSpec((1, 3, 299, 299))]
+    out = forward(loaded)  # in train mode it would return InceptionOutputs
+    assert isinstance(out, torch.Tensor) and out.shape == (1, 1000)
+
+
+def test_torchvision_segmentation_forward() -> None:
+    out = forward(load_model("torchvision:lraspp_mobilenet_v3_large"))
+    assert isinstance(out, dict) and out["out"].shape == (1, 21, 224, 224)
+
+
+@pytest.mark.parametrize(
+    ("name", "shapes"),
+    [
+        ("vit_h_14", [(1, 3, 224, 224)]),  # image_size of the model, not of its SWAG weights
+        ("efficientnet_b3", [(1, 3, 300, 300)]),
+        ("convnext_tiny", [(1, 3, 224, 224)]),
+        ("r3d_18", [(1, 3, 16, 112, 112)]),
+        ("raft_small", [(1, 3, 224, 224), (1, 3, 224, 224)]),
+        ("fasterrcnn_resnet50_fpn", [(1, 3, 224, 224)]),
+    ],
+)
+def test_torchvision_default_input_shapes(name: str, shapes: list[tuple[int, ...]]) -> None:
+    loaded = load_model(f"torchvision:{name}", device="meta")
+    assert [s.shape for s in default_input_specs(loaded)] == shapes
+
+
+def test_torchvision_meta_fallback_for_models_that_compute_while_building() -> None:
+    register_parameter = nn.Module.register_parameter
+    model = load_model("torchvision:regnet_x_400mf", device="meta").model  # calls .tolist()
+    assert {p.device.type for p in model.parameters()} == {"meta"}
+    assert {b.device.type for b in model.buffers()} == {"meta"}
+    assert nn.Module.register_parameter is register_parameter
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "check"),
+    [
+        ("fcn_resnet50", lambda out: out["out"].shape == (1, 21, 224, 224)),
+        ("r3d_18", lambda out: out.shape == (1, 400)),
+        ("raft_small", lambda out: out[-1].shape == (1, 2, 224, 224)),
+        ("fasterrcnn_mobilenet_v3_large_320_fpn", lambda out: "boxes" in out[0]),
+        ("efficientnet_b0", lambda out: out.shape == (1, 1000)),
+    ],
+)
+def test_torchvision_other_families_forward(name: str, check: Callable[[Any], bool]) -> None:
+    assert check(forward(load_model(f"torchvision:{name}")))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_build_and_inputs_match_cpu_values() -> None:
+    loaded = load_model("torchvision:resnet18", device="cuda")
+    assert {p.device.type for p in loaded.model.parameters()} == {"cuda"}
+    specs = default_input_specs(loaded)
+    (image,), _ = make_inputs(specs, device="cuda")
+    (cpu_image,), _ = make_inputs(specs, device="cpu")
+    assert image.device.type == "cuda" and torch.equal(image.cpu(), cpu_image)
+    with torch.no_grad():
+        assert loaded.model(image).shape == (1, 1000)
+
+
+def test_error_torchvision_unknown_name() -> None:
+    spec_error("torchvision:resnet19", "no model 'resnet19'", "close matches: resnet18")
+
+
+def test_error_torchvision_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "torchvision", None)
+    monkeypatch.setitem(sys.modules, "torchvision.models", None)
+    spec_error("torchvision:resnet18", "needs torchvision", "pip install 'hookscope[vision]'")
+
+
+# ------------------------------------------------------------------------ transformers
+
+
+def test_transformers_gpt2_forward() -> None:
+    loaded = load_model("transformers:gpt2", config={"n_layer": 2})
+    assert loaded.source is ModelSource.TRANSFORMERS
+    assert loaded.vocab_size == 50257 and not loaded.model.training
+    assert default_input_specs(loaded) == [InputSpec((1, 128), torch.int64, "input_ids")]
+    out = forward(loaded)
+    assert out.last_hidden_state.shape == (1, 128, 768)
+
+
+def test_transformers_bert_masked_lm_forward() -> None:
+    loaded = load_model("transformers:bert/masked-lm", config={"num_hidden_layers": 2})
+    model: Any = loaded.model
+    assert len(model.bert.encoder.layer) == 2
+    out = forward(loaded)
+    assert out.logits.shape == (1, 128, 30522)
+
+
+def test_transformers_encoder_decoder_gets_decoder_input_ids() -> None:
+    loaded = load_model("transformers:t5", config={"num_layers": 1, "d_model": 64, "d_ff": 128})
+    assert [s.name for s in default_input_specs(loaded)] == ["input_ids", "decoder_input_ids"]
+    assert forward(loaded).last_hidden_state.shape == (1, 128, 64)
+
+
+def test_transformers_vision_model_gets_pixel_values() -> None:
+    loaded = load_model("transformers:vit", config={"num_hidden_layers": 1})
+    assert default_input_specs(loaded) == [InputSpec((1, 3, 224, 224), name="pixel_values")]
+    assert forward(loaded).last_hidden_state.shape == (1, 197, 768)
+
+
+def test_transformers_sequence_length_capped_by_positions() -> None:
+    loaded = load_model("transformers:gpt2", config={"n_positions": 64}, device="meta")
+    assert default_input_specs(loaded)[0].shape == (1, 64)
+
+
+def test_transformers_build_kwargs_and_coercion() -> None:
+    config = parse_config_overrides(
+        "n_layer=1,n_embd=64.0,n_head=4,attn_implementation=eager,dtype=bfloat16,tie_word_embeddings=false"
+    )
+    loaded = load_model("transformers:gpt2/causal-lm", config=config, device="meta")
+    model: Any = loaded.model
+    model_config = model.config
+    assert model_config._attn_implementation == "eager"
+    assert model_config.n_embd == 64 and isinstance(model_config.n_embd, int)
+    assert model_config.tie_word_embeddings is False
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert model.lm_head.weight is not model.transformer.wte.weight
+
+
+def test_transformers_consumed_override_is_accepted() -> None:
+    loaded = load_model("transformers:llama", config={"rope_theta": 5e5}, device="meta")
+    model: Any = loaded.model
+    assert model.config.rope_parameters["rope_theta"] == 5e5
+
+
+def test_user_factory_returning_transformers_model_gets_defaults(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "hf.py",
+        """
+        from transformers import BertConfig, BertModel
+
+        def make():
+            return BertModel(BertConfig(num_hidden_layers=1, max_position_embeddings=32))
+        """,
+    )
+    loaded = load_model(f"{path}:make", device="meta")
+    assert default_input_specs(loaded) == [InputSpec((1, 32), torch.int64, "input_ids")]
+    assert loaded.vocab_size == 30522
+
+
+@pytest.mark.parametrize(
+    ("spec", "fragments"),
+    [
+        ("transformers:lama", ["no model type 'lama'", "close matches: llama", "model type"]),
+        ("transformers:bert-base-uncased", ["close matches: bert", "not a checkpoint id"]),
+        ("transformers:meta-llama/Llama-2-7b-hf", ["close matches: llama"]),
+        ("transformers:gpt2/foo", ["task 'foo'", "base, causal-lm, masked-lm, seq-cls"]),
+        ("transformers:t5/causal-lm", ["'t5' has no 'causal-lm' variant", "another of"]),
+    ],
+)
+def test_error_transformers_names(spec: str, fragments: list[str]) -> None:
+    spec_error(spec, *fragments)
+
+
+def test_error_transformers_unknown_override() -> None:
+    spec_error(
+        "transformers:gpt2",
+        "GPT2Config has no setting 'n_layers'",
+        "close matches: n_layer",
+        config={"n_layers": 2},
+    )
+
+
+def test_error_transformers_invalid_config_is_chained() -> None:
+    error = spec_error(
+        "transformers:gpt2", "building transformers model 'gpt2'", "divisible", config={"n_embd": 7}
+    )
+    assert isinstance(error.__cause__, ValueError)
+
+
+def test_error_transformers_bad_dtype_override() -> None:
+    spec_error("transformers:gpt2", "dtype='int8'", "bfloat16", config={"dtype": "int8"})
+
+
+def test_error_transformers_without_default_inputs() -> None:
+    loaded = load_model("transformers:whisper", device="meta")
+    with pytest.raises(SpecError) as info:
+        default_input_specs(loaded)
+    assert_message(info.value, "'transformers:whisper' has no default inputs", "--input")
+
+
+def test_error_transformers_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    spec_error("transformers:gpt2", "needs transformers", "'hookscope[transformers]'")
+
+
+# ------------------------------------------------------------------------- meta builds
+
+LLAMA_7B = {
+    "hidden_size": 4096,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "intermediate_size": 11008,
+    "vocab_size": 32000,
+}
+LLAMA_70B = {
+    "hidden_size": 8192,
+    "num_hidden_layers": 80,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "intermediate_size": 28672,
+    "vocab_size": 32000,
+}
+
+
+def build_on_meta(config: dict[str, object]) -> tuple[nn.Module, float, float]:
+    """The model, seconds taken and growth of peak resident memory in GiB."""
+    peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.perf_counter()
+    model = load_model("transformers:llama/causal-lm", config=config, device="meta").model
+    seconds = time.perf_counter() - start
+    growth = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before) / 2**20
+    return model, seconds, growth
+
+
+@pytest.mark.parametrize(("config", "params"), [(LLAMA_7B, 6.738e9), (LLAMA_70B, 68.977e9)])
+def test_transformers_llama_builds_on_meta_fast_without_memory(
+    config: dict[str, object], params: float
+) -> None:
+    model, seconds, growth_gib = build_on_meta(config)
+    assert seconds < 20
+    assert growth_gib < 1  # fp32 weights would need 25 GiB (7B) or 257 GiB (70B)
+    assert {p.device.type for p in model.parameters()} == {"meta"}
+    assert param_count(model) == pytest.approx(params, rel=1e-3)
+
+
+# ------------------------------------------------------------------- config overrides
+
+
+def test_parse_config_overrides_values() -> None:
+    text = (
+        "hidden_size=4096, num_hidden_layers=32,rope_theta=1e4,tie_word_embeddings=false,"
+        "use_cache=True,pad_token_id=none,attn_implementation=eager,name='12',eps=-1.5e-6,"
+    )
+    assert parse_config_overrides(text) == {
+        "hidden_size": 4096,
+        "num_hidden_layers": 32,
+        "rope_theta": 1e4,
+        "tie_word_embeddings": False,
+        "use_cache": True,
+        "pad_token_id": None,
+        "attn_implementation": "eager",
+        "name": "12",
+        "eps": -1.5e-6,
+    }
+    assert parse_config_overrides("") == {}
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("hidden_size", "'hidden_size' is not of the form KEY=VALUE"),
+        ("hidden_size=", "'hidden_size=' is not of the form KEY=VALUE"),
+        ("=3", "'=3' is not of the form KEY=VALUE"),
+        ("2x=3", "'2x=3' is not of the form KEY=VALUE"),
+        ("a=1,a=2", "'a' is given twice"),
+    ],
+)
+def test_parse_config_overrides_errors(text: str, fragment: str) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_config_overrides(text)
+    assert_message(info.value, fragment)
+
+
+# ------------------------------------------------------------------------ input specs
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("1,3,224,224", InputSpec((1, 3, 224, 224), torch.float32)),
+        ("1,128:int64", InputSpec((1, 128), torch.int64)),
+        ("2x3x32x32:float16", InputSpec((2, 3, 32, 32), torch.float16)),
+        ("input_ids=1,128:int64", InputSpec((1, 128), torch.int64, "input_ids")),
+        (" mask = 4 x 0 : bool ", InputSpec((4, 0), torch.bool, "mask")),
+        ("7", InputSpec((7,))),
+    ],
+)
+def test_parse_input_spec(text: str, expected: InputSpec) -> None:
+    spec = parse_input_spec(text)
+    assert spec == expected
+    assert parse_input_spec(str(spec)) == spec
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_input_spec_round_trips_every_dtype(dtype: str) -> None:
+    spec = InputSpec((2, 3), DTYPES[dtype], "x")
+    assert str(spec) == f"x=2,3:{dtype}"
+    assert parse_input_spec(str(spec)) == spec
+
+
+@pytest.mark.parametrize(
+    ("text", "fragments"),
+    [
+        ("", ["input spec '' has no shape", "'1,3,224,224'"]),
+        (":int64", ["has no shape"]),
+        ("1,a,3", ["dimension 'a'", "'1,a,3'", "not an integer"]),
+        ("1.5,3", ["dimension '1.5'", "not an integer"]),
+        ("1,,3", ["dimension ''", "not an integer"]),
+        ("1,-3", ["dimension -3", "negative"]),
+        ("1,3:float", ["dtype 'float'", "use one of float32 float16 bfloat16", "complex64"]),
+        ("1,3:long", ["dtype 'long'", "int64"]),
+        ("my input=1,3", ["input name 'my input'", "not a Python identifier"]),
+    ],
+)
+def test_parse_input_spec_errors(text: str, fragments: list[str]) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_input_spec(text)
+    assert_message(info.value, *fragments)
+
+
+def test_default_input_specs_error_for_user_model(factory_file: Path) -> None:
+    loaded = load_model(f"{factory_file}:make")
+    with pytest.raises(SpecError) as info:
+        default_input_specs(loaded)
+    assert_message(info.value, "has no default inputs", "--input 1,3,224,224")
+
+
+# ----------------------------------------------------------------------------- inputs
+
+SPECS = [
+    InputSpec((2, 3)),
+    InputSpec((2, 5), torch.int64, "input_ids"),
+    InputSpec((2, 5), torch.int64, "attention_mask"),
+    InputSpec((4,), torch.bool, "flags"),
+    InputSpec((3,), torch.float16, "half"),
+    InputSpec((3,), torch.bfloat16),
+    InputSpec((3,), torch.complex64, "z"),
+    InputSpec((64,), torch.int8, "small"),
+]
+
+
+def test_make_inputs_dtypes_shapes_and_placement() -> None:
+    args, kwargs = make_inputs(SPECS, device="cpu", vocab_size=1000)
+    assert [a.shape for a in args] == [(2, 3), (3,)]
+    assert [a.dtype for a in args] == [torch.float32, torch.bfloat16]
+    assert list(kwargs) == ["input_ids", "attention_mask", "flags", "half", "z", "small"]
+    for spec in SPECS:
+        tensor = kwargs[spec.name] if spec.name else None
+        if tensor is not None:
+            assert (tensor.shape, tensor.dtype) == (spec.shape, spec.dtype)
+    assert int(kwargs["input_ids"].max()) < 1000 and int(kwargs["input_ids"].min()) >= 0
+    assert torch.equal(kwargs["attention_mask"], torch.ones(2, 5, dtype=torch.int64))
+    assert int(kwargs["small"].max()) <= 127  # vocabulary capped at the dtype's range
+
+
+def test_make_inputs_integers_without_vocab_are_binary() -> None:
+    (ids,), _ = make_inputs([InputSpec((1000,), torch.int64)], device=None)
+    assert set(ids.tolist()) == {0, 1}
+
+
+def test_make_inputs_seeded_and_leaves_global_rng_alone() -> None:
+    state = torch.get_rng_state()
+    first = make_inputs(SPECS, device="cpu", vocab_size=50, seed=3)
+    second = make_inputs(SPECS, device="cpu", vocab_size=50, seed=3)
+    other = make_inputs(SPECS, device="cpu", vocab_size=50, seed=4)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert all(torch.equal(a, b) for a, b in zip(first[0], second[0], strict=True))
+    assert all(torch.equal(first[1][k], second[1][k]) for k in first[1])
+    assert not torch.equal(first[0][0], other[0][0])
+
+
+def test_make_inputs_on_meta() -> None:
+    args, kwargs = make_inputs(SPECS, device="meta", vocab_size=10)
+    tensors = [*args, *kwargs.values()]
+    assert {t.device.type for t in tensors} == {"meta"}
+    assert kwargs["input_ids"].shape == (2, 5) and kwargs["input_ids"].dtype == torch.int64
+
+
+def test_make_inputs_duplicate_name() -> None:
+    spec = InputSpec((1,), name="x")
+    with pytest.raises(SpecError) as info:
+        make_inputs([spec, spec], device="cpu")
+    assert_message(info.value, "input 'x' is given twice")
+
+
+# ------------------------------------------------------------------------ import hygiene
+
+
+def test_import_does_not_pull_in_optional_libraries() -> None:
+    code = (
+        "import sys, hookscope.cli.loading\n"
+        "bad = {'torchvision', 'transformers', 'typer'} & set(sys.modules)\n"
+        "assert not bad, bad\n"
+    )
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)
