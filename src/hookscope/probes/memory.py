@@ -1,0 +1,250 @@
+"""Memory probe: output bytes, bytes saved for backward, CUDA allocation per call.
+
+Fills ``Call.memory`` (:class:`~hookscope.core.records.MemoryRecord`):
+
+- ``output_bytes``: bytes of the tensors the call returned, ``numel * element_size``
+  per tensor; tensors that share a storage (the same tensor twice, views, ``chunk``)
+  count that storage once, and never for more than the storage's own size (so an
+  ``expand``-ed view counts the memory it really uses). A sparse tensor counts its
+  indices and values. A call that raised has 0 output bytes.
+- ``saved_bytes``: bytes autograd saved for backward while the call ran, found with
+  ``torch.autograd.graph.saved_tensors_hooks`` installed once for the whole run. Each
+  saved tensor is attributed to the innermost running call, so a parent's number
+  excludes its children's; within a call a storage is counted once (same rule as the
+  outputs). Saved parameters count too (``x * w`` saves both ``x`` and ``w``).
+  ``None`` when nothing was saved and grad mode was off (``torch.no_grad()``,
+  ``torch.inference_mode()``).
+- ``allocated_delta``/``peak_bytes`` (CUDA models only): ``torch.cuda.memory_allocated``
+  after minus before the call, and the peak allocated memory during the call.
+
+The saved-tensor hooks change nothing the model computes: the pack hook stores a
+``detach()``-ed alias (returning the tensor itself would create a reference cycle
+through its ``grad_fn`` and keep activations alive until the garbage collector runs)
+and the unpack hook performs autograd's in-place modification check itself, which
+autograd skips for tensors that went through hooks. If the user already installed
+saved-tensor hooks (``torch.autograd.graph.save_on_cpu``), the probe wraps them:
+theirs still pack and unpack every tensor.
+
+NB: ``peak_bytes`` is exact when the call raised the process-wide peak
+(``torch.cuda.max_memory_allocated``); otherwise the peak cannot be read without
+resetting the user's peak statistics, and ``max(before, after)`` is recorded, a lower
+bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from time import perf_counter_ns
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from hookscope.core.handles import CallbackHandle
+from hookscope.core.records import Call, MemoryRecord, Trace
+from hookscope.core.tensors import iter_tensors
+from hookscope.probes.base import Probe, register_probe
+
+if TYPE_CHECKING:
+    from hookscope.core.handles import Removable
+    from hookscope.core.tracer import Tracer
+
+PackHook = Callable[[torch.Tensor], Any]
+UnpackHook = Callable[[Any], torch.Tensor]
+
+
+class ByteCounter:
+    """Bytes of a set of tensors, each storage counted once (see the module docstring)."""
+
+    __slots__ = ("_storages", "_views")
+
+    def __init__(self) -> None:
+        self._views: set[tuple[Any, ...]] = set()
+        self._storages: dict[Any, list[int]] = {}  # storage key -> [capacity, bytes]
+
+    def add(self, t: torch.Tensor) -> None:
+        for part in _dense_parts(t):
+            self._add_dense(part)
+
+    def _add_dense(self, t: torch.Tensor) -> None:
+        nbytes = t.numel() * t.element_size()
+        try:
+            storage = t.untyped_storage()
+            key: Any = storage._cdata  # identifies the storage, also on meta
+            capacity = storage.nbytes()
+            view: tuple[Any, ...] = (key, t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+        except (RuntimeError, NotImplementedError, TypeError):
+            key, capacity, view = ("tensor", id(t)), nbytes, ("tensor", id(t))
+        if view in self._views:
+            return
+        self._views.add(view)
+        entry = self._storages.get(key)
+        if entry is None:
+            self._storages[key] = [capacity, nbytes]
+        else:
+            entry[1] += nbytes
+
+    @property
+    def total(self) -> int:
+        return sum(min(capacity, nbytes) for capacity, nbytes in self._storages.values())
+
+
+def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes of ``tensors`` with shared storages counted once."""
+    counter = ByteCounter()
+    for t in tensors:
+        counter.add(t)
+    return counter.total
+
+
+def _dense_parts(t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    layout = t.layout
+    if layout == torch.strided:
+        return (t,)
+    if layout == torch.sparse_coo:
+        return (t._indices(), t._values())
+    if layout in (torch.sparse_csr, torch.sparse_bsr):
+        return (t.crow_indices(), t.col_indices(), t.values())
+    if layout in (torch.sparse_csc, torch.sparse_bsc):
+        return (t.ccol_indices(), t.row_indices(), t.values())
+    return (t,)
+
+
+def output_bytes(output: Any) -> int:
+    """Bytes of every tensor inside a call's output (see :class:`ByteCounter`)."""
+    if isinstance(output, torch.Tensor) and output.layout == torch.strided:
+        return tensor_bytes((output,))
+    return tensor_bytes(t for _, t in iter_tensors(output, "out"))
+
+
+@register_probe
+class MemoryProbe(Probe):
+    """Record ``Call.memory``: output bytes, saved-for-backward bytes, CUDA memory."""
+
+    name = "memory"
+    order = 80
+
+    def __init__(self) -> None:
+        self._tracer: Tracer | None = None
+        self._saved: dict[int, ByteCounter] = {}
+        self._watching = False  # saved-tensor hooks installed
+        self._cuda_device: torch.device | None = None
+        # call index -> (allocated before, process-wide peak before), CUDA only
+        self._cuda_open: dict[int, tuple[int, int]] = {}
+
+    def install(self, tracer: Tracer) -> list[Removable]:
+        self._tracer = tracer
+        self._saved.clear()
+        self._cuda_open.clear()
+        self._cuda_device = _cuda_device(tracer.model)
+        hooks = _chain_hooks(self._pack)
+        context = torch.autograd.graph.saved_tensors_hooks(*hooks)
+        try:
+            context.__enter__()
+        except RuntimeError:  # saved-tensor hooks are disabled here: no saved bytes
+            self._watching = False
+            return []
+        self._watching = True
+        return [CallbackHandle(lambda: context.__exit__(None, None, None))]
+
+    def on_enter(
+        self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        device = self._cuda_device
+        if device is not None:
+            before = torch.cuda.memory_allocated(device)
+            self._cuda_open[call.index] = (before, torch.cuda.max_memory_allocated(device))
+
+    def on_exit(self, call: Call, module: nn.Module, output: Any, failed: bool) -> None:
+        counter = self._saved.pop(call.index, None)
+        if counter is not None:
+            saved: int | None = counter.total
+        else:
+            saved = 0 if self._watching and _autograd_records() else None
+        delta = peak = None
+        opened = self._cuda_open.pop(call.index, None)
+        if opened is not None and self._cuda_device is not None:
+            delta, peak = _cuda_change(self._cuda_device, *opened)
+        size = 0 if failed else output_bytes(output)
+        call.memory = MemoryRecord(size, saved, delta, peak)
+
+    def finalize(self, trace: Trace) -> None:
+        self._saved.clear()
+        self._cuda_open.clear()
+        self._tracer = None
+
+    def _pack(self, t: torch.Tensor, keep: bool) -> Any:
+        """Attribute a tensor autograd is saving to the innermost running call; with
+        ``keep``, also return what the graph stores: a detached alias and its version."""
+        tracer = self._tracer
+        if tracer is None:  # pragma: no cover - hooks live only while the tracer does
+            return (t.detach(), t._version) if keep else None
+        start = perf_counter_ns()
+        tracer.internal += 1  # detach() is an aten op, not the model's
+        try:
+            call = tracer.current_call
+            if call is not None:
+                counter = self._saved.get(call.index)
+                if counter is None:
+                    counter = self._saved[call.index] = ByteCounter()
+                counter.add(t)
+            return (t.detach(), t._version) if keep else None
+        finally:
+            tracer.internal -= 1
+            tracer.overhead_ns += perf_counter_ns() - start  # not the model's time
+
+
+def _autograd_records() -> bool:
+    """Whether autograd records operations now (grad mode on, not inference mode)."""
+    return torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+
+
+def _check_version(packed: tuple[torch.Tensor, int]) -> torch.Tensor:
+    """Unpack hook: autograd's check that a saved tensor was not modified in place."""
+    tensor, version = packed
+    if tensor._version != version:
+        raise RuntimeError(
+            "one of the variables needed for gradient computation has been modified by an "
+            f"inplace operation: [{tensor.type()} {list(tensor.shape)}] is at version "
+            f"{tensor._version}; expected version {version} instead (reported by "
+            "hookscope's memory probe, which was watching the saved tensors)"
+        )
+    return tensor
+
+
+def _chain_hooks(pack: Callable[[torch.Tensor, bool], Any]) -> tuple[PackHook, UnpackHook]:
+    """Pack/unpack hooks that account each saved tensor, wrapping the user's hooks."""
+    outer = _active_saved_tensor_hooks()
+    if outer is None:
+        return (lambda t: pack(t, True)), _check_version
+    outer_pack, outer_unpack = outer
+
+    def pack_outer(t: torch.Tensor) -> Any:
+        pack(t, False)
+        return outer_pack(t)  # the user's own work: observed like the model's
+
+    return pack_outer, outer_unpack
+
+
+def _active_saved_tensor_hooks() -> tuple[PackHook, UnpackHook] | None:
+    """The saved-tensor hooks the user has active now, if any."""
+    top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+    if top is None:  # pragma: no cover - older or newer torch without it
+        return None
+    hooks = top(False)
+    return None if hooks is None else (hooks[0], hooks[1])
+
+
+def _cuda_device(model: nn.Module) -> torch.device | None:
+    for t in (*model.parameters(), *model.buffers()):
+        if t.device.type == "cuda":
+            return t.device
+    return None
+
+
+def _cuda_change(device: torch.device, before: int, peak_before: int) -> tuple[int, int]:
+    after = torch.cuda.memory_allocated(device)
+    peak_now = torch.cuda.max_memory_allocated(device)
+    # NB: exact when this call raised the process-wide peak, else a lower bound.
+    peak = peak_now if peak_now > peak_before else max(before, after)
+    return after - before, peak

@@ -1,0 +1,322 @@
+"""Statistics probe: mean, std, min, max, max-abs, zero fraction, NaN and Inf counts.
+
+For every tensor a call returns (``Call.stats``, one :class:`TensorStats` per output
+tensor, with its path) and, when a call raises, for every tensor it received
+(``Call.input_stats``), so the failure can be reported with its inputs' statistics.
+
+Semantics, per dtype:
+
+- floating: over all values, as torch computes them: a NaN makes the mean, std, min,
+  max and max-abs NaN (an Inf makes them Inf or NaN); ``nan_count``/``inf_count`` say
+  how many. ``std`` is torch's default, the unbiased estimate (``correction=1``).
+- integer: mean and std in float64, min and max exact (as floats: exact up to 2**53).
+- bool: as 0/1 integers; ``std`` is ``None`` (a spread of truth values says nothing).
+- complex: statistics of the magnitude ``abs(x)``.
+- one element: ``std`` is ``None`` (torch returns NaN: no degrees of freedom).
+- no elements: ``numel == 0``, every statistic ``None``, counts 0.
+- no readable data (meta and fake tensors, sparse, quantized and nested tensors,
+  wrapper subclasses): ``numel`` only; every statistic and both counts ``None``.
+
+Cost: everything is computed on the tensor's own device under ``torch.no_grad()``.
+On an accelerator, each tensor gets one fixed sequence of reductions (``aminmax``,
+``std_mean``, three ``count_nonzero``) whose results stay on the device as one
+float64 vector; ``finalize`` moves all of them to the host in one transfer per
+device. On the CPU, where reading a value costs no synchronisation, a float tensor
+takes four single passes (``aminmax``, ``sum``, ``dot``, ``count_nonzero`` on the
+integer view of ``abs``), and the NaN/Inf counts are only computed when the sum is
+not finite.
+
+NB: on the CPU the std comes from the sum and the sum of squares (computed in float64
+from float32 accumulators); when the mean is large against the spread (more than about
+4 standard deviations) that would lose precision, and ``torch.std`` is used instead.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from hookscope.core.records import Call, TensorStats, Trace
+from hookscope.core.tensors import iter_tensors
+from hookscope.probes.base import Probe, register_probe
+
+if TYPE_CHECKING:
+    from hookscope.core.handles import Removable
+    from hookscope.core.tracer import Tracer
+
+#: mean, std, min, max, zero count, NaN count, Inf count
+Moments = list[float] | torch.Tensor
+
+_FIELDS = 7
+_INT_VIEW = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}
+_EXACT_INTS = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+_NATIVE_FLOATS = (torch.float32, torch.float64)
+_PLAIN_DISPATCH = torch.Tensor.__torch_dispatch__
+
+
+class _Entry:
+    """Statistics of one tensor, waiting for ``finalize``."""
+
+    __slots__ = ("call", "is_input", "kind", "moments", "numel", "path")
+
+    def __init__(
+        self, call: Call, path: str, numel: int, kind: str, moments: Moments | None,
+        is_input: bool,
+    ) -> None:
+        self.call = call
+        self.path = path
+        self.numel = numel
+        self.kind = kind
+        self.moments = moments
+        self.is_input = is_input
+
+
+@register_probe
+class StatsProbe(Probe):
+    """Record ``Call.stats`` for every output tensor (``Call.input_stats`` on failure)."""
+
+    name = "stats"
+    order = 60
+
+    def __init__(self) -> None:
+        self._pending: list[_Entry] = []
+        # call index -> the call's (args, kwargs), held only while the call runs
+        self._running: dict[int, tuple[tuple[Any, ...], dict[str, Any]]] = {}
+        # id(tensor) -> (weak reference, version, kind, moments): a tensor that a
+        # container returns unchanged (Sequential, residual blocks) is measured once.
+        self._seen: dict[int, tuple[weakref.ref[torch.Tensor], int, str, Moments | None]] = {}
+
+    def install(self, tracer: Tracer) -> list[Removable]:
+        self._pending.clear()
+        self._running.clear()
+        self._seen.clear()
+        return []
+
+    def on_enter(
+        self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        # A reference for the call's duration only: the caller holds them anyway.
+        self._running[call.index] = (args, kwargs)
+
+    def on_exit(self, call: Call, module: nn.Module, output: Any, failed: bool) -> None:
+        held = self._running.pop(call.index, None)
+        if failed:
+            if held is not None:
+                call.input_stats = []
+                self._measure(call, _input_tensors(*held), is_input=True)
+            return
+        call.stats = []
+        self._measure(call, iter_tensors(output, "out"), is_input=False)
+
+    def _measure(
+        self, call: Call, tensors: Iterable[tuple[str, torch.Tensor]], *, is_input: bool
+    ) -> None:
+        with torch.no_grad():
+            for path, t in tensors:
+                kind, moments = self._moments(t)
+                self._pending.append(_Entry(call, path, t.numel(), kind, moments, is_input))
+
+    def _moments(self, t: torch.Tensor) -> tuple[str, Moments | None]:
+        if not _readable(t) or t.is_inference():  # inference: no version counter
+            return tensor_moments(t)
+        seen = self._seen.get(id(t))
+        if seen is not None and seen[0]() is t and seen[1] == t._version:
+            return seen[2], seen[3]
+        kind, moments = tensor_moments(t)
+        self._seen[id(t)] = (weakref.ref(t), t._version, kind, moments)
+        return kind, moments
+
+    def finalize(self, trace: Trace) -> None:
+        pending, self._pending = self._pending, []
+        self._running.clear()
+        self._seen.clear()
+        values = _to_host([e.moments for e in pending])
+        for entry, moments in zip(pending, values, strict=True):
+            stats = make_stats(entry.path, entry.numel, entry.kind, moments)
+            target = entry.call.input_stats if entry.is_input else entry.call.stats
+            assert target is not None
+            target.append(stats)
+
+
+def make_stats(path: str, numel: int, kind: str, moments: list[float] | None) -> TensorStats:
+    """A :class:`TensorStats` from host moments ``[mean, std, min, max, zeros, nan, inf]``.
+
+    ``moments`` is ``None`` when the tensor has no elements or no readable data.
+    """
+    if moments is None:
+        count = 0 if numel == 0 and kind != "opaque" else None
+        return TensorStats(path, numel, None, None, None, None, None, None, count, count)
+    mean, std, lo, hi, zeros, nans, infs = (_canonical(v) for v in moments)
+    absmax = math.nan if math.isnan(lo) or math.isnan(hi) else max(abs(lo), abs(hi))
+    return TensorStats(
+        path=path,
+        numel=numel,
+        mean=mean,
+        std=None if kind == "bool" or numel < 2 else std,
+        min=lo,
+        max=hi,
+        absmax=absmax,
+        zero_fraction=zeros / numel,
+        nan_count=int(nans),
+        inf_count=int(infs),
+    )
+
+
+def _canonical(x: float) -> float:
+    """NaN as the one ``math.nan`` object, so that records with NaN compare equal to
+    their JSON round trip (``core/serialize.py`` reads NaN back as ``math.nan`` too)."""
+    return math.nan if x != x else x
+
+
+def tensor_moments(t: torch.Tensor) -> tuple[str, Moments | None]:
+    """``(kind, moments)`` of ``t``: kind is ``bool``/``int``/``float``/``opaque``.
+
+    Call under ``torch.no_grad()``. ``moments`` is ``None`` for an empty or opaque tensor.
+    """
+    if not _readable(t):
+        return "opaque", None
+    if type(t) is not torch.Tensor:
+        t = t.as_subclass(torch.Tensor)  # e.g. Parameter: skip __torch_function__
+    if t.is_complex():
+        t = t.abs()
+    kind = "bool" if t.dtype == torch.bool else ("float" if t.is_floating_point() else "int")
+    if t.numel() == 0:
+        return kind, None
+    on_cpu = t.device.type == "cpu"
+    if kind == "float":
+        return kind, _cpu_float(t) if on_cpu else _device_float(t)
+    if kind == "bool":
+        return kind, _bool_moments(t, on_cpu)
+    return kind, _int_moments(t, on_cpu)
+
+
+def _readable(t: torch.Tensor) -> bool:
+    if t.layout != torch.strided or t.is_meta or t.is_quantized or t.is_nested:
+        return False
+    if type(t) is not torch.Tensor and type(t).__torch_dispatch__ is not _PLAIN_DISPATCH:
+        return False  # a wrapper subclass (fake, functional, distributed): no local data
+    return not torch._C._functorch.is_functorch_wrapped_tensor(t)
+
+
+def _cpu_float(x: torch.Tensor) -> list[float]:
+    if x.dtype not in _NATIVE_FLOATS:
+        x = x.float()  # float16/bfloat16/float8: one conversion, then exact reductions
+    n = x.numel()
+    lo_t, hi_t = torch.aminmax(x)
+    lo, hi, total = lo_t.item(), hi_t.item(), x.sum().item()
+    zeros = _cpu_zeros(x)
+    if not (math.isfinite(total) and math.isfinite(lo) and math.isfinite(hi)):
+        nans = int(torch.count_nonzero(torch.isnan(x)))
+        infs = int(torch.count_nonzero(torch.isinf(x)))
+        std = x.std().item() if n > 1 else math.nan
+        return [total / n, std, lo, hi, zeros, nans, infs]
+    return [total / n, _cpu_std(x, total, lo, hi), lo, hi, zeros, 0, 0]
+
+
+def _cpu_zeros(x: torch.Tensor) -> int:
+    """Exact zeros, +0.0 and -0.0, in two read-only passes over the integer view."""
+    bits = x.view(_INT_VIEW[x.element_size()])
+    zeros = x.numel() - int(torch.count_nonzero(bits))  # +0.0 only: its bits are all 0
+    if int(bits.min()) == torch.iinfo(bits.dtype).min:  # the smallest int is -0.0's bits
+        zeros = x.numel() - int(torch.count_nonzero(x.abs().view(bits.dtype)))
+    return zeros
+
+
+def _cpu_std(x: torch.Tensor, total: float, lo: float, hi: float) -> float:
+    n = x.numel()
+    if n < 2:
+        return math.nan
+    if lo == hi:
+        return 0.0
+    flat = _flat(x)
+    squares = torch.dot(flat, flat).item()
+    spread = squares - total * total / n  # (n - 1) * variance
+    if not math.isfinite(squares) or total * total / n > 16.0 * spread:
+        return x.std().item()  # NB: ill-conditioned for the one-pass formula
+    return math.sqrt(max(spread, 0.0) / (n - 1))
+
+
+def _flat(x: torch.Tensor) -> torch.Tensor:
+    """``x`` as one dimension in memory order: no copy for dense layouts (channels-last)."""
+    if x.is_contiguous():
+        return x.view(-1)
+    strides = x.stride()
+    dense = x.permute(sorted(range(x.dim()), key=lambda d: -strides[d]))
+    return dense.view(-1) if dense.is_contiguous() else x.reshape(-1)
+
+
+def _device_float(x: torch.Tensor) -> torch.Tensor:
+    if x.dtype not in _NATIVE_FLOATS:
+        x = x.float()
+    n = x.numel()
+    lo, hi = torch.aminmax(x)
+    if n > 1:
+        std, mean = torch.std_mean(x)
+    else:
+        mean = x.mean()
+        std = mean  # replaced by None on the host
+    counts = torch.stack((
+        n - torch.count_nonzero(x),
+        torch.count_nonzero(torch.isnan(x)),
+        torch.count_nonzero(torch.isinf(x)),
+    ))
+    head = torch.stack((mean, std, lo, hi)).to(torch.float64)
+    return torch.cat((head, counts.to(torch.float64)))
+
+
+def _int_moments(x: torch.Tensor, on_cpu: bool) -> Moments:
+    n = x.numel()
+    xd = x.to(torch.float64)
+    lo, hi = torch.aminmax(x if x.dtype in _EXACT_INTS else xd)
+    if n > 1:
+        std, mean = torch.std_mean(xd)
+    else:
+        mean = std = xd.mean()
+    zeros = n - torch.count_nonzero(x)
+    if on_cpu:
+        return [mean.item(), std.item(), lo.item(), hi.item(), zeros.item(), 0, 0]
+    head = torch.stack((mean, std, lo.to(torch.float64), hi.to(torch.float64)))
+    tail = torch.stack((zeros, zeros * 0, zeros * 0)).to(torch.float64)
+    return torch.cat((head, tail))
+
+
+def _bool_moments(x: torch.Tensor, on_cpu: bool) -> Moments:
+    n = x.numel()
+    ones = torch.count_nonzero(x)
+    if on_cpu:
+        k = int(ones)
+        return [k / n, math.nan, float(k == n), float(k > 0), n - k, 0, 0]
+    trues = ones.to(torch.float64)
+    lo, hi = (trues == n).to(torch.float64), (trues > 0).to(torch.float64)
+    zero = trues * 0
+    return torch.stack((trues / n, zero, lo, hi, n - trues, zero, zero))
+
+
+def _to_host(all_moments: list[Moments | None]) -> list[list[float] | None]:
+    """Host lists of every entry: device vectors move in one transfer per device."""
+    out: list[list[float] | None] = [m if isinstance(m, list) else None for m in all_moments]
+    by_device: dict[torch.device, list[int]] = {}
+    for i, m in enumerate(all_moments):
+        if isinstance(m, torch.Tensor):
+            by_device.setdefault(m.device, []).append(i)
+    for indices in by_device.values():
+        flat = torch.cat([all_moments[i] for i in indices]).tolist()  # type: ignore[misc]
+        for j, i in enumerate(indices):
+            out[i] = flat[j * _FIELDS : (j + 1) * _FIELDS]
+    return out
+
+
+def _input_tensors(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> list[tuple[str, torch.Tensor]]:
+    found: list[tuple[str, torch.Tensor]] = []
+    for i, a in enumerate(args):
+        found.extend(iter_tensors(a, f"args[{i}]"))
+    for k, v in kwargs.items():
+        found.extend(iter_tensors(v, f'kwargs["{k}"]'))
+    return found

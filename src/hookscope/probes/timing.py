@@ -1,0 +1,140 @@
+"""Timing probe: inclusive and self (exclusive) time of every module call.
+
+On the CPU a call is timed with ``time.perf_counter_ns`` between the probe's
+``on_enter`` and ``on_exit``. The probe has the highest ``order``, so it enters last
+and exits first: no other probe's work for the call itself falls inside its window.
+The work hookscope does for the call's *children* (their hooks, statistics, memory
+accounting) does fall inside it; the tracer keeps a clock of that work
+(``Tracer.overhead_ns``) and the probe subtracts it, so a parent's time is the
+model's own time, as it would be without hookscope.
+
+On CUDA (a parameter or buffer of the model lives on a CUDA device) a call is timed
+with a pair of ``torch.cuda.Event(enable_timing=True)`` recorded on the current
+stream; ``finalize`` synchronises once and reads every pair back. There is no
+synchronisation per layer.
+
+``self_time_ns`` is computed in ``finalize``: a call's inclusive time minus the
+inclusive times of its direct children (clamped at 0).
+"""
+
+from __future__ import annotations
+
+from time import perf_counter_ns
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from hookscope.core.records import Call, Trace
+from hookscope.probes.base import Probe, register_probe
+
+if TYPE_CHECKING:
+    from hookscope.core.handles import Removable
+    from hookscope.core.tracer import Tracer
+
+
+@register_probe
+class TimingProbe(Probe):
+    """Record ``Call.time_ns`` (inclusive) and ``Call.self_time_ns`` (exclusive).
+
+    Args:
+        cuda: time with CUDA events (``True``), with the host clock (``False``), or
+            decide from where the model's parameters and buffers live (``None``).
+
+    NB: with CUDA events, the GPU time of kernels that other probes launch for a
+    child (the statistics reductions) is part of its parent's time, and so is GPU idle
+    time while the host runs hookscope's hooks; time CUDA models with ``time`` alone
+    for exact numbers.
+    """
+
+    name = "time"
+    order = 90
+
+    def __init__(self, *, cuda: bool | None = None) -> None:
+        self._cuda_option = cuda
+        self._cuda = False
+        self._devices: list[torch.device] = []
+        self._tracer: Tracer | None = None
+        # call index -> (start ns, hookscope overhead ns at start)
+        self._open: dict[int, tuple[int, int]] = {}
+        self._events: dict[int, tuple[Any, Any]] = {}
+
+    def install(self, tracer: Tracer) -> list[Removable]:
+        self._tracer = tracer
+        self._open.clear()
+        self._events.clear()
+        self._devices = _cuda_devices(tracer.model)
+        cuda = self._cuda_option
+        if cuda is None:
+            cuda = bool(self._devices)
+        self._cuda = cuda and torch.cuda.is_available()
+        return []
+
+    def on_enter(
+        self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        if self._cuda:
+            start = _timing_event()
+            start.record()
+            self._events[call.index] = (start, None)
+            return
+        now = perf_counter_ns()
+        tracer = self._tracer
+        assert tracer is not None
+        # The part of this hook that ran before now is hookscope's, not the model's.
+        self._open[call.index] = (now, tracer.overhead_ns + now - tracer.chain_start_ns)
+
+    def on_exit(self, call: Call, module: nn.Module, output: Any, failed: bool) -> None:
+        if self._cuda:
+            pair = self._events.get(call.index)
+            if pair is not None:
+                end = _timing_event()
+                end.record()
+                self._events[call.index] = (pair[0], end)
+            return
+        now = perf_counter_ns()
+        opened = self._open.pop(call.index, None)
+        if opened is None:
+            return
+        tracer = self._tracer
+        assert tracer is not None
+        overhead = tracer.overhead_ns + now - tracer.chain_start_ns - opened[1]
+        call.time_ns = max(0, now - opened[0] - overhead)
+
+    def finalize(self, trace: Trace) -> None:
+        if self._events:
+            _read_events(trace, self._events, self._devices)
+        self._events.clear()
+        self._open.clear()
+        self._tracer = None
+        set_self_times(trace)
+
+
+def set_self_times(trace: Trace) -> None:
+    """``self_time_ns`` of every timed call: its time minus its children's (at least 0)."""
+    calls = trace.calls
+    for call in calls:
+        if call.time_ns is None:
+            continue
+        children = sum(calls[i].time_ns or 0 for i in call.children)
+        call.self_time_ns = max(0, call.time_ns - children)
+
+
+def _read_events(
+    trace: Trace, events: dict[int, tuple[Any, Any]], devices: list[torch.device]
+) -> None:
+    for device in devices or [torch.device("cuda", torch.cuda.current_device())]:
+        torch.cuda.synchronize(device)  # once per device, for every event pair of the run
+    for index, (start, end) in events.items():
+        if end is not None:
+            trace.calls[index].time_ns = max(0, round(start.elapsed_time(end) * 1e6))
+
+
+def _timing_event() -> Any:
+    return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+
+
+def _cuda_devices(model: nn.Module) -> list[torch.device]:
+    """The CUDA devices holding the model's parameters or buffers."""
+    found = {t.device for t in (*model.parameters(), *model.buffers())}
+    return sorted((d for d in found if d.type == "cuda"), key=str)

@@ -1,0 +1,146 @@
+"""Timing probe: inclusive/self time invariants, what is and is not counted."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import hookscope
+from hookscope.core.records import Call, Trace
+from hookscope.probes.base import Probe
+from hookscope.probes.timing import TimingProbe, set_self_times
+
+MS = 1_000_000
+
+
+class Sleep(nn.Module):
+    """Spends a known wall time in its own forward."""
+
+    def __init__(self, ms: float) -> None:
+        super().__init__()
+        self.ms = ms
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(self.ms / 1000)
+        return x + 1
+
+
+class SlowProbe(Probe):
+    """A probe whose own work (in every exit) takes 30 ms: hookscope overhead."""
+
+    name = ""
+    order = 50
+
+    def on_exit(self, call: Call, module: nn.Module, output: Any, failed: bool) -> None:
+        time.sleep(0.030)
+
+
+def assert_time_invariants(trace: Trace) -> None:
+    for call in trace:
+        assert call.time_ns is not None and call.self_time_ns is not None
+        children = trace.children(call)
+        child_sum = sum(c.time_ns or 0 for c in children)
+        assert 0 <= call.self_time_ns <= call.time_ns
+        assert child_sum <= call.time_ns
+        assert call.self_time_ns == call.time_ns - child_sum
+
+
+def test_inclusive_and_self_time_invariants_on_resnet() -> None:
+    torchvision = pytest.importorskip("torchvision")
+    model = torchvision.models.get_model("resnet18", weights=None).eval()
+    trace = hookscope.trace(model, torch.randn(1, 3, 64, 64))
+    assert len(trace) > 50
+    assert_time_invariants(trace)
+    assert trace.total_time_ns == trace.find("").time_ns
+
+
+def test_time_counts_the_models_work() -> None:
+    model = nn.Sequential(Sleep(30), nn.ReLU(), Sleep(10))
+    trace = hookscope.trace(model, torch.zeros(2))
+    assert trace.find("0").time_ns >= 30 * MS
+    assert trace.find("2").time_ns >= 10 * MS
+    root = trace.find("")
+    assert root.time_ns >= 40 * MS
+    assert root.self_time_ns < 20 * MS  # Sequential's own loop is fast
+    assert_time_invariants(trace)
+
+
+def test_time_excludes_the_work_of_other_probes() -> None:
+    """Three children with 30 ms of probe work each: none of it is the model's time.
+
+    Counted, the root's time would be at least 90 ms; the bound leaves room for the
+    scheduler on a busy machine."""
+    model = nn.Sequential(nn.Identity(), nn.Identity(), nn.Identity())
+    with hookscope.Tracer(model, time=True, probes=[SlowProbe()]) as tracer:
+        start = time.perf_counter_ns()
+        model(torch.zeros(3))
+        wall = time.perf_counter_ns() - start
+    trace = tracer.trace
+    assert trace is not None
+    assert wall >= 4 * 30 * MS  # the probe really ran in every exit
+    assert trace.find("").time_ns < 45 * MS
+    assert_time_invariants(trace)
+
+
+def test_a_failing_call_is_timed_up_to_the_failure() -> None:
+    class Fail(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            time.sleep(0.02)
+            raise RuntimeError("bad")
+
+    model = nn.Sequential(nn.ReLU(), Fail())
+    with pytest.raises(hookscope.ModelRunError) as info:
+        hookscope.trace(model, torch.zeros(2))
+    trace = info.value.trace
+    assert trace.find("1").time_ns >= 20 * MS
+    assert trace.find("").time_ns >= trace.find("1").time_ns
+    assert_time_invariants(trace)
+
+
+def test_reused_module_has_one_time_per_call() -> None:
+    act = Sleep(5)
+    model = nn.Sequential(act, nn.Identity(), act)
+    trace = hookscope.trace(model, torch.zeros(2))
+    calls = trace.calls_of("0")
+    assert len(calls) == 2 and all(c.time_ns >= 5 * MS for c in calls)
+    assert trace.find("").time_ns >= sum(c.time_ns for c in calls)
+
+
+def test_self_times_are_clamped_at_zero() -> None:
+    """Clock skew between CUDA events cannot make a self time negative."""
+    trace = hookscope.trace(nn.Sequential(nn.Identity()), torch.zeros(1), time=False)
+    root, child = trace.calls
+    root.time_ns, child.time_ns = 100, 120
+    set_self_times(trace)
+    assert (root.self_time_ns, child.self_time_ns) == (0, 120)
+
+
+def test_time_probe_off_records_nothing() -> None:
+    trace = hookscope.trace(nn.Linear(2, 2), torch.zeros(1, 2), time=False)
+    assert trace.find("").time_ns is None and "time" not in trace.probes
+
+
+def test_host_clock_is_used_for_a_cpu_model() -> None:
+    probe = TimingProbe()
+    model = nn.Linear(2, 2)
+    with hookscope.Tracer(model, probes=[probe]) as tracer:
+        model(torch.zeros(1, 2))
+    assert probe._cuda is False
+    assert tracer.trace is not None and tracer.trace.find("").time_ns is not None
+
+
+@pytest.mark.cuda
+def test_cuda_events_time_a_cuda_model() -> None:
+    model = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 256)).cuda()
+    x = torch.randn(64, 256, device="cuda")
+    probe = TimingProbe()
+    with hookscope.Tracer(model, probes=[probe]) as tracer:
+        model(x)
+    assert probe._cuda is True
+    assert tracer.trace is not None
+    assert_time_invariants(tracer.trace)
+    assert all(c.time_ns > 0 for c in tracer.trace)

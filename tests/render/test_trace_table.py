@@ -1,0 +1,199 @@
+"""The trace table: columns by name, sorting, top K, depth, formatting, print(trace)."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+import torch
+from torch import nn
+
+import hookscope
+from hookscope.core.records import (
+    Call,
+    MemoryRecord,
+    ModelSummary,
+    ModuleInfo,
+    TensorMeta,
+    TensorStats,
+    Trace,
+    TraceError,
+)
+from hookscope.render.table import to_text
+from hookscope.render.trace_table import (
+    COLUMNS,
+    default_columns,
+    render_trace,
+    trace_table,
+)
+from hookscope.render.units import format_bytes, format_percent, format_stat, format_time
+
+
+def meta(path: str, *shape: int) -> TensorMeta:
+    return TensorMeta(path, shape, "float32", "cpu")
+
+
+def stats(mean: float, *, nan: int = 0) -> list[TensorStats]:
+    return [TensorStats("out", 8, mean, 1.0, -2.0, 3.0, 3.0, 0.25, nan, 0)]
+
+
+def module(path: str, cls: str, depth: int, params: int) -> ModuleInfo:
+    parent = None if not path else path.rpartition(".")[0]
+    return ModuleInfo(path, cls, depth, parent, (), (), params, params, params, 0, "")
+
+
+def hand_made_trace() -> Trace:
+    """A trace written by hand: a root with a fast conv, a slow act, and a NaN head."""
+    calls = [
+        Call(0, "", "Net", 0, 0, None, [1, 2, 3], [meta("args[0]", 1, 3, 8, 8)],
+             [meta("out", 1, 2)], 9_000_000, 500_000, stats(0.5),
+             MemoryRecord(8, None)),
+        Call(1, "conv", "Conv2d", 0, 1, 0, [], [meta("args[0]", 1, 3, 8, 8)],
+             [meta("out", 1, 4, 8, 8)], 1_500_000, 1_500_000, stats(-0.125),
+             MemoryRecord(1024, None)),
+        Call(2, "act", "ReLU", 0, 1, 0, [], [meta("args[0]", 1, 4, 8, 8)],
+             [meta("out", 1, 4, 8, 8)], 7_000_000, 7_000_000, stats(0.25),
+             MemoryRecord(1024, None)),
+        Call(3, "head", "Linear", 0, 1, 0, [], [meta("args[0]", 1, 256)],
+             [meta("out", 1, 2)], 0, 0, stats(math.nan, nan=2), MemoryRecord(8, None)),
+    ]
+    modules = {
+        "": module("", "Net", 0, 626), "conv": module("conv", "Conv2d", 1, 112),
+        "act": module("act", "ReLU", 1, 0), "head": module("head", "Linear", 1, 514),
+    }
+    return Trace(
+        model=ModelSummary("Net", 626, 626, 0, 2504, 0), modules=modules, calls=calls,
+        probes=["shapes", "stats", "memory", "time"],
+    )
+
+
+def rows(text: str) -> list[str]:
+    """The body lines of a rendered table (between the two rules)."""
+    lines = text.splitlines()
+    rules = [i for i, line in enumerate(lines) if line.strip().startswith("--")]
+    return [line for line in lines[rules[0] + 1 : rules[1]] if line.strip()]
+
+
+def test_the_seed_conv2d_shows_its_input_and_output_shapes() -> None:
+    conv = nn.Conv2d(3, 16, 3, padding=1)
+    trace = hookscope.trace(conv, torch.randn(1, 3, 32, 32))
+    text = str(trace)
+    assert "Conv2d" in text
+    assert "[1, 3, 32, 32]" in text and "[1, 16, 32, 32]" in text
+    assert "Time" in text and "Mean" in text and "Out bytes" in text
+
+
+EXPECTED = """\
+Layer (type)     Input shape   Output shape     Time  Self time    Mean  Std  Zeros  NaN  Out bytes
+---------------------------------------------------------------------------------------------------
+Net              [1, 3, 8, 8]  [1, 2]        9.00 ms     500 us     0.5    1  25.0%    0        8 B
+  conv (Conv2d)  [1, 3, 8, 8]  [1, 4, 8, 8]  1.50 ms    1.50 ms  -0.125    1  25.0%    0   1.00 KiB
+  act (ReLU)     [1, 4, 8, 8]  [1, 4, 8, 8]  7.00 ms    7.00 ms    0.25    1  25.0%    0   1.00 KiB
+  head (Linear)  [1, 256]      [1, 2]           0 ns       0 ns     nan    1  25.0%    2        8 B
+---------------------------------------------------------------------------------------------------
+Total                                        9.00 ms
+                               4 calls | params: 626 | time: 9.00 ms
+"""
+
+
+def test_hand_made_trace_renders_exactly() -> None:
+    """Values from the hand-made records: 1_500_000 ns is 1.50 ms, 1024 B is 1.00 KiB,
+    a zero fraction of 0.25 is 25.0%, and no column of an absent probe (Inf, Saved)."""
+    text = render_trace(hand_made_trace(), width=120)
+    assert "\n".join(line.rstrip() for line in text.splitlines()) + "\n" == EXPECTED
+    assert text.isascii()
+
+
+def test_sort_by_time_puts_the_slowest_first() -> None:
+    trace = hand_made_trace()
+    text = render_trace(trace, columns=["layer", "time"], sort="time")
+    expected = [c.path or "Net" for c in sorted(trace.calls, key=lambda c: -(c.time_ns or 0))]
+    assert [line.split()[0] for line in rows(text)] == expected
+    assert "4 calls, by time" in " ".join(text.split())
+
+
+def test_sort_puts_nan_first_and_names_ascending() -> None:
+    trace = hand_made_trace()
+    by_mean = rows(render_trace(trace, columns=["layer", "mean"], sort="mean"))
+    assert [line.split()[0] for line in by_mean] == ["head", "Net", "act", "conv"]
+    by_name = rows(render_trace(trace, columns=["layer"], sort="layer"))
+    assert [line.split()[0] for line in by_name] == ["Net", "act", "conv", "head"]
+
+
+def test_top_keeps_k_rows_after_sorting() -> None:
+    trace = hand_made_trace()
+    text = render_trace(trace, columns=["layer", "self_time"], sort="self_time", top=2)
+    assert [line.split()[0] for line in rows(text)] == ["act", "conv"]
+    assert "2 of 4 calls, by self_time" in " ".join(text.split())
+
+
+def test_depth_limits_the_rows() -> None:
+    text = render_trace(hand_made_trace(), columns=["layer"], depth=0)
+    assert [line.split()[0] for line in rows(text)] == ["Net"]
+
+
+def test_unknown_column_or_sort_lists_the_valid_names() -> None:
+    trace = hand_made_trace()
+    with pytest.raises(hookscope.RenderError, match="unknown trace column 'speed'") as info:
+        trace_table(trace, columns=["layer", "speed"])
+    assert all(name in str(info.value) for name in COLUMNS)
+    with pytest.raises(hookscope.RenderError, match="'slowest'"):
+        trace_table(trace, sort="slowest")
+    with pytest.raises(hookscope.RenderError, match="top must be an integer >= 1"):
+        trace_table(trace, top=0)
+    with pytest.raises(hookscope.RenderError, match="list of column names"):
+        trace_table(trace, columns="time")
+
+
+def test_default_columns_follow_the_probes_that_ran() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    x = torch.randn(2, 4)
+    shapes_only = hookscope.trace(model, x, time=False, stats=False, memory=False)
+    assert default_columns(shapes_only) == ["layer", "input", "output", "params"]
+    everything = hookscope.trace(model, x, grad=True)
+    assert default_columns(everything) == [
+        "layer", "input", "output", "time", "self_time", "mean", "std", "zeros",
+        "out_bytes", "saved_bytes",
+    ]
+    nan_trace = hand_made_trace()
+    assert "nan" in default_columns(nan_trace) and "inf" not in default_columns(nan_trace)
+
+
+def test_a_failed_trace_says_where_it_failed() -> None:
+    trace = hand_made_trace()
+    trace.error = TraceError(3, "head", "RuntimeError", "shapes do not match")
+    assert "FAILED in 'head': RuntimeError: shapes do not match" in render_trace(trace)
+
+
+def test_nonzero_nan_counts_are_highlighted_in_colour() -> None:
+    table = trace_table(hand_made_trace(), columns=["layer", "nan"])
+    coloured = to_text(table, color=True)
+    assert re.search(r"\x1b\[1;31m *2\x1b\[0m", coloured)
+    assert not re.search(r"\x1b\[1;31m *0", coloured)
+
+
+@pytest.mark.parametrize(("ns", "ascii", "text"), [
+    (None, False, ""), (0, False, "0 ns"), (999, False, "999 ns"), (1_000, False, "1.00 µs"),
+    (12_345, True, "12.3 us"), (999_499, False, "999 µs"), (999_500, False, "1.00 ms"),
+    (45_830_000, False, "45.8 ms"), (3_000_000_000, False, "3.00 s"),
+])
+def test_format_time(ns: int | None, ascii: bool, text: str) -> None:
+    assert format_time(ns, ascii=ascii) == text
+
+
+@pytest.mark.parametrize(("n", "text"), [
+    (None, ""), (0, "0 B"), (1023, "1023 B"), (1024, "1.00 KiB"), (1536, "1.50 KiB"),
+    (256 * 1024, "256 KiB"), (3 * 2**20, "3.00 MiB"), (-2048, "-2.00 KiB"),
+    (5 * 2**40, "5.00 TiB"),
+])
+def test_format_bytes(n: int | None, text: str) -> None:
+    assert format_bytes(n) == text
+
+
+def test_format_stat_and_percent() -> None:
+    assert [format_stat(x) for x in (None, math.nan, -math.inf, 0.123456, 12345678.0)] == [
+        "", "nan", "-inf", "0.1235", "1.235e+07",
+    ]
+    assert format_stat(0.123456, digits=3) == "0.123"
+    assert (format_percent(0.5123), format_percent(None)) == ("51.2%", "")
