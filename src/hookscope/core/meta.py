@@ -1,0 +1,121 @@
+"""Analysis on the meta device: shapes, parameters and FLOPs without real memory.
+
+``trace(..., device="meta")`` (``hookscope/api.py``) runs the model on the meta device,
+where tensors have shapes and dtypes but no data, so a 70B-parameter model costs no
+memory and each op only computes its output shape. A model that is already on the
+meta device (built under ``with torch.device("meta"):``) runs as it is; otherwise
+:func:`meta_copy` makes a copy whose parameters, buffers and tensor attributes are
+meta tensors, and the user's model is never touched.
+
+The copy is ``copy.deepcopy`` with a memo pre-filled with the meta version of every
+tensor, so no real tensor is copied, tied parameters stay tied (one meta tensor for
+one real one), and the module tree, paths, classes and ``requires_grad`` flags are
+those of the original.
+
+NB: a model that reads tensor values in ``forward`` (``if x.sum() > 0``,
+``.item()``, ``.tolist()``) cannot run on the meta device; the run fails with the
+module path, as any failure inside the model does.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.parameter import is_lazy
+from torch.utils import _pytree as pytree
+
+META = torch.device("meta")
+
+
+def is_meta_request(device: str | torch.device | None) -> bool:
+    """Whether ``device`` names the meta device."""
+    if device is None:
+        return False
+    try:
+        return torch.device(device).type == "meta"
+    except (RuntimeError, TypeError):
+        return False
+
+
+def _all_modules(model: nn.Module) -> list[nn.Module]:
+    """Registered submodules, and modules kept in plain lists, tuples and dicts
+    (unregistered, but their forward still runs)."""
+    found: dict[int, nn.Module] = {}
+    todo = [model]
+    while todo:
+        module = todo.pop()
+        if id(module) in found:
+            continue
+        found[id(module)] = module
+        todo.extend(module.children())
+        for value in vars(module).values():
+            items = value.values() if isinstance(value, dict) else value
+            if isinstance(items, (list, tuple, type({}.values()))):
+                todo.extend(m for m in items if isinstance(m, nn.Module))
+    return list(found.values())
+
+
+def _module_tensors(model: nn.Module) -> list[torch.Tensor]:
+    tensors: list[torch.Tensor] = []
+    for module in _all_modules(model):
+        tensors.extend(t for t in module._parameters.values() if t is not None)
+        tensors.extend(t for t in module._buffers.values() if t is not None)
+        tensors.extend(t for t in vars(module).values() if isinstance(t, torch.Tensor))
+    return tensors
+
+
+def is_on_meta(model: nn.Module) -> bool:
+    """Whether every parameter, buffer and tensor attribute of ``model`` is on meta.
+
+    A model without any tensor is not "on meta" (it runs anywhere).
+    """
+    tensors = _module_tensors(model)
+    return bool(tensors) and all(t.device.type == "meta" for t in tensors)
+
+
+def _meta_tensor(t: torch.Tensor) -> torch.Tensor:
+    """A meta tensor like ``t``: shape, strides, dtype, ``requires_grad``, class."""
+    if is_lazy(t):  # an uninitialized parameter: it materialises on meta
+        factory: Callable[..., torch.Tensor] = type(t)
+        return factory(requires_grad=t.requires_grad, device=META, dtype=t.dtype)
+    data = torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=META)
+    if isinstance(t, nn.Parameter):
+        meta: torch.Tensor = type(t)(data, requires_grad=t.requires_grad)
+        meta.__dict__.update(t.__dict__)
+        return meta
+    if t.requires_grad and t.is_leaf:
+        data.requires_grad_(True)
+    return data
+
+
+def meta_copy(model: nn.Module) -> nn.Module:
+    """A copy of ``model`` on the meta device (``model`` itself if already there).
+
+    Parameters, buffers and tensor attributes become meta tensors; tied tensors stay
+    tied; everything else is deep-copied. No real tensor memory is allocated.
+    """
+    if is_on_meta(model):
+        return model
+    memo: dict[int, Any] = {}
+    for t in _module_tensors(model):
+        if id(t) not in memo:
+            memo[id(t)] = _meta_tensor(t)
+    # deepcopy keeps originals alive in memo[id(memo)]; keep ours alive the same way.
+    memo[id(memo)] = list(memo.values())
+    copied: nn.Module = copy.deepcopy(model, memo)
+    return copied
+
+
+def inputs_to_meta(value: Any) -> Any:
+    """``value`` with every tensor in it replaced by a meta tensor of the same kind."""
+
+    def convert(leaf: Any) -> Any:
+        if isinstance(leaf, torch.Tensor) and leaf.device.type != "meta":
+            return _meta_tensor(leaf)
+        return leaf
+
+    return pytree.tree_map(convert, value)
