@@ -1,0 +1,124 @@
+"""How the command line fails: one ``error: ...`` line on stderr and an exit status.
+
+Every command body runs inside :func:`failure_boundary`. A
+:class:`~hookscope.errors.HookscopeError` (a bad spec, a bad option, a model that
+raised) becomes one line and exit status 2; anything else is a bug in hookscope and
+becomes one line and exit status 1. ``--debug`` prints the traceback first. Usage
+errors found by the argument parser are turned into the same one line by
+:func:`report_usage_error`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import typer
+
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 1  # stdout closed early (`| head`): quietly, as rich and click do
+
+
+def _click_error_class() -> type[Exception]:
+    """The base of the parser's errors (click's own, or the copy that typer vendors)."""
+    for cls in typer.BadParameter.__mro__:
+        if cls.__name__ == "ClickException":
+            return cls
+    return Exception  # pragma: no cover - every typer release has ClickException
+
+
+CLICK_ERROR = _click_error_class()
+"""Catch this to catch a usage error raised by the argument parser."""
+
+
+def one_line(text: str) -> str:
+    """Join the non-empty lines of ``text`` with single spaces."""
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def print_error(message: str) -> None:
+    """Write ``error: <message>`` as one line on stderr."""
+    sys.stderr.write(f"error: {one_line(message)}\n")
+    sys.stderr.flush()
+
+
+@contextmanager
+def failure_boundary(*, debug: bool) -> Iterator[None]:
+    """Turn an exception from the block into an error line and ``typer.Exit``.
+
+    Args:
+        debug: print the traceback before the error line.
+
+    Raises:
+        typer.Exit: with status 2 for a ``HookscopeError``, 130 on Ctrl-C, 1 otherwise.
+    """
+    try:
+        yield
+    except (typer.Exit, typer.Abort, CLICK_ERROR):
+        raise
+    except KeyboardInterrupt:
+        print_error("interrupted")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except BrokenPipeError:
+        _discard_stdout()
+        raise typer.Exit(EXIT_BROKEN_PIPE) from None
+    except Exception as e:
+        raise typer.Exit(_report(e, debug=debug)) from None
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null after its reader went away (``| head``).
+
+    Python flushes stdout again at exit; without this, that flush fails too and
+    prints "Exception ignored ... BrokenPipeError" (the recipe from Python's docs on
+    SIGPIPE).
+    """
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # a captured, in-memory stdout
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+def _report(error: Exception, *, debug: bool) -> int:
+    from hookscope.errors import HookscopeError
+
+    if debug:
+        traceback.print_exception(type(error), error, error.__traceback__, file=sys.stderr)
+    if isinstance(error, HookscopeError):
+        print_error(str(error))
+        return EXIT_USAGE
+    hint = "" if debug else "; rerun with --debug for the traceback"
+    print_error(f"internal error: {type(error).__name__}: {error}{hint}")
+    return EXIT_INTERNAL
+
+
+def report_usage_error(error: Any) -> int:
+    """Print a parser error as one line (or the help, when no command was given).
+
+    Args:
+        error: a click-style exception (``format_message()``, ``exit_code``, ``ctx``).
+
+    Returns:
+        The exit status: the error's own (2 for usage errors), 0 after printing help.
+    """
+    ctx = getattr(error, "ctx", None)
+    if type(error).__name__ == "NoArgsIsHelpError" and ctx is not None:
+        sys.stdout.write(ctx.get_help() + "\n")
+        return EXIT_OK
+    # NB: typer >= 0.20 validates with pydantic, which prefixes "Value error, ".
+    message = one_line(error.format_message()).replace("Value error, ", "")
+    if ctx is not None:
+        message += f" (see '{ctx.command_path} --help')"
+    print_error(message)
+    code = getattr(error, "exit_code", EXIT_USAGE)
+    return code if isinstance(code, int) else EXIT_USAGE

@@ -1,0 +1,264 @@
+"""The ``hookscope`` commands: ``summary``, ``trace``, ``inspect`` and ``demo``.
+
+Each command only parses its options, loads the model (``cli/running.py`` through
+``cli/loading.py``), calls the public API (:func:`hookscope.summary`,
+:func:`hookscope.trace`, :func:`hookscope.inspect`), and hands the result to a
+renderer (``cli/views.py``) and a destination (``cli/output.py``). Failures become
+one ``error: ...`` line and exit status 2 (``cli/failures.py``); when the model
+raises, the partial table is printed first.
+
+:func:`run` drives the Typer app in-process, so tests call ``main([...])`` directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from hookscope.cli.failures import (
+    CLICK_ERROR,
+    EXIT_INTERRUPTED,
+    failure_boundary,
+    print_error,
+    report_usage_error,
+)
+from hookscope.cli.output import OutputTarget, Rendered
+
+if TYPE_CHECKING:
+    from hookscope.core.records import Trace
+
+
+class Format(str, Enum):
+    """Output formats of ``summary`` and ``inspect``."""
+
+    TABLE = "table"
+    JSON = "json"
+
+
+class TraceFormat(str, Enum):
+    """Output formats of ``trace``."""
+
+    TABLE = "table"
+    JSON = "json"
+    CSV = "csv"
+
+
+app = typer.Typer(
+    name="hookscope",
+    help="See inside every forward and backward pass of a PyTorch model.\n\n"
+    "MODEL is path/to/file.py:factory, package.module:factory, torchvision:NAME or "
+    "transformers:NAME (random weights; nothing is downloaded). Start with: hookscope demo",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+ModelArg = Annotated[str, typer.Argument(
+    metavar="MODEL", show_default=False,
+    help="file.py:factory, package.module:factory, torchvision:NAME or transformers:NAME[/TASK]",
+)]
+InputOpt = Annotated[list[str] | None, typer.Option(
+    "--input", "-i", metavar="[NAME=]SHAPE[:DTYPE]", show_default=False,
+    help="An example input, e.g. 1,3,224,224 or input_ids=1,128:int64; repeat for more. "
+    "Default: the model's own example inputs (torchvision, transformers).",
+)]
+DepthOpt = Annotated[int | None, typer.Option(
+    min=0, show_default=False, help="Show modules down to this depth (0: the model only).")]
+DeviceOpt = Annotated[str | None, typer.Option(
+    show_default=False, help="Build and run on this device: cpu, cuda, cuda:1 or meta "
+    "(shapes and parameters without allocating memory).")]
+ConfigOpt = Annotated[str | None, typer.Option(
+    metavar="K=V,...", show_default=False,
+    help="Config overrides for transformers:NAME, e.g. num_hidden_layers=2,hidden_size=256.")]
+OutputOpt = Annotated[Path | None, typer.Option(
+    "--output", "-o", metavar="FILE", show_default=False,
+    help="Write to FILE (replaced only when everything succeeded) instead of stdout.")]
+NoColorOpt = Annotated[bool, typer.Option(
+    "--no-color", help="Plain ASCII tables without colour, also on a terminal.")]
+WidthOpt = Annotated[int | None, typer.Option(
+    min=40, show_default=False, help="Table width in characters (default: terminal, or 120).")]
+OpsOpt = Annotated[bool, typer.Option(
+    "--ops", help="Count FLOPs per call and add the per-op table.")]
+DebugOpt = Annotated[bool, typer.Option(
+    "--debug", help="On failure, print the full traceback before the error line.")]
+
+
+def run(argv: Sequence[str] | None) -> int:
+    """Run the app on ``argv`` (``None``: ``sys.argv[1:]``) and return the exit status."""
+    command = typer.main.get_command(app)
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        result = command.main(args=args, prog_name="hookscope", standalone_mode=False)
+    except CLICK_ERROR as e:
+        return report_usage_error(e)
+    except (typer.Abort, KeyboardInterrupt):
+        print_error("interrupted")
+        return EXIT_INTERRUPTED
+    return result if isinstance(result, int) else 0
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        sys.stdout.write(f"hookscope {version('hookscope')}\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option(
+        "--version", is_eager=True, callback=_print_version, help="Print the version and exit.",
+    )] = False,
+) -> None:
+    """See inside every forward and backward pass of a PyTorch model."""
+
+
+@app.command("summary")
+def summary_command(
+    model: ModelArg,
+    inputs: InputOpt = None,
+    depth: DepthOpt = None,
+    device: DeviceOpt = None,
+    fmt: Annotated[Format, typer.Option("--format", "-f", help="table or json.")] = Format.TABLE,
+    output: OutputOpt = None,
+    config: ConfigOpt = None,
+    no_color: NoColorOpt = False,
+    width: WidthOpt = None,
+    ops: OpsOpt = False,
+    debug: DebugOpt = False,
+) -> None:
+    """Module tree with input/output shapes and parameters per call (one forward pass)."""
+    import hookscope
+    from hookscope.cli.running import prepare
+    from hookscope.cli.views import summary_view
+
+    target = OutputTarget(output, no_color, width)
+    with failure_boundary(debug=debug):
+        prepared = prepare(model, inputs=inputs or [], config=config, device=device)
+
+        def partial(trace: Trace) -> Rendered:
+            return summary_view(hookscope.Summary(trace, depth=depth), fmt.value)
+
+        with _partial_on_failure(partial, target):
+            result = hookscope.summary(
+                prepared.loaded.model, *prepared.args, kwargs=prepared.kwargs, depth=depth,
+                ops=ops,
+            )
+        target.write(summary_view(result, fmt.value, ops=ops))
+
+
+@app.command("trace")
+def trace_command(
+    model: ModelArg,
+    inputs: InputOpt = None,
+    time: Annotated[bool, typer.Option(help="Time every call (inclusive and self).")] = True,
+    stats: Annotated[bool, typer.Option(help="Statistics of every output tensor.")] = True,
+    memory: Annotated[bool, typer.Option(help="Bytes of outputs and saved tensors.")] = True,
+    ops: OpsOpt = False,
+    backward: Annotated[bool, typer.Option(
+        "--backward", help="Also run a backward pass from the outputs.")] = False,
+    sort: Annotated[str | None, typer.Option(
+        metavar="COLUMN", show_default=False, help="Sort calls by COLUMN, largest first.")] = None,
+    top: Annotated[int | None, typer.Option(
+        min=1, metavar="K", show_default=False, help="Show only the first K rows.")] = None,
+    columns: Annotated[str | None, typer.Option(
+        metavar="A,B,...", show_default=False, help="Columns to show, comma-separated.")] = None,
+    depth: DepthOpt = None,
+    fmt: Annotated[TraceFormat, typer.Option(
+        "--format", "-f", help="table, json or csv.")] = TraceFormat.TABLE,
+    output: OutputOpt = None,
+    device: DeviceOpt = None,
+    config: ConfigOpt = None,
+    repeat: Annotated[int, typer.Option(
+        min=1, metavar="N", help="Run N times and report median times.")] = 1,
+    no_color: NoColorOpt = False,
+    width: WidthOpt = None,
+    debug: DebugOpt = False,
+) -> None:
+    """Time, activation statistics and memory of every call; FLOPs with --ops."""
+    from hookscope.cli.running import prepare, run_traces
+    from hookscope.cli.views import TraceView, check_trace_view, trace_view
+
+    target = OutputTarget(output, no_color, width)
+    view = TraceView(_split(columns), sort, top, depth, ops)
+    with failure_boundary(debug=debug):
+        check_trace_view(view, fmt.value)
+        prepared = prepare(model, inputs=inputs or [], config=config, device=device)
+        with _partial_on_failure(lambda t: trace_view(t, fmt.value, view), target):
+            result = run_traces(
+                prepared, repeat=repeat, time=time, stats=stats, memory=memory, ops=ops,
+                backward=backward,
+            )
+        target.write(trace_view(result, fmt.value, view))
+
+
+@app.command("inspect")
+def inspect_command(
+    model: ModelArg,
+    device: DeviceOpt = None,
+    config: ConfigOpt = None,
+    fmt: Annotated[Format, typer.Option("--format", "-f", help="table or json.")] = Format.TABLE,
+    output: OutputOpt = None,
+    no_color: NoColorOpt = False,
+    width: WidthOpt = None,
+    debug: DebugOpt = False,
+) -> None:
+    """Module tree, parameters and buffers, without running the model."""
+    import hookscope
+    from hookscope.cli.running import load
+    from hookscope.cli.views import structure_view
+
+    target = OutputTarget(output, no_color, width)
+    with failure_boundary(debug=debug):
+        loaded = load(model, config=config, device=device)
+        target.write(structure_view(hookscope.inspect(loaded.model), fmt.value))
+
+
+@app.command("demo")
+def demo_command(
+    no_color: NoColorOpt = False,
+    width: WidthOpt = None,
+    debug: DebugOpt = False,
+) -> None:
+    """A tour on built-in models: structure, summary, trace and FLOPs."""
+    from hookscope.cli.demo import run_demo
+
+    with failure_boundary(debug=debug):
+        run_demo(no_color=no_color, width=width)
+
+
+@contextmanager
+def _partial_on_failure(
+    render: Callable[[Trace], Rendered], target: OutputTarget
+) -> Iterator[None]:
+    """When the model raises, print the partial result on stdout, then re-raise.
+
+    The partial result never goes to ``-o FILE``: that file is written only on success.
+    """
+    from hookscope.errors import HookscopeError, ModelRunError
+
+    try:
+        yield
+    except ModelRunError as e:
+        # NB: a bad --columns must not hide the model's own error.
+        with contextlib.suppress(HookscopeError):
+            target.to_stdout().write(render(e.trace))
+        raise
+
+
+def _split(text: str | None) -> list[str] | None:
+    """``"a, b,c"`` -> ``["a", "b", "c"]``; ``None`` or blank -> ``None``."""
+    if text is None:
+        return None
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    return names or None
