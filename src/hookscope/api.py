@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from hookscope.core.inputs import InputSize, make_example_inputs, model_device
+from hookscope.core.meta import inputs_to_meta, is_meta_request, is_on_meta, meta_copy
 from hookscope.core.records import Trace
 from hookscope.core.selectors import Selector
 from hookscope.core.tensors import call_input_metas, iter_tensors, metas
@@ -22,6 +23,7 @@ from hookscope.core.tracer import Tracer, describe_failure
 from hookscope.errors import ModelRunError, SpecError
 from hookscope.probes.base import Probe
 from hookscope.render.summary import Summary
+from hookscope.render.trace_table import describe_input_stats
 
 
 def trace(
@@ -32,6 +34,7 @@ def trace(
     dtypes: Sequence[torch.dtype] | None = None,
     device: str | torch.device | None = None,
     backward: bool = False,
+    grad: bool | None = None,
     shapes: bool = True,
     time: bool = True,
     stats: bool = True,
@@ -50,8 +53,16 @@ def trace(
             tensors of those shapes are made on the model's device.
         dtypes: dtypes of the tensors made from ``input_size`` (default float32).
         device: where to make inputs from ``input_size`` (default: the model's).
+            ``"meta"`` analyses the model on the meta device (shapes, parameters,
+            FLOPs; no real memory, no timing): a copy of the model and the inputs are
+            made on meta, the model itself is untouched. A model already on the meta
+            device is always analysed there.
         backward: also run a backward pass from every floating output (gradients are
             computed with ``torch.autograd.grad``: no ``.grad`` is changed).
+        grad: run the forward with autograd recording, so that the memory probe
+            reports the bytes each call saves for backward, without running a
+            backward. Default (``None``): only when ``backward=True``; otherwise the
+            forward runs under ``torch.no_grad()``.
         shapes, time, stats, memory, ops: which probes to run.
         probes: extra probe instances.
         select: observe only the modules whose path matches.
@@ -63,12 +74,18 @@ def trace(
         ModelRunError: the model raised; ``.trace`` holds the partial trace.
         SpecError: an option is wrong.
     """
+    if backward and grad is False:
+        raise SpecError("backward=True needs grad mode; drop grad=False or backward=True")
     args, kw = _resolve_inputs(model, inputs, kwargs, input_size, dtypes, device)
+    on_meta = is_meta_request(device) or (device is None and is_on_meta(model))
+    if on_meta:  # analyse a meta copy: the user's model is not touched
+        model, (args, kw) = meta_copy(model), inputs_to_meta((args, kw))
+        time = False  # nothing runs on meta: its times would mean nothing
     tracer = Tracer(
         model, shapes=shapes, time=time, stats=stats, memory=memory, ops=ops,
         probes=probes, select=select,
     )
-    grad_ctx = torch.enable_grad() if backward else torch.no_grad()
+    grad_ctx = torch.enable_grad() if backward or grad else torch.no_grad()
     try:
         with tracer, grad_ctx:
             output = model(*args, **kw)
@@ -80,6 +97,8 @@ def trace(
     assert result is not None
     result.inputs = call_input_metas(args, kw)
     result.outputs = metas(output, "out")
+    if on_meta:
+        result.meta["device"] = "meta"
     return result
 
 
@@ -160,7 +179,7 @@ def _run_backward(
             "backward=True needs an output that requires grad; no floating output of the "
             "model requires grad (are all parameters frozen?)"
         )
-    targets = [p for p in model.parameters() if p.requires_grad]
+    targets: list[torch.Tensor] = [p for p in model.parameters() if p.requires_grad]
     targets += [t for _, t in iter_tensors((args, kw), "in") if t.requires_grad and t.is_leaf]
     with tracer.internal_work():
         seeds = [torch.ones_like(t) for t in roots]
@@ -172,8 +191,11 @@ def _run_error(tracer: Tracer, e: Exception) -> Exception:
     if partial is None or isinstance(e, SpecError):
         return e
     err = partial.error
+    inputs = "" if err is None or err.call is None else describe_input_stats(
+        partial.calls[err.call]
+    )
     return ModelRunError(
-        f"the model raised {describe_failure(partial)}",
+        f"the model raised {describe_failure(partial)}{inputs}",
         trace=partial,
         path=None if err is None else err.path,
     )

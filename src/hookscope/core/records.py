@@ -14,7 +14,7 @@ read-only once the trace is returned.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -27,6 +27,24 @@ class Phase(str, Enum):
 
     FORWARD = "forward"
     BACKWARD = "backward"
+
+
+class FlopRule(str, Enum):
+    """How the FLOPs of an op were obtained (see ``hookscope/flops.py``).
+
+    - ``FORMULA``: from a formula (``torch.utils.flop_counter``'s registry, hookscope's
+      table for fused attention kernels, or the user's).
+    - ``FREE``: the op does no arithmetic (views, copies, creation, indexing): 0.
+    - ``CONVENTION``: elementwise, normalisation, softmax, pooling and reduction ops:
+      0 by ``torch.utils.flop_counter``'s convention of counting matmul-like work only.
+    - ``UNCOUNTED``: the op may do matmul-like work but has no formula; its FLOPs are
+      unknown (``None``) and every total that includes it is marked partial.
+    """
+
+    FORMULA = "formula"
+    FREE = "free"
+    CONVENTION = "convention"
+    UNCOUNTED = "uncounted"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,10 +78,11 @@ class TensorMeta:
 
 @dataclass(frozen=True, slots=True)
 class TensorStats:
-    """Statistics of one output tensor (see ``probes/stats.py``).
+    """Statistics of one tensor a call returned or received (see ``probes/stats.py``).
 
     Values that do not make sense for a dtype (the std of a bool tensor, say) are
-    ``None``. For complex tensors, statistics are of the magnitude.
+    ``None``. For complex tensors, statistics are of the magnitude. A tensor with no
+    readable data (meta, sparse, ...) has only ``numel``: every other field is ``None``.
     """
 
     path: str
@@ -74,8 +93,8 @@ class TensorStats:
     max: float | None
     absmax: float | None
     zero_fraction: float | None
-    nan_count: int
-    inf_count: int
+    nan_count: int | None
+    inf_count: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,11 +102,13 @@ class MemoryRecord:
     """Memory facts of one call (see ``probes/memory.py``).
 
     Attributes:
-        output_bytes: bytes of the call's output tensors, each storage counted once.
+        output_bytes: bytes of the call's output tensors (``numel * element_size``),
+            a storage shared by several outputs counted once.
         saved_bytes: bytes autograd saved for backward while this call (excluding its
             children) ran; ``None`` when grad mode was off.
         allocated_delta: CUDA allocated-memory change across the call (``None`` off CUDA).
-        peak_bytes: CUDA peak allocated memory during the call (``None`` off CUDA).
+        peak_bytes: CUDA peak allocated memory during the call (``None`` off CUDA); a
+            lower bound unless the call set a new process-wide peak (``probes/memory.py``).
     """
 
     output_bytes: int
@@ -131,8 +152,9 @@ class Call:
     ``Trace.calls``).
 
     Probes fill the optional fields; a field stays ``None`` when its probe was off.
-    ``time_ns``/``flops``/``memory.output_bytes`` are inclusive of children,
-    ``self_time_ns``/``self_flops`` exclusive.
+    ``time_ns``/``flops`` are inclusive of children, ``self_time_ns``/``self_flops``
+    exclusive. ``input_stats`` is only recorded for a call that raised (statistics
+    probe on), to say what the failing module received.
     """
 
     index: int
@@ -151,6 +173,7 @@ class Call:
     flops: FlopCount | None = None
     self_flops: FlopCount | None = None
     error: str | None = None
+    input_stats: list[TensorStats] | None = None
 
     @property
     def name(self) -> str:
@@ -170,6 +193,7 @@ class OpRecord:
         flops: FLOPs from ``torch.utils.flop_counter``'s registry; ``None`` when the op
             has no formula (then ``counted`` is False, unless the op is known free).
         counted: False for ops that do arithmetic but have no formula.
+        rule: how ``flops`` was obtained (formula, free, 0 by convention, uncounted).
     """
 
     index: int
@@ -180,6 +204,7 @@ class OpRecord:
     outputs: tuple[TensorMeta, ...]
     flops: int | None
     counted: bool = True
+    rule: FlopRule = FlopRule.FORMULA
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,6 +336,18 @@ class Trace:
         from hookscope.core.serialize import trace_from_json
 
         return trace_from_json(text)
+
+    def to_csv(self, *, columns: Sequence[str] | None = None) -> str:
+        """One CSV row per call (see :func:`hookscope.render.export.trace_to_csv`)."""
+        from hookscope.render.export import trace_to_csv
+
+        return trace_to_csv(self, columns=columns)
+
+    def to_dataframe(self, *, columns: Sequence[str] | None = None) -> Any:
+        """A pandas ``DataFrame``, one row per call (needs ``hookscope[pandas]``)."""
+        from hookscope.render.export import trace_to_dataframe
+
+        return trace_to_dataframe(self, columns=columns)
 
     def __str__(self) -> str:
         from hookscope.render.table import render_trace_text

@@ -24,13 +24,18 @@ def compile_selector(select: Selector) -> Callable[[str], bool]:
     """
     if callable(select):
         return select
-    patterns = [select] if isinstance(select, str) else list(select)
+    if isinstance(select, str):
+        patterns: list[object] = [select]
+    elif isinstance(select, Sequence):
+        patterns = list(select)
+    else:
+        patterns = []
     if not patterns or not all(isinstance(p, str) for p in patterns):
         raise SpecError(
             f"a module selector must be a glob string, a list of globs or a callable, "
             f"got {select!r}"
         )
     regex = re.compile(
-        "|".join("(?:^$)" if p == "<root>" else fnmatch.translate(p) for p in patterns)
+        "|".join("(?:^$)" if p == "<root>" else fnmatch.translate(str(p)) for p in patterns)
     )
     return lambda path: regex.match(path) is not None

@@ -22,6 +22,7 @@ from hookscope.core.records import (
     SCHEMA_VERSION,
     Call,
     FlopCount,
+    FlopRule,
     MemoryRecord,
     ModelSummary,
     ModuleInfo,
@@ -48,6 +49,11 @@ def _float_out(x: float | None) -> float | str | None:
 
 
 def _float_in(x: float | str | None) -> float | None:
+    if x == "nan":
+        # NB: the one ``math.nan`` object, which the stats probe also records: containers
+        # compare identical objects as equal, so a trace with NaN statistics still
+        # compares equal to its JSON round trip.
+        return math.nan
     return float(x) if isinstance(x, str) else x
 
 
@@ -120,6 +126,9 @@ def _call_out(c: Call) -> dict[str, Any]:
         "memory": _memory_out(c.memory),
         "flops": _flops_out(c.flops), "self_flops": _flops_out(c.self_flops),
         "error": c.error,
+        "input_stats": (
+            None if c.input_stats is None else [_stats_out(s) for s in c.input_stats]
+        ),
     }
 
 
@@ -135,6 +144,10 @@ def _call_in(d: dict[str, Any]) -> Call:
         memory=_memory_in(d["memory"]),
         flops=_flops_in(d["flops"]), self_flops=_flops_in(d["self_flops"]),
         error=d["error"],
+        input_stats=(
+            None if d.get("input_stats") is None
+            else [_stats_in(s) for s in d["input_stats"]]
+        ),
     )
 
 
@@ -163,7 +176,7 @@ def _op_out(o: OpRecord) -> dict[str, Any]:
         "index": o.index, "name": o.name, "call": o.call, "phase": o.phase.value,
         "inputs": [_meta_out(m) for m in o.inputs],
         "outputs": [_meta_out(m) for m in o.outputs],
-        "flops": o.flops, "counted": o.counted,
+        "flops": o.flops, "counted": o.counted, "rule": o.rule.value,
     }
 
 
@@ -172,7 +185,7 @@ def _op_in(d: dict[str, Any]) -> OpRecord:
         index=d["index"], name=d["name"], call=d["call"], phase=Phase(d["phase"]),
         inputs=tuple(_meta_in(m) for m in d["inputs"]),
         outputs=tuple(_meta_in(m) for m in d["outputs"]),
-        flops=d["flops"], counted=d["counted"],
+        flops=d["flops"], counted=d["counted"], rule=FlopRule(d["rule"]),
     )
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+from torch.nn.parameter import is_lazy
 
 from hookscope.core.records import ModelSummary, ModuleInfo
 
@@ -147,7 +148,16 @@ class ModelInfo:
         return render_structure_text(self)
 
 
+def _numel(t: torch.Tensor) -> int:
+    """``t.numel()``; 0 for a lazy module's parameter before its first forward."""
+    if is_lazy(t):  # NB: no shape until materialised
+        return 0
+    return t.numel()
+
+
 def _tensor_fields(t: torch.Tensor) -> tuple[tuple[int, ...], str, str, int, int]:
+    if is_lazy(t):
+        return (), dtype_name(t.dtype), str(t.device), 0, 0
     numel = t.numel()
     return tuple(t.shape), dtype_name(t.dtype), str(t.device), numel, numel * t.element_size()
 
@@ -207,8 +217,8 @@ def _subtree_counts(model: nn.Module) -> dict[int, tuple[int, int]]:
     visit(model)
     counts: dict[int, tuple[int, int]] = {}
     for key, params in sets.items():
-        total = sum(p.numel() for p in params.values())
-        trainable = sum(p.numel() for p in params.values() if p.requires_grad)
+        total = sum(_numel(p) for p in params.values())
+        trainable = sum(_numel(p) for p in params.values() if p.requires_grad)
         counts[key] = (total, trainable)
     return counts
 

@@ -12,6 +12,7 @@ This runs in every hook call, so a bare tensor (the common case) takes a fast pa
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -57,8 +58,15 @@ def iter_tensors(value: Any, root: str) -> Iterator[tuple[str, torch.Tensor]]:
 
 def _key_str(key: Any) -> str:
     if isinstance(key, pytree.MappingKey) and isinstance(key.key, str):
-        return f'["{key.key}"]'
+        return f"[{_quote(key.key)}]"
     return str(key)
+
+
+def _quote(name: str) -> str:
+    """``name`` as a double-quoted Python string literal (``"logits"``)."""
+    if '"' in name or "\\" in name or not name.isprintable():
+        return json.dumps(name, ensure_ascii=False)
+    return f'"{name}"'
 
 
 def metas(value: Any, root: str) -> list[TensorMeta]:
@@ -77,5 +85,5 @@ def call_input_metas(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Tens
         else:
             out.extend(metas(a, f"args[{i}]"))
     for k, v in kwargs.items():
-        out.extend(metas(v, f'kwargs["{k}"]'))
+        out.extend(metas(v, f"kwargs[{_quote(k)}]"))
     return out

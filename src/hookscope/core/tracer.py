@@ -20,6 +20,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from time import perf_counter_ns
 from types import TracebackType
 from typing import Any
 
@@ -125,9 +126,19 @@ class Tracer:
         self._stack: list[_Frame] = []
         self._counts: dict[str, int] = {}
         self._state: _ModelState | None = None
+        self._lazy = False
+        # Innermost call where the exception now propagating started, and that exception.
+        self._failure: tuple[Call, BaseException] | None = None
         self._active = False
         #: > 0 while a probe computes on tensors itself; the ops probe ignores those ops.
         self.internal = 0
+        #: Bookkeeping clock (``time.perf_counter_ns``): when the running hook began, and
+        #: the total time spent in finished hooks (tracer and probe work). The timing
+        #: probe subtracts it, so hookscope's own work is not timed as the model's; a
+        #: probe working inside a module's forward (a saved-tensor hook, a dispatch
+        #: mode) adds its own time to ``overhead_ns`` for the same reason.
+        self.chain_start_ns = 0
+        self.overhead_ns = 0
         self.trace: Trace | None = None
 
     # -- lifecycle ---------------------------------------------------------------
@@ -136,6 +147,9 @@ class Tracer:
         if self._active:
             raise HookscopeError("this Tracer is already active; create a new Tracer instead")
         structure = inspect(self.model)
+        # A lazy module's parameters have no shape until the first forward (counted as
+        # 0 elements of shape ()): count them again on exit, once materialised.
+        self._lazy = any(not p.shape and not p.numel for p in structure.parameters.values())
         self.trace = Trace(
             model=structure.summary(),
             modules=structure.modules,
@@ -144,6 +158,7 @@ class Tracer:
         )
         self._stack.clear()
         self._counts.clear()
+        self._failure = None
         self._state = _ModelState(self.model)
         try:
             self._register_module_hooks(structure.modules)
@@ -167,11 +182,25 @@ class Tracer:
         finally:
             if self._state is not None:
                 self._state.restore()
+            # Calls still on the stack never finished: a BaseException (KeyboardInterrupt)
+            # skips torch's always-call hooks.
+            if exc is not None:
+                for frame in reversed(self._stack):
+                    self._record_failure(frame.call, exc)
             self._stack.clear()
         trace = self.trace
         assert trace is not None
         if exc is not None and trace.error is None:
-            trace.error = TraceError(None, None, type(exc).__name__, str(exc))
+            # The block failed: name the innermost call where this exception started.
+            origin = self._failure
+            if origin is not None and _caused_by(exc, origin[1]):
+                call = origin[0]
+                trace.error = TraceError(call.index, call.path, type(exc).__name__, str(exc))
+            else:
+                trace.error = TraceError(None, None, type(exc).__name__, str(exc))
+        if self._lazy:
+            structure = inspect(self.model)
+            trace.model, trace.modules = structure.summary(), structure.modules
         for probe in self.probes:
             probe.finalize(trace)
         if exc is not None and trace.error is not None and trace.error.call is not None:
@@ -220,6 +249,7 @@ class Tracer:
         calls = trace.calls
 
         def pre_hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            start = self.chain_start_ns = perf_counter_ns()
             n = counts.get(path, 0)
             counts[path] = n + 1
             parent = stack[-1].call if stack else None
@@ -237,6 +267,7 @@ class Tracer:
                         fn(call, module, args, kwargs)
                 finally:
                     self.internal -= 1
+            self.overhead_ns += perf_counter_ns() - start
 
         return pre_hook
 
@@ -246,6 +277,7 @@ class Tracer:
         def post_hook(
             module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
         ) -> None:
+            start = self.chain_start_ns = perf_counter_ns()
             frame = self._pop(module)
             if frame is None:
                 return
@@ -260,6 +292,7 @@ class Tracer:
                         fn(frame.call, module, output, failed)
                 finally:
                     self.internal -= 1
+            self.overhead_ns += perf_counter_ns() - start
 
         del stack
         return post_hook
@@ -278,10 +311,39 @@ class Tracer:
         return None
 
     def _record_failure(self, call: Call, exc: BaseException | None) -> None:
-        assert self.trace is not None and exc is not None
-        call.error = f"{type(exc).__name__}: {exc}"
-        if self.trace.error is None:
-            self.trace.error = TraceError(call.index, call.path, type(exc).__name__, str(exc))
+        """Mark ``call`` failed. ``trace.error`` is set on exit, and only if the exception
+        left the block: one that the model catches itself does not fail the trace."""
+        assert exc is not None
+        if call.error is None:
+            call.error = f"{type(exc).__name__}: {exc}"
+        failure = self._failure
+        if failure is not None and failure[1] is exc:
+            return  # the same exception propagating outwards: keep the innermost call
+        if failure is not None and _caused_by(exc, failure[1]) and self._encloses(call, failure[0]):
+            return  # re-raised by an enclosing call (``raise ... from e``): keep the origin
+        self._failure = (call, exc)
+
+    def _encloses(self, outer: Call, inner: Call) -> bool:
+        assert self.trace is not None
+        calls = self.trace.calls
+        parent = inner.parent
+        while parent is not None:
+            if parent == outer.index:
+                return True
+            parent = calls[parent].parent
+        return False
+
+
+def _caused_by(exc: BaseException, origin: BaseException) -> bool:
+    """Whether ``exc`` is ``origin`` or was raised while handling it (``raise ... from``)."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if cur is origin:
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return False
 
 
 def _build_probes(flags: dict[str, bool], extra: Iterable[Probe]) -> list[Probe]:

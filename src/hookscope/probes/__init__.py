@@ -1,6 +1,19 @@
 """Probes: each measures one kind of fact per module call (see ``probes/base.py``)."""
 
 from hookscope.probes.base import PROBES, Probe, register_probe
+from hookscope.probes.memory import MemoryProbe
+from hookscope.probes.ops import OpsProbe
 from hookscope.probes.shapes import ShapeProbe
+from hookscope.probes.stats import StatsProbe
+from hookscope.probes.timing import TimingProbe
 
-__all__ = ["PROBES", "Probe", "ShapeProbe", "register_probe"]
+__all__ = [
+    "PROBES",
+    "MemoryProbe",
+    "OpsProbe",
+    "Probe",
+    "ShapeProbe",
+    "StatsProbe",
+    "TimingProbe",
+    "register_probe",
+]

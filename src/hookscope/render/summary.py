@@ -7,7 +7,8 @@ from typing import Any
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.table import Table
 
-from hookscope.core.records import Trace
+from hookscope.core.records import FlopCount, Trace
+from hookscope.render.ops_table import uncounted_legend
 from hookscope.render.table import (
     DEFAULT_WIDTH,
     format_count,
@@ -42,13 +43,10 @@ class Summary:
         table.add_column(
             "Trainable", justify="right", footer=format_count(trace.model.params_trainable)
         )
-        flops = trace.totals_flops is not None
-        if flops:
-            total = trace.totals_flops
+        flop_columns = _flop_columns(trace)
+        for header, backward in flop_columns:
             table.add_column(
-                "FLOPs", justify="right",
-                footer=format_count(total.forward if total else None)
-                + ("+" if total and total.partial else ""),
+                header, justify="right", footer=_flops_text(trace.totals_flops, backward)
             )
         for call in visible_calls(trace, self.depth):
             params, trainable = params_cell(trace, call)
@@ -59,9 +57,7 @@ class Summary:
                 params,
                 trainable,
             ]
-            if flops:
-                f = call.flops
-                row.append("" if f is None else format_count(f.forward) + ("+" if f.partial else ""))
+            row.extend(_flops_text(call.flops, backward) for _, backward in flop_columns)
             table.add_row(*row)
         table.caption = self.caption()
         return table
@@ -77,7 +73,8 @@ class Summary:
         if self.trace.error is not None:
             err = self.trace.error
             parts.append(f"FAILED in {err.path!r}: {err.exception_type}: {err.message}")
-        return " · ".join(parts)
+        legend = uncounted_legend(self.trace)
+        return " · ".join(parts) + (f"\n{legend}" if legend else "")
 
     def to_json(self, *, indent: int | None = 2) -> str:
         return self.trace.to_json(indent=indent)
@@ -93,3 +90,20 @@ class Summary:
 
     def __repr__(self) -> str:
         return f"<hookscope.Summary of {self.trace.model.class_name}: {len(self.trace)} calls>"
+
+
+def _flop_columns(trace: Trace) -> list[tuple[str, bool]]:
+    """(header, is_backward) of the FLOPs columns: none without the ops probe."""
+    total = trace.totals_flops
+    if total is None:
+        return []
+    if total.backward:
+        return [("FLOPs fwd", False), ("FLOPs bwd", True)]
+    return [("FLOPs", False)]
+
+
+def _flops_text(f: FlopCount | None, backward: bool) -> str:
+    """Exact count; ``+`` when an op without a formula ran inside (a lower bound)."""
+    if f is None:
+        return ""
+    return format_count(f.backward if backward else f.forward) + ("+" if f.partial else "")

@@ -104,10 +104,10 @@ def params_cell(trace: Trace, call: Call) -> tuple[str, str]:
 
 
 def render_trace_text(trace: Trace, *, width: int = DEFAULT_WIDTH) -> str:
-    """The summary table of a trace as plain ASCII text."""
-    from hookscope.render.summary import Summary
+    """The trace table (``render/trace_table.py``) of a trace as plain ASCII text."""
+    from hookscope.render.trace_table import render_trace
 
-    return to_text(Summary(trace).table(ascii=True), width=width)
+    return render_trace(trace, width=width)
 
 
 def render_structure_text(info: ModelInfo, *, width: int = DEFAULT_WIDTH) -> str:
@@ -117,8 +117,10 @@ def render_structure_text(info: ModelInfo, *, width: int = DEFAULT_WIDTH) -> str
 
 def structure_table(info: ModelInfo, *, ascii: bool = False) -> Table:
     table = Table(box=table_box(ascii), title=f"{info.class_name} structure")
-    for col in ("Module", "Class", "Params", "Trainable", "Buffers"):
-        table.add_column(col, justify="right" if col in ("Params", "Trainable", "Buffers") else "left")
+    for col in ("Module", "Class"):
+        table.add_column(col)
+    for col in ("Params", "Trainable", "Buffers"):
+        table.add_column(col, justify="right")
     for m in info.modules.values():
         name = ("  " * m.depth) + (m.path.rsplit(".", 1)[-1] if m.path else info.class_name)
         if m.aliases:
