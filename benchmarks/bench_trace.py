@@ -1,0 +1,160 @@
+"""Benchmark ``hookscope.trace`` probes against a plain forward, torchinfo and TorchLens.
+
+Models (random weights, built from default configs, nothing downloaded): torchvision
+ResNet-50 on an 8×3×224×224 batch, and transformers GPT-2 (default 12-layer config,
+``GPT2LMHeadModel``) on 1×128 token ids. Everything runs on the CPU in this one
+process, interleaved round-robin (see ``_harness.py``); every contender runs its
+forward under ``torch.no_grad()``, as ``hookscope.trace`` does without ``backward=``.
+
+Contenders:
+    plain forward                 ``model(x)``
+    trace: time                   ``hookscope.trace(model, x, shapes=False, time=True,
+                                  stats=False, memory=False)``            (target ≤ 1.10×)
+    trace: shapes+time            the same with the shapes probe
+    trace: shapes+time+stats+mem  ``hookscope.trace(model, x)`` (the default probes)
+                                                                          (target ≤ 1.50×)
+    trace: ops+FLOPs              ``hookscope.trace(model, x, ops=True)`` with only shapes
+    FlopCounterMode               ``torch.utils.flop_counter.FlopCounterMode`` around a forward
+    torchinfo.summary             ``torchinfo.summary(model, input_data=x, verbose=0)``
+    TorchLens                     ``torchlens.trace(model, x, save=None)`` with
+                                  ``unwrap_when_done=True``: TorchLens otherwise leaves torch's
+                                  functions wrapped, which slows every later forward in the
+                                  process (5× on ResNet-18 here) and would skew the others.
+
+A contender whose library is missing, or whose probe this hookscope lacks, is reported
+as skipped with the reason.
+
+Run: ``python benchmarks/bench_trace.py [--rounds 7] [--models resnet50 gpt2]``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _harness import (
+    Contender,
+    Report,
+    Result,
+    emit,
+    environment,
+    parse_args,
+    progress_printer,
+    run_interleaved,
+)
+
+import hookscope
+
+MODELS = ("resnet50", "gpt2")
+PROBE_SETS: dict[str, tuple[dict[str, bool], float | None]] = {
+    "trace: time": ({"shapes": False, "time": True, "stats": False, "memory": False}, 1.10),
+    "trace: shapes+time": ({"time": True, "stats": False, "memory": False}, None),
+    "trace: shapes+time+stats+mem": ({"time": True, "stats": True, "memory": True}, 1.50),
+    "trace: ops+FLOPs": ({"time": False, "stats": False, "memory": False, "ops": True}, None),
+}
+
+
+def build(name: str) -> tuple[torch.nn.Module, tuple[Any, ...]]:
+    torch.manual_seed(0)
+    if name == "resnet50":
+        import torchvision
+
+        return torchvision.models.resnet50(weights=None).eval(), (torch.randn(8, 3, 224, 224),)
+    if name == "gpt2":
+        import transformers
+
+        config = transformers.GPT2Config()
+        model = transformers.GPT2LMHeadModel(config).eval()
+        return model, (torch.randint(0, config.vocab_size, (1, 128)),)
+    raise ValueError(name)
+
+
+def _probes_available() -> set[str]:
+    import hookscope.probes
+
+    return set(hookscope.probes.PROBES)
+
+
+def _torchlens(model: torch.nn.Module, args: tuple[Any, ...]) -> Callable[[], Any]:
+    import torchlens
+    from torchlens.options import CaptureOptions
+
+    capture = CaptureOptions(unwrap_when_done=True)
+    x = args[0] if len(args) == 1 else list(args)
+
+    def run() -> Any:
+        with torch.no_grad():
+            return torchlens.trace(model, x, save=None, capture=capture)
+
+    run()  # fail here, not in the middle of the timed rounds
+    return run
+
+
+def contenders(
+    model: torch.nn.Module, args: tuple[Any, ...]
+) -> tuple[list[Contender], list[tuple[str, str]]]:
+    skipped: list[tuple[str, str]] = []
+
+    def plain() -> Any:
+        with torch.no_grad():
+            return model(*args)
+
+    out = [Contender("plain forward", plain)]
+    available = _probes_available()
+    for label, (flags, target) in PROBE_SETS.items():
+        missing = sorted(k for k, on in flags.items() if on and k not in available)
+        if missing:
+            skipped.append((label, f"probe(s) {missing} not in this hookscope"))
+            continue
+        out.append(Contender(
+            label, lambda flags=flags: hookscope.trace(model, *args, **flags), target))
+
+    from torch.utils.flop_counter import FlopCounterMode
+
+    def flop_counter() -> Any:
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            model(*args)
+        return counter.get_total_flops()
+
+    out.append(Contender("FlopCounterMode", flop_counter))
+    try:
+        import torchinfo
+
+        out.append(Contender("torchinfo.summary", lambda: torchinfo.summary(
+            model, input_data=list(args), verbose=0)))
+    except ImportError:
+        skipped.append(("torchinfo.summary", "torchinfo is not installed"))
+    try:
+        out.append(Contender("TorchLens", _torchlens(model, args)))
+    except ImportError:
+        skipped.append(("TorchLens", "torchlens is not installed (pip install torchlens)"))
+    except Exception as e:  # a TorchLens release that cannot trace this model/torch
+        skipped.append(("TorchLens", f"{type(e).__name__}: {str(e)[:80]}"))
+    return out, skipped
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    opts = parse_args(__doc__.splitlines()[0], MODELS, argv)
+    if opts.threads:
+        torch.set_num_threads(opts.threads)
+    results: list[Result] = []
+    for name in opts.models:
+        model, args = build(name)
+        todo, skipped = contenders(model, args)
+        results += run_interleaved(name, todo, rounds=opts.rounds, warmup=opts.warmup,
+                                   progress=progress_printer(opts.quiet))
+        results += [Result(name, label, [], [], skipped=why) for label, why in skipped]
+    report = Report("hookscope.trace vs plain forward, FlopCounterMode, torchinfo, TorchLens",
+                    environment(), opts.rounds, opts.warmup, results)
+    emit(report, opts.json)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

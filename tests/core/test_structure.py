@@ -1,0 +1,211 @@
+"""``hookscope.inspect``: module tree, parameters, buffers, tied tensors, look-up by path.
+
+Oracles are torch's own accessors: ``parameters()`` (which deduplicates tied tensors),
+``named_children``/``named_modules``, ``get_parameter``/``get_buffer``, ``state_dict``
+(which tells persistent buffers), ``numel() * element_size()``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import hookscope
+import zoo
+from helpers import assert_state_unchanged, snapshot_state
+from hookscope.core.records import ModuleInfo
+from hookscope.core.structure import BufferInfo, ParamInfo
+
+ZOO_IDS = {"ids": lambda c: c.__name__}
+
+
+def unique_params(module: nn.Module) -> list[nn.Parameter]:
+    return list(module.parameters())  # torch deduplicates by identity
+
+
+@pytest.mark.parametrize("cls", zoo.ALL_ZOO, **ZOO_IDS)
+def test_totals_match_torch(cls: type[zoo.ZooModel]) -> None:
+    model = zoo.materialize(zoo.build(cls))
+    before = snapshot_state(model)
+    info = hookscope.inspect(model)
+    assert_state_unchanged(before, model)
+    params = unique_params(model)
+    assert info.total_params == sum(p.numel() for p in params)
+    assert info.trainable_params == sum(p.numel() for p in params if p.requires_grad)
+    assert info.frozen_params == sum(p.numel() for p in params if not p.requires_grad)
+    assert info.param_bytes == sum(p.numel() * p.element_size() for p in params)
+    buffers = list(model.buffers())
+    assert info.total_buffers == sum(b.numel() for b in buffers)
+    assert info.buffer_bytes == sum(b.numel() * b.element_size() for b in buffers)
+    assert set(info.parameters) | set(info.tied) >= {n for n, _ in model.named_parameters()}
+    assert len(info.parameters) == len(params)
+    assert info.class_name == cls.__name__
+    summary = info.summary()
+    assert (summary.params_total, summary.params_trainable) == (
+        info.total_params, info.trainable_params)
+
+
+@pytest.mark.parametrize("cls", zoo.ALL_ZOO, **ZOO_IDS)
+def test_per_module_counts_match_torch(cls: type[zoo.ZooModel]) -> None:
+    model = zoo.materialize(zoo.build(cls))
+    info = hookscope.inspect(model)
+    assert list(info.modules) == [p for p, _ in model.named_modules()]
+    counted: set[int] = set()
+    for path, module in model.named_modules():
+        m = info[path]
+        assert isinstance(m, ModuleInfo)
+        assert m.class_name == type(module).__name__
+        assert m.depth == (0 if not path else len(path.split(".")))
+        assert m.parent == (None if not path else path.rpartition(".")[0])
+        sub = unique_params(module)
+        assert m.total_params == sum(p.numel() for p in sub), path
+        assert m.trainable_params == sum(p.numel() for p in sub if p.requires_grad), path
+        own = [p for p in module.parameters(recurse=False) if id(p) not in counted]
+        # own params: a tied tensor counts at its first path (named_parameters order)
+        assert m.own_params <= sum(p.numel() for p in module.parameters(recurse=False))
+        counted.update(id(p) for p in own)
+        assert m.own_buffers == sum(b.numel() for b in module.buffers(recurse=False))
+    assert sum(m.own_params for m in info) == info.total_params
+
+
+@pytest.mark.parametrize("cls", zoo.ALL_ZOO, **ZOO_IDS)
+def test_children_and_descendants_like_torch(cls: type[zoo.ZooModel]) -> None:
+    model = zoo.materialize(zoo.build(cls))
+    info = hookscope.inspect(model)
+    canonical = {id(m): p for p, m in model.named_modules()}
+    for path, module in model.named_modules():
+        prefix = f"{path}." if path else ""
+        children = [canonical[id(c)] for _, c in module.named_children()]
+        assert [c.path for c in info.children(path)] == children
+        assert info[path].children == tuple(children)
+        below = [prefix + p for p, _ in module.named_modules() if p]
+        below_canonical = [canonical[id(m)] for p, m in module.named_modules() if p]
+        if below == below_canonical:  # no alias reaching outside this subtree
+            assert [d.path for d in info.descendants(path)] == below
+
+
+def test_seeds_lookup_like_get_parameter_and_get_buffer() -> None:
+    model = zoo.build(zoo.NestedSeeds)
+    info = hookscope.inspect(model)
+    w1 = info["ab.b.W1"]
+    assert isinstance(w1, ParamInfo)
+    real = model.get_parameter("ab.b.W1")
+    assert real.item() == 10
+    assert (w1.path, w1.shape, w1.numel, w1.dtype) == (
+        "ab.b.W1", tuple(real.shape), real.numel(), "float32")
+    assert w1.nbytes == real.numel() * real.element_size() and w1.trainable
+    duck = info["cd.c.duck"]
+    assert isinstance(duck, BufferInfo)
+    buf = model.get_buffer("cd.c.duck")
+    assert buf.item() == 7
+    assert (duck.shape, duck.numel, duck.persistent) == (tuple(buf.shape), 1, True)
+    assert isinstance(info["ab.b"], ModuleInfo) and info["ab.b"].class_name == "Function_B"
+    assert isinstance(info[""], ModuleInfo) and info[""].class_name == "NestedSeeds"
+    assert "ab.b.W1" in info and "cd.c.duck" in info and "ab.b" in info
+    assert "ab.b.W3" not in info and 3 not in info
+    with pytest.raises(KeyError, match=r"'ab.b.W3' is not a module.*close matches"):
+        info["ab.b.W3"]
+    assert [c.path for c in info.children()] == ["ab", "cd"]
+    assert [m.path for m in info.descendants("cd")] == ["cd.c", "cd.d"]
+    assert [m.path for m in info.descendants()] == [
+        p for p, _ in model.named_modules() if p]
+
+
+def test_trainable_and_frozen() -> None:
+    model = zoo.build(zoo.FrozenParams)
+    info = hookscope.inspect(model)
+    assert info.total_params == 4 * 8 + 8 + 8 * 2 + 2
+    assert info.trainable_params == 8 * 2  # head.weight only
+    assert info.frozen_params == 4 * 8 + 8 + 2
+    assert info["head"].trainable_params == 16 and info["head"].total_params == 18
+    assert info["backbone"].trainable_params == 0
+    assert not info["head.bias"].trainable and info["head.weight"].trainable
+
+
+def test_tied_weights_counted_once_and_shown_as_tied() -> None:
+    model = zoo.build(zoo.TiedWeights)
+    info = hookscope.inspect(model)
+    v, d = zoo.TiedWeights.VOCAB, zoo.TiedWeights.DIM
+    assert info.total_params == v * d + 2 * d == sum(p.numel() for p in model.parameters())
+    assert info.tied == {"head.weight": "embed.weight"}
+    assert "head.weight" not in info.parameters
+    assert info["head.weight"] is info["embed.weight"]
+    assert info["head"].total_params == v * d  # the head's own subtree does hold it
+    assert info["head"].own_params == 0  # counted at its first path
+    assert info["embed"].own_params == v * d
+    assert "tied" in str(info)
+
+
+def test_shared_module_aliases() -> None:
+    model = zoo.build(zoo.SharedModule)
+    info = hookscope.inspect(model)
+    assert list(info.modules) == ["", "fc", "head"]
+    assert info["fc"].aliases == ("alias",)
+    # named_children yields a shared module once, under its first name
+    assert info[""].children == ("fc", "head") == tuple(n for n, _ in model.named_children())
+    assert info.total_params == 4 * 4 + 4 + 4 * 3 + 3
+
+
+def test_buffers_persistent_and_not() -> None:
+    model = zoo.build(zoo.BufferModel)
+    info = hookscope.inspect(model)
+    state = model.state_dict()
+    assert set(info.buffers) == {n for n, _ in model.named_buffers()} == {"mean", "scale"}
+    for path, b in info.buffers.items():
+        assert b.persistent == (path in state)
+    assert info["mean"].persistent and not info["scale"].persistent  # type: ignore[union-attr]
+    assert "unused" not in info  # a None buffer slot holds nothing
+    assert info.total_buffers == 8 and info.total_params == 4 * 2 + 2
+    assert info[""].own_buffers == 8
+
+
+def test_tied_buffers_counted_once() -> None:
+    model = nn.Sequential(nn.BatchNorm1d(3), nn.BatchNorm1d(3))
+    model[1].running_mean = model[0].running_mean
+    info = hookscope.inspect(model)
+    assert info.total_buffers == sum(b.numel() for b in model.buffers())
+    assert info.tied["1.running_mean"] == "0.running_mean"
+
+
+def test_bytes_by_dtype() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2).to(torch.float16),
+                          nn.Linear(2, 2).to(torch.float64))
+    info = hookscope.inspect(model)
+    expected: dict[str, int] = {}
+    for p in model.parameters():
+        name = str(p.dtype).removeprefix("torch.")
+        expected[name] = expected.get(name, 0) + p.numel() * p.element_size()
+    assert info.param_bytes_by_dtype() == dict(sorted(expected.items()))
+    assert info.param_bytes == sum(expected.values())
+    assert {p.dtype for p in info.parameters.values()} == {"float32", "float16", "float64"}
+
+
+def test_meta_device_model() -> None:
+    with torch.device("meta"):
+        model = nn.Sequential(zoo.NestedSeeds(), nn.Linear(2, 4096), nn.Linear(4096, 4096))
+    info = hookscope.inspect(model)
+    assert info.total_params == sum(p.numel() for p in model.parameters())
+    assert info.param_bytes == sum(p.numel() * 4 for p in model.parameters())
+    assert {p.device for p in info.parameters.values()} == {"meta"}
+    assert info["0.cd.c.duck"].device == "meta"
+    trace = hookscope.trace(model, torch.empty(3, 2, device="meta"),
+                            time=False, stats=False, memory=False)
+    assert [o.shape for o in trace.outputs] == [(3, 4096)]
+    assert trace.outputs[0].device == "meta"
+    assert trace.model.params_total == info.total_params
+
+
+def test_inspect_rejects_a_non_module() -> None:
+    with pytest.raises(hookscope.SpecError, match=r"torch\.nn\.Module"):
+        hookscope.inspect(nn.Linear)  # type: ignore[arg-type]
+
+
+def test_broken_extra_repr_does_not_break_inspection() -> None:
+    class Broken(nn.Linear):
+        def extra_repr(self) -> str:
+            raise RuntimeError("bad repr")
+
+    info = hookscope.inspect(nn.Sequential(Broken(2, 2)))
+    assert info["0"].extra_repr == ""
+    assert hookscope.inspect(nn.Linear(2, 3))[""].extra_repr == nn.Linear(2, 3).extra_repr()

@@ -1,0 +1,351 @@
+"""The call tree: one Call per module execution, attributed by the runtime call stack.
+
+The oracle is an independent recorder (``record_runtime_tree``) built from plain torch
+forward pre-hooks and always-call forward hooks with its own stack: for every zoo
+model, hookscope's calls must match it one for one (path, call index, parent, depth).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import hookscope
+import zoo
+from helpers import total_hooks
+
+SHAPES_ONLY = {"time": False, "stats": False, "memory": False}
+
+
+def record_runtime_tree(
+    model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> list[tuple[str, int, int | None, int]]:
+    """``(path, call_index, parent index, depth)`` for each module execution, in start
+    order, from a stack kept by our own hooks."""
+    rows: list[list[Any]] = []
+    stack: list[int] = []
+    counts: dict[str, int] = {}
+    handles = []
+
+    def pre(path: str) -> Any:
+        def hook(module: nn.Module, a: Any) -> None:
+            n = counts.get(path, 0)
+            counts[path] = n + 1
+            rows.append([path, n, stack[-1] if stack else None, len(stack)])
+            stack.append(len(rows) - 1)
+
+        return hook
+
+    def post(module: nn.Module, a: Any, out: Any) -> None:
+        stack.pop()
+
+    for path, module in model.named_modules():
+        handles.append(module.register_forward_pre_hook(pre(path)))
+        handles.append(module.register_forward_hook(post, always_call=True))
+    try:
+        with torch.no_grad():
+            model(*args, **kwargs)
+    finally:
+        for h in handles:
+            h.remove()
+    return [tuple(r) for r in rows]  # type: ignore[misc]
+
+
+def tree_of(trace: hookscope.Trace) -> list[tuple[str, int, int | None, int]]:
+    return [(c.path, c.call_index, c.parent, c.depth) for c in trace.calls]
+
+
+@pytest.mark.parametrize("cls", zoo.RUNNING_ZOO, ids=lambda c: c.__name__)
+def test_call_tree_matches_the_runtime_stack(cls: type[zoo.ZooModel]) -> None:
+    model = zoo.materialize(zoo.build(cls))
+    args, kwargs = cls.example_inputs()
+    expected = record_runtime_tree(model, args, kwargs)
+    trace = hookscope.trace(model, *args, kwargs=kwargs, **SHAPES_ONLY)
+    assert tree_of(trace) == expected
+    assert_tree_consistent(trace)
+
+
+def assert_tree_consistent(trace: hookscope.Trace) -> None:
+    for i, call in enumerate(trace.calls):
+        assert call.index == i
+        if call.parent is None:
+            assert call.depth == 0
+        else:
+            parent = trace.calls[call.parent]
+            assert call.parent < i
+            assert call.depth == parent.depth + 1
+            assert i in parent.children
+        assert call.children == sorted(call.children)
+        for child in call.children:
+            assert trace.calls[child].parent == i
+    indices = [c.call_index for c in trace.calls]
+    for path in {c.path for c in trace.calls}:
+        assert [c.call_index for c in trace.calls_of(path)] == list(
+            range(len(trace.calls_of(path)))
+        )
+    assert len(indices) == len(trace)
+
+
+def test_module_called_three_times_gives_three_calls() -> None:
+    model = zoo.build(zoo.MultiCall)
+    trace = hookscope.trace(model, *zoo.MultiCall.example_inputs()[0], **SHAPES_ONLY)
+    calls = trace.calls_of("block")
+    assert [c.call_index for c in calls] == [0, 1, 2]
+    assert [c.name for c in calls] == ["block", "block#1", "block#2"]
+    assert all(c.parent == 0 and c.depth == 1 for c in calls)
+    assert trace.calls[0].children == [c.index for c in calls]
+    assert trace["block", 2] is calls[2]
+    assert trace.find("block", 1) is calls[1]
+    assert trace["block"] is calls[0]
+    with pytest.raises(KeyError, match="no call 3 of module 'block'"):
+        trace.find("block", 3)
+
+
+def test_shared_module_is_one_module_with_aliases() -> None:
+    model = zoo.build(zoo.SharedModule)
+    trace = hookscope.trace(model, *zoo.SharedModule.example_inputs()[0], **SHAPES_ONLY)
+    assert [c.name for c in trace.calls] == ["", "fc", "fc#1", "head"]
+    assert "alias" not in {c.path for c in trace.calls}
+    assert trace.modules["fc"].aliases == ("alias",)
+    assert "alias" not in trace.modules
+    assert trace.model.params_total == sum(p.numel() for p in model.parameters()) == 35
+
+
+def test_unknown_path_suggests_close_matches() -> None:
+    model = zoo.build(zoo.NestedSeeds)
+    trace = hookscope.trace(model, *zoo.NestedSeeds.example_inputs()[0], **SHAPES_ONLY)
+    with pytest.raises(KeyError, match=r"close matches: \['ab.b'"):
+        trace.find("ab.bb")
+
+
+class CrossCaller(nn.Module):
+    """``proj`` is registered on the root but called from inside ``block``'s forward:
+    the call tree follows who called whom, not where modules are registered."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+        self.block = _Borrower([self.proj])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(self.block(x))
+
+
+class _Borrower(nn.Module):
+    def __init__(self, borrowed: list[nn.Module]) -> None:
+        super().__init__()
+        self.borrowed = borrowed  # a plain list: not registered here
+        self.act = nn.Tanh()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.borrowed[0](x))
+
+
+def test_calls_are_attributed_by_the_runtime_stack() -> None:
+    model = CrossCaller()
+    trace = hookscope.trace(model, torch.randn(2, 4), **SHAPES_ONLY)
+    rows = [(c.name, c.depth, None if c.parent is None else trace.calls[c.parent].name)
+            for c in trace.calls]
+    assert rows == [
+        ("", 0, None),
+        ("block", 1, ""),
+        ("proj", 2, "block"),  # registered under the root, called by block
+        ("block.act", 2, "block"),
+        ("proj#1", 1, ""),
+    ]
+    assert trace.modules["proj"].depth == 1  # the registration tree is unchanged
+
+
+def test_unregistered_submodule_runs_inside_its_callers_call() -> None:
+    model = zoo.build(zoo.PlainListModel)
+    (x,), _ = zoo.PlainListModel.example_inputs()
+    trace = hookscope.trace(model, x, **SHAPES_ONLY)
+    assert [c.path for c in trace.calls] == ["", "registered.0"]
+    assert trace.model.params_total == sum(p.numel() for p in model.parameters()) == 20
+
+
+# -- select= ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("select", "expected"),
+    [
+        ("ab.*", ["ab.a", "ab.b"]),
+        ("*.c", ["cd.c"]),
+        (["ab", "cd.d"], ["ab", "cd.d"]),
+        ("<root>", [""]),
+        (["<root>", "cd"], ["", "cd"]),
+        (lambda path: path.endswith(("a", "d")), ["ab.a", "cd", "cd.d"]),
+        ("nothing.matches", []),
+    ],
+    ids=["glob-children", "glob-suffix", "list", "root", "root-and-cd", "callable", "none"],
+)
+def test_select(select: Any, expected: list[str]) -> None:
+    model = zoo.build(zoo.NestedSeeds)
+    (x,), _ = zoo.NestedSeeds.example_inputs()
+    trace = hookscope.trace(model, x, select=select, **SHAPES_ONLY)
+    assert [c.path for c in trace.calls] == expected
+    assert_tree_consistent(trace)
+    assert total_hooks(model) == 0
+    # Only the selected modules carry hooks while tracing.
+    with hookscope.Tracer(model, select=select):
+        hooked = {p for p, m in model.named_modules() if m._forward_hooks}
+    assert hooked == set(expected)
+
+
+def test_select_parent_is_the_nearest_observed_caller() -> None:
+    model = zoo.build(zoo.NestedSeeds)
+    (x,), _ = zoo.NestedSeeds.example_inputs()
+    trace = hookscope.trace(model, x, select=["<root>", "*.?"], **SHAPES_ONLY)
+    assert [(c.path, c.depth, c.parent) for c in trace.calls] == [
+        ("", 0, None), ("ab.a", 1, 0), ("ab.b", 1, 0), ("cd.c", 1, 0), ("cd.d", 1, 0),
+    ]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        5,
+        [],
+        ["ok", 3],
+        [b"bytes"],
+    ],
+)
+def test_bad_selector_is_a_spec_error(bad: Any) -> None:
+    model = zoo.build(zoo.NestedSeeds)
+    with pytest.raises(hookscope.SpecError, match="selector"):
+        hookscope.Tracer(model, select=bad)
+
+
+# -- Tracer lifecycle --------------------------------------------------------------------
+
+
+def test_tracer_cannot_be_entered_twice_at_once() -> None:
+    model = zoo.build(zoo.NestedSeeds)
+    tracer = hookscope.Tracer(model)
+    with tracer:
+        assert tracer.active
+        with pytest.raises(hookscope.HookscopeError, match="already active"), tracer:
+            pass
+        # the failed re-entry did not disturb the running tracer
+        model(torch.randn(2, 2))
+    assert not tracer.active
+    assert tracer.trace is not None and len(tracer.trace.calls) == 7
+    assert total_hooks(model) == 0
+
+
+def test_tracer_reuse_gives_a_fresh_trace() -> None:
+    model = zoo.build(zoo.MultiCall)
+    tracer = hookscope.Tracer(model)
+    (x,), _ = zoo.MultiCall.example_inputs()
+    with tracer:
+        model(x)
+    first = tracer.trace
+    with tracer:
+        model(x)
+        model(x)
+    second = tracer.trace
+    assert first is not None and second is not None and first is not second
+    assert len(first.calls) == 4  # not mutated by the second use
+    assert len(second.calls) == 8
+    assert [c.call_index for c in second.calls_of("block")] == [0, 1, 2, 3, 4, 5]
+    assert [c.call_index for c in second.calls_of("")] == [0, 1]
+    assert second.roots == [second.calls[0], second.calls[4]]
+    assert total_hooks(model) == 0
+
+
+def test_nested_tracers_on_one_model_both_record() -> None:
+    model = zoo.build(zoo.NestedSeeds)
+    (x,), _ = zoo.NestedSeeds.example_inputs()
+    with hookscope.Tracer(model) as outer:
+        with hookscope.Tracer(model, select="cd*") as inner:
+            model(x)
+        model(x)
+    assert outer.trace is not None and inner.trace is not None
+    assert len(outer.trace.calls) == 14
+    assert [c.path for c in inner.trace.calls] == ["cd", "cd.c", "cd.d"]
+    assert total_hooks(model) == 0
+
+
+def test_tracer_rejects_bad_arguments() -> None:
+    with pytest.raises(hookscope.SpecError, match=r"torch\.nn\.Module"):
+        hookscope.Tracer(torch.randn(2))  # type: ignore[arg-type]
+    with pytest.raises(hookscope.SpecError, match="unknown probe option 'colour'"):
+        hookscope.Tracer(nn.Linear(2, 2), colour=True)
+    with pytest.raises(hookscope.SpecError):
+        hookscope.Tracer(nn.Linear(2, 2), probes=[object()])  # type: ignore[list-item]
+
+
+def test_tracer_exposes_the_current_call() -> None:
+    model = nn.Sequential(nn.Linear(2, 2))
+    seen: list[str | None] = []
+    tracer = hookscope.Tracer(model)
+    model[0].register_forward_hook(
+        lambda m, a, o: seen.append(None if tracer.current_call is None
+                                    else tracer.current_call.path)
+    )
+    with tracer:
+        assert tracer.current_call is None
+        model(torch.randn(1, 2))
+    # the user's hook (registered first) runs before the tracer's exit hook pops "0"
+    assert seen == ["0"]
+
+
+def test_a_user_probe_sees_every_call() -> None:
+    events: list[tuple[str, str]] = []
+
+    class Recorder(hookscope.Probe):
+        name = "recorder-for-test"
+
+        def on_enter(self, call: Any, module: nn.Module, args: Any, kwargs: Any) -> None:
+            events.append(("enter", call.name))
+
+        def on_exit(self, call: Any, module: nn.Module, output: Any, failed: bool) -> None:
+            events.append(("exit", call.name))
+
+    model = zoo.build(zoo.MultiCall)
+    hookscope.trace(model, *zoo.MultiCall.example_inputs()[0], probes=[Recorder()],
+                    **SHAPES_ONLY)
+    assert events == [("enter", "")] + [
+        e for i in ("block", "block#1", "block#2") for e in (("enter", i), ("exit", i))
+    ] + [("exit", "")]
+
+
+# -- inputs -------------------------------------------------------------------------------
+
+
+def test_input_size_and_dtypes() -> None:
+    model = zoo.build(zoo.TiedWeights)
+    trace = hookscope.trace(model, input_size=(3, 7), dtypes=[torch.int64], **SHAPES_ONLY)
+    assert [(m.path, m.shape, m.dtype) for m in trace.inputs] == [("args[0]", (3, 7), "int64")]
+    assert [o.shape for o in trace.outputs] == [(3, 7, zoo.TiedWeights.VOCAB)]
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda m: hookscope.trace(m, torch.randn(2, 4), input_size=(2, 4)), "not both"),
+        (lambda m: hookscope.trace(m), "no inputs given"),
+        (lambda m: hookscope.trace(m, torch.randn(2, 4), dtypes=[torch.int64]), "dtypes"),
+        (lambda m: hookscope.trace(m, input_size=(2, "4")), "input_size"),
+        (lambda m: hookscope.trace("model", torch.randn(2)), "torch.nn.Module"),
+        (lambda m: hookscope.trace(m, kwargs=[1]), "kwargs"),
+        (lambda m: hookscope.summary(m, torch.randn(2, 4), depth=-1), "depth"),
+    ],
+)
+def test_bad_options_are_spec_errors(call: Any, match: str) -> None:
+    model = zoo.build(zoo.MultiCall)
+    with pytest.raises(hookscope.SpecError, match=match):
+        call(model)
+    assert total_hooks(model) == 0
+
+
+def test_backward_with_all_params_frozen_is_a_spec_error() -> None:
+    model = zoo.build(zoo.FrozenParams).requires_grad_(False)
+    with pytest.raises(hookscope.SpecError, match="requires grad"):
+        hookscope.trace(model, torch.randn(2, 4), backward=True, **SHAPES_ONLY)
+    assert total_hooks(model) == 0
+    assert not any(p.requires_grad for p in model.parameters())
