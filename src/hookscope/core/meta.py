@@ -20,7 +20,7 @@ module path, as any failure inside the model does.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -59,22 +59,28 @@ def _all_modules(model: nn.Module) -> list[nn.Module]:
     return list(found.values())
 
 
-def _module_tensors(model: nn.Module) -> list[torch.Tensor]:
-    tensors: list[torch.Tensor] = []
+def _module_tensors(model: nn.Module) -> Iterator[torch.Tensor]:
     for module in _all_modules(model):
-        tensors.extend(t for t in module._parameters.values() if t is not None)
-        tensors.extend(t for t in module._buffers.values() if t is not None)
-        tensors.extend(t for t in vars(module).values() if isinstance(t, torch.Tensor))
-    return tensors
+        yield from (t for t in module._parameters.values() if t is not None)
+        yield from (t for t in module._buffers.values() if t is not None)
+        yield from (t for t in vars(module).values() if isinstance(t, torch.Tensor))
 
 
 def is_on_meta(model: nn.Module) -> bool:
     """Whether every parameter, buffer and tensor attribute of ``model`` is on meta.
 
-    A model without any tensor is not "on meta" (it runs anywhere).
+    A model without any tensor is not "on meta" (it runs anywhere). Stops at the first
+    tensor that is not on meta: for a real model that is the first parameter.
     """
-    tensors = _module_tensors(model)
-    return bool(tensors) and all(t.device.type == "meta" for t in tensors)
+    first = next(iter(model.parameters()), None)
+    if first is not None and not first.is_meta:
+        return False
+    found = False
+    for t in _module_tensors(model):
+        if not t.is_meta:
+            return False
+        found = True
+    return found
 
 
 def _meta_tensor(t: torch.Tensor) -> torch.Tensor:

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
 from torch.nn.parameter import is_lazy
 
 from hookscope.core.records import ModelSummary, ModuleInfo
+from hookscope.core.tensors import device_str, dtype_str
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -156,38 +158,49 @@ def _numel(t: torch.Tensor) -> int:
 
 
 def _tensor_fields(t: torch.Tensor) -> tuple[tuple[int, ...], str, str, int, int]:
+    dtype, device = dtype_str(t.dtype), device_str(t.device)
     if is_lazy(t):
-        return (), dtype_name(t.dtype), str(t.device), 0, 0
+        return (), dtype, device, 0, 0
     numel = t.numel()
-    return tuple(t.shape), dtype_name(t.dtype), str(t.device), numel, numel * t.element_size()
+    return tuple(t.shape), dtype, device, numel, numel * t.element_size()
 
 
-def _collect_params(model: nn.Module) -> tuple[dict[str, ParamInfo], dict[str, str]]:
+Walk = list[tuple[str, nn.Module]]
+
+
+def _tensor_path(mod_path: str, name: str) -> str:
+    return f"{mod_path}.{name}" if mod_path else name
+
+
+def _collect_params(walk: Walk) -> tuple[dict[str, ParamInfo], dict[str, str]]:
     params: dict[str, ParamInfo] = {}
     tied: dict[str, str] = {}
     first: dict[int, str] = {}
-    for path, p in model.named_parameters(remove_duplicate=False):
-        if id(p) in first:
-            tied[path] = first[id(p)]
-            continue
-        first[id(p)] = path
-        shape, dtype, device, numel, nbytes = _tensor_fields(p)
-        params[path] = ParamInfo(path, shape, dtype, device, numel, nbytes, p.requires_grad)
+    for mod_path, module in walk:
+        for name, p in module._parameters.items():
+            if p is None:
+                continue
+            path = _tensor_path(mod_path, name)
+            if id(p) in first:
+                tied.setdefault(path, first[id(p)])
+                continue
+            first[id(p)] = path
+            shape, dtype, device, numel, nbytes = _tensor_fields(p)
+            params[path] = ParamInfo(path, shape, dtype, device, numel, nbytes, p.requires_grad)
     return params, tied
 
 
-def _collect_buffers(model: nn.Module) -> tuple[dict[str, BufferInfo], dict[str, str]]:
+def _collect_buffers(walk: Walk) -> tuple[dict[str, BufferInfo], dict[str, str]]:
     buffers: dict[str, BufferInfo] = {}
     tied: dict[str, str] = {}
     first: dict[int, str] = {}
-    for mod_path, module in model.named_modules(remove_duplicate=False):
+    for mod_path, module in walk:
         for name, b in module._buffers.items():
             if b is None:
                 continue
-            path = f"{mod_path}.{name}" if mod_path else name
+            path = _tensor_path(mod_path, name)
             if id(b) in first:
-                if first[id(b)] != path:
-                    tied.setdefault(path, first[id(b)])
+                tied.setdefault(path, first[id(b)])
                 continue
             first[id(b)] = path
             shape, dtype, device, numel, nbytes = _tensor_fields(b)
@@ -202,23 +215,31 @@ def _subtree_counts(model: nn.Module) -> dict[int, tuple[int, int]]:
     One bottom-up pass: each module's parameter set is its own plus its children's,
     keyed by tensor identity, so a tied tensor counts once per subtree.
     """
-    sets: dict[int, dict[int, nn.Parameter]] = {}
+    sizes: dict[int, tuple[int, bool]] = {}
+    sets: dict[int, set[int]] = {}
 
-    def visit(module: nn.Module) -> dict[int, nn.Parameter]:
+    def visit(module: nn.Module) -> set[int]:
         found = sets.get(id(module))
         if found is None:
-            found = {id(p): p for p in module._parameters.values() if p is not None}
+            found = set()
+            for p in module._parameters.values():
+                if p is not None:
+                    sizes[id(p)] = (_numel(p), p.requires_grad)
+                    found.add(id(p))
             for child in module._modules.values():
                 if child is not None:
-                    found.update(visit(child))
+                    found |= visit(child)
             sets[id(module)] = found
         return found
 
     visit(model)
     counts: dict[int, tuple[int, int]] = {}
-    for key, params in sets.items():
-        total = sum(_numel(p) for p in params.values())
-        trainable = sum(_numel(p) for p in params.values() if p.requires_grad)
+    for key, ids in sets.items():
+        total = trainable = 0
+        for i in ids:
+            n, requires_grad = sizes[i]
+            total += n
+            trainable += n if requires_grad else 0
         counts[key] = (total, trainable)
     return counts
 
@@ -242,42 +263,49 @@ def inspect(model: nn.Module) -> ModelInfo:
         raise SpecError(
             f"hookscope.inspect expects a torch.nn.Module, got {type(model).__name__}"
         )
-    params, tied = _collect_params(model)
-    buffers, tied_buffers = _collect_buffers(model)
-    tied.update(tied_buffers)
+    walk: Walk = list(model.named_modules(remove_duplicate=False))
+    canonical: dict[int, str] = {}
     aliases: dict[int, list[str]] = {}
-    for path, module in model.named_modules(remove_duplicate=False):
-        aliases.setdefault(id(module), []).append(path)
-    canonical = {id(m): p for p, m in model.named_modules()}
+    for path, module in walk:
+        if id(module) in canonical:
+            aliases.setdefault(id(module), []).append(path)
+        else:
+            canonical[id(module)] = path
+    params, tied = _collect_params(walk)
+    buffers, tied_buffers = _collect_buffers(walk)
+    tied.update(tied_buffers)
     counts = _subtree_counts(model)
     modules: dict[str, ModuleInfo] = {}
-    for path, module in model.named_modules():
-        names = aliases[id(module)]
-        prefix = f"{path}." if path else ""
-        own = sum(
-            params[f"{prefix}{n}"].numel
-            for n in module._parameters
-            if f"{prefix}{n}" in params
-        )
-        own_buffers = sum(
-            buffers[f"{prefix}{n}"].numel for n in module._buffers if f"{prefix}{n}" in buffers
-        )
+    for path, module in walk:
+        if canonical[id(module)] != path:
+            continue
         total, trainable = counts[id(module)]
-        children = tuple(canonical[id(child)] for _, child in module.named_children())
         modules[path] = ModuleInfo(
             path=path,
             class_name=type(module).__name__,
             depth=0 if not path else path.count(".") + 1,
             parent=None if not path else path.rpartition(".")[0],
-            children=children,
-            aliases=tuple(n for n in names if n != path),
-            own_params=own,
+            children=tuple(
+                canonical[id(c)] for c in dict.fromkeys(module._modules.values()) if c is not None
+            ),
+            aliases=tuple(aliases.get(id(module), ())),
+            own_params=_own(params, path, module._parameters),
             total_params=total,
             trainable_params=trainable,
-            own_buffers=own_buffers,
+            own_buffers=_own(buffers, path, module._buffers),
             extra_repr=_safe_extra_repr(module),
         )
     return ModelInfo(type(model).__name__, modules, params, buffers, tied)
+
+
+def _own(table: dict[str, ParamInfo] | dict[str, BufferInfo], path: str, names: Any) -> int:
+    """Numel of the tensors registered directly on the module at ``path`` (first paths)."""
+    total = 0
+    for name in names:
+        info = table.get(_tensor_path(path, name))
+        if info is not None:
+            total += info.numel
+    return total
 
 
 def _safe_extra_repr(module: nn.Module) -> str:

@@ -31,11 +31,21 @@ def dtype_str(dtype: torch.dtype) -> str:
     return name
 
 
+_DEVICE_NAMES: dict[torch.device, str] = {}
+
+
+def device_str(device: torch.device) -> str:
+    name = _DEVICE_NAMES.get(device)
+    if name is None:
+        name = _DEVICE_NAMES[device] = str(device)
+    return name
+
+
 def tensor_meta(path: str, t: torch.Tensor) -> TensorMeta:
     """Shape, dtype, device and layout of ``t`` (no data is read)."""
     layout = "strided" if t.layout is torch.strided else str(t.layout).removeprefix("torch.")
     return TensorMeta(
-        path, tuple(t.shape), dtype_str(t.dtype), str(t.device), t.requires_grad, layout
+        path, tuple(t.shape), dtype_str(t.dtype), device_str(t.device), t.requires_grad, layout
     )
 
 

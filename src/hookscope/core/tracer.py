@@ -122,6 +122,11 @@ class Tracer:
         self._exits: list[ExitFn] = [
             p.on_exit for p in reversed(self.probes) if overrides(p, "on_exit")
         ]
+        # Hot-path switches: keep the overhead clock only for probes that subtract it
+        # (timing), and mark probe work as internal only for probes that watch the
+        # dispatched ops (ops): with neither, a hook does only the call bookkeeping.
+        self._clocked = any(p.uses_overhead_clock for p in self.probes)
+        self._guarded = any(p.watches_ops for p in self.probes)
         self._handles = HandleGroup()
         self._stack: list[_Frame] = []
         self._counts: dict[str, int] = {}
@@ -244,12 +249,14 @@ class Tracer:
         self, path: str, cls: str
     ) -> Callable[[nn.Module, tuple[Any, ...], dict[str, Any]], None]:
         stack, counts, enters = self._stack, self._counts, self._enters
+        clocked, guarded = self._clocked, self._guarded
         trace = self.trace
         assert trace is not None
         calls = trace.calls
 
         def pre_hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-            start = self.chain_start_ns = perf_counter_ns()
+            if clocked:
+                start = self.chain_start_ns = perf_counter_ns()
             n = counts.get(path, 0)
             counts[path] = n + 1
             parent = stack[-1].call if stack else None
@@ -260,24 +267,32 @@ class Tracer:
                 parent.children.append(call.index)
             calls.append(call)
             stack.append(_Frame(call, module, sys.exc_info()[1]))
-            if enters:
+            if not enters:
+                pass
+            elif guarded:
                 self.internal += 1
                 try:
                     for fn in enters:
                         fn(call, module, args, kwargs)
                 finally:
                     self.internal -= 1
-            self.overhead_ns += perf_counter_ns() - start
+            else:
+                for fn in enters:
+                    fn(call, module, args, kwargs)
+            if clocked:
+                self.overhead_ns += perf_counter_ns() - start
 
         return pre_hook
 
     def _make_post_hook(self) -> Callable[[nn.Module, tuple[Any, ...], dict[str, Any], Any], None]:
         stack, exits = self._stack, self._exits
+        clocked, guarded = self._clocked, self._guarded
 
         def post_hook(
             module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
         ) -> None:
-            start = self.chain_start_ns = perf_counter_ns()
+            if clocked:
+                start = self.chain_start_ns = perf_counter_ns()
             frame = self._pop(module)
             if frame is None:
                 return
@@ -285,14 +300,20 @@ class Tracer:
             failed = exc is not None and exc is not frame.outer_exc
             if failed:
                 self._record_failure(frame.call, exc)
-            if exits:
+            if not exits:
+                pass
+            elif guarded:
                 self.internal += 1
                 try:
                     for fn in exits:
                         fn(frame.call, module, output, failed)
                 finally:
                     self.internal -= 1
-            self.overhead_ns += perf_counter_ns() - start
+            else:
+                for fn in exits:
+                    fn(frame.call, module, output, failed)
+            if clocked:
+                self.overhead_ns += perf_counter_ns() - start
 
         del stack
         return post_hook

@@ -37,6 +37,12 @@ class Probe:
     name: ClassVar[str] = ""
     #: Position among probes: lower enters first and exits last.
     order: ClassVar[int] = 50
+    #: True for a probe that reads ``tracer.chain_start_ns``/``overhead_ns`` (timing):
+    #: only then does the tracer time its own hooks.
+    uses_overhead_clock: ClassVar[bool] = False
+    #: True for a probe that observes dispatched aten ops (ops): only then does the
+    #: tracer raise ``tracer.internal`` around the other probes' callbacks.
+    watches_ops: ClassVar[bool] = False
 
     def install(self, tracer: Tracer) -> list[Removable]:
         return []

@@ -208,6 +208,7 @@ class OpsProbe(Probe):
     """
 
     name = "ops"
+    watches_ops = True
     order = 40
 
     def __init__(self, *, formulas: Mapping[OpTarget, Callable[..., int]] | None = None) -> None:

@@ -48,6 +48,7 @@ class TimingProbe(Probe):
     """
 
     name = "time"
+    uses_overhead_clock = True
     order = 90
 
     def __init__(self, *, cuda: bool | None = None) -> None:
