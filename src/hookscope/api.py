@@ -83,7 +83,7 @@ def trace(
         time = False  # nothing runs on meta: its times would mean nothing
     tracer = Tracer(
         model, shapes=shapes, time=time, stats=stats, memory=memory, ops=ops,
-        probes=probes, select=select,
+        probes=probes, select=select, restore_state=True,
     )
     grad_ctx = torch.enable_grad() if backward or grad else torch.no_grad()
     try:

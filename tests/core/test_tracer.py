@@ -349,3 +349,33 @@ def test_backward_with_all_params_frozen_is_a_spec_error() -> None:
         hookscope.trace(model, torch.randn(2, 4), backward=True, **SHAPES_ONLY)
     assert total_hooks(model) == 0
     assert not any(p.requires_grad for p in model.parameters())
+
+
+class _FlipsTrainingInForward(nn.Module):
+    """A forward with a side effect on the module's own flags."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(2, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.fc.train(not self.fc.training)
+        self.fc.weight.requires_grad_(False)
+        return self.fc(x)
+
+
+def test_trace_puts_flags_changed_during_its_forward_back() -> None:
+    model = _FlipsTrainingInForward().eval()
+    hookscope.trace(model, torch.ones(1, 2))
+    assert [m.training for m in model.modules()] == [False, False]
+    assert model.fc.weight.requires_grad
+
+
+def test_tracer_keeps_what_the_users_own_code_changed_inside_the_block() -> None:
+    model = nn.Sequential(nn.Linear(2, 2), nn.Dropout()).train()
+    with hookscope.Tracer(model):
+        model.eval()
+        model[0].weight.requires_grad_(False)
+        model(torch.ones(1, 2))
+    assert not any(m.training for m in model.modules())
+    assert not model[0].weight.requires_grad

@@ -5,8 +5,9 @@ model, a forward pre-hook and a forward hook (``with_kwargs=True``,
 ``always_call=True``, so it also runs when ``forward`` raises), keeps the runtime call
 stack, creates a :class:`~hookscope.core.records.Call` per module execution and hands
 it to the probes (``hookscope.probes``). On exit, in a ``finally``, it removes every
-handle it registered, restores ``training`` flags and ``requires_grad``, and lets the
-probes finalise the :class:`~hookscope.core.records.Trace`.
+handle it registered (with ``restore_state=True``, as ``hookscope.trace`` uses it, it
+also puts ``training`` flags and ``requires_grad`` back), and lets the probes finalise
+the :class:`~hookscope.core.records.Trace`.
 
 The hooks return ``None``, so the model computes exactly what it computes without
 hookscope: outputs are bit-identical.
@@ -81,6 +82,11 @@ class Tracer:
         probes: extra :class:`~hookscope.probes.Probe` instances.
         select: only observe modules whose path matches (glob string, list of globs,
             or ``fn(path: str) -> bool``); ``None`` observes every module.
+        restore_state: on exit, put every module's ``training`` flag and every
+            parameter's ``requires_grad`` back as they were on entry. Off by default:
+            hookscope itself changes neither, and what your own code inside the
+            ``with`` block changes (``model.eval()``, freezing a layer) is yours to
+            keep. ``hookscope.trace`` turns it on, so the forward it runs leaves no trace.
 
     Example:
         >>> with hookscope.Tracer(model, time=True) as tracer:
@@ -100,6 +106,7 @@ class Tracer:
         ops: bool = False,
         probes: Iterable[Probe] = (),
         select: Selector | None = None,
+        restore_state: bool = False,
         **options: bool,
     ) -> None:
         if not isinstance(model, nn.Module):
@@ -130,6 +137,7 @@ class Tracer:
         self._handles = HandleGroup()
         self._stack: list[_Frame] = []
         self._counts: dict[str, int] = {}
+        self._restore_state = restore_state
         self._state: _ModelState | None = None
         self._lazy = False
         # Innermost call where the exception now propagating started, and that exception.
@@ -164,7 +172,7 @@ class Tracer:
         self._stack.clear()
         self._counts.clear()
         self._failure = None
-        self._state = _ModelState(self.model)
+        self._state = _ModelState(self.model) if self._restore_state else None
         try:
             self._register_module_hooks(structure.modules)
             for probe in self.probes:
