@@ -19,16 +19,18 @@ import pytest
 import torch
 from torch import nn
 
-from hookscope.cli.loading import (
+from hookscope.cli.inputs import (
     DTYPES,
     InputSpec,
+    make_inputs,
+    parse_config_overrides,
+    parse_input_spec,
+)
+from hookscope.cli.loading import (
     LoadedModel,
     ModelSource,
     default_input_specs,
     load_model,
-    make_inputs,
-    parse_config_overrides,
-    parse_input_spec,
 )
 from hookscope.errors import HookscopeError, SpecError
 

@@ -1,11 +1,11 @@
 """Turn command-line strings into a model and example inputs.
 
 Where it sits: the command line (``cli/main.py``) parses its options, then calls
-:func:`load_model` with the model spec, :func:`parse_config_overrides` output and the
-device; it parses each ``--input`` with :func:`parse_input_spec` (or asks
-:func:`default_input_specs` when there is none) and turns the specs into tensors with
-:func:`make_inputs`, ready for ``hookscope.trace(model, *args, **kwargs)``. Nothing here
-knows about typer, and torchvision/transformers are imported only when a spec names them.
+:func:`load_model` with the model spec, the ``--config`` overrides and the device; with
+no ``--input`` it asks :func:`default_input_specs` for the model's usual inputs, which
+``cli/inputs.py`` turns into tensors, ready for ``hookscope.trace(model, *args,
+**kwargs)``. Nothing here knows about typer, and torchvision/transformers are imported
+only when a spec names them.
 
 Model specs::
 
@@ -18,8 +18,6 @@ Model specs::
 Weights are always random: nothing is ever downloaded. On ``device="meta"`` the model is
 built without allocating memory, so a 70B-parameter config builds in a second.
 
-Input specs: ``1,3,224,224``, ``2x3x32x32:float16``, ``input_ids=1,128:int64``.
-
 Every mistake in a spec raises :class:`~hookscope.errors.SpecError` with a one-line
 message that names the bad value and says how to fix it.
 """
@@ -27,7 +25,6 @@ message that names the bad value and says how to fix it.
 from __future__ import annotations
 
 import contextlib
-import difflib
 import enum
 import importlib
 import importlib.util
@@ -36,7 +33,7 @@ import itertools
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -45,35 +42,16 @@ from typing import Any
 import torch
 from torch import nn
 
+from hookscope.cli.inputs import DTYPES, InputSpec, parse_device, suggest
 from hookscope.errors import SpecError
 
 __all__ = [
-    "DTYPES",
     "TRANSFORMERS_TASKS",
-    "InputSpec",
     "LoadedModel",
     "ModelSource",
     "default_input_specs",
     "load_model",
-    "make_inputs",
-    "parse_config_overrides",
-    "parse_input_spec",
 ]
-
-DTYPES: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "float64": torch.float64,
-    "int64": torch.int64,
-    "int32": torch.int32,
-    "int16": torch.int16,
-    "int8": torch.int8,
-    "uint8": torch.uint8,
-    "bool": torch.bool,
-    "complex64": torch.complex64,
-}
-"""Dtype names accepted after ``:`` in an input spec."""
 
 TRANSFORMERS_TASKS: dict[str, str] = {
     "base": "AutoModel",
@@ -102,23 +80,6 @@ class ModelSource(str, enum.Enum):
     MODULE = "module"
     TORCHVISION = "torchvision"
     TRANSFORMERS = "transformers"
-
-
-@dataclass(frozen=True)
-class InputSpec:
-    """Shape, dtype and (for keyword inputs) name of one example input.
-
-    ``str(spec)`` is an input spec that :func:`parse_input_spec` reads back.
-    """
-
-    shape: tuple[int, ...]
-    dtype: torch.dtype = torch.float32
-    name: str | None = None
-
-    def __str__(self) -> str:
-        prefix = f"{self.name}=" if self.name is not None else ""
-        dtype = next((k for k, v in DTYPES.items() if v == self.dtype), str(self.dtype)[6:])
-        return f"{prefix}{','.join(map(str, self.shape))}:{dtype}"
 
 
 @dataclass(frozen=True)
@@ -170,7 +131,7 @@ def load_model(
         ['1,3,224,224:float32']
     """
     source, target, name = _split_spec(spec.strip())
-    dev = _parse_device(device)
+    dev = parse_device(device)
     if config and source is not ModelSource.TRANSFORMERS:
         raise SpecError(
             f"config overrides ({', '.join(config)}) only apply to 'transformers:NAME' models, "
@@ -199,22 +160,6 @@ def _split_spec(spec: str) -> tuple[ModelSource, str, str]:
         if name.isidentifier() and (is_file or _DOTTED.fullmatch(target)):
             return (ModelSource.FILE if is_file else ModelSource.MODULE), target, name
     raise SpecError(f"model spec {spec!r} is not of the form {_SPEC_FORMS}")
-
-
-def _parse_device(device: str | torch.device | None) -> torch.device | None:
-    if device is None:
-        return None
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError, ValueError) as e:
-        raise SpecError(
-            f"device {device!r} is not a torch device; use 'cpu', 'cuda', 'cuda:0' or 'meta'"
-        ) from e
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise SpecError(
-            f"device {device!r} was asked for but CUDA is not available here; use 'cpu' or 'meta'"
-        )
-    return dev
 
 
 def _build(make: Callable[[], nn.Module], device: torch.device | None, *, what: str) -> nn.Module:
@@ -278,11 +223,6 @@ def _describe(e: BaseException) -> str:
     lines = str(e).strip().splitlines()
     text = f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
     return text if len(text) <= 200 else text[:199] + "…"
-
-
-def _suggest(name: str, choices: Sequence[str]) -> str:
-    matches = difflib.get_close_matches(name, choices, n=5, cutoff=0.5)
-    return f" (close matches: {', '.join(matches)})" if matches else ""
 
 
 # ------------------------------------------------------------------ files and modules
@@ -423,7 +363,7 @@ def _load_torchvision(spec: str, name: str, device: torch.device | None) -> Load
     names: list[str] = models.list_models()
     if name not in names:
         raise SpecError(
-            f"torchvision has no model {name!r}{_suggest(name.lower(), names)}; "
+            f"torchvision has no model {name!r}{suggest(name.lower(), names)}; "
             "torchvision.models.list_models() lists them all"
         )
     kwargs = _torchvision_kwargs(models, name)
@@ -494,7 +434,7 @@ def _split_transformers_name(name: str, spec: str, known: Any) -> tuple[str, str
         words = [w for w in re.split(r"[-_/.]", name.lower()) if w in types]
         hint = f" (close matches: {', '.join(dict.fromkeys(words))})" if words else ""
         raise SpecError(
-            f"transformers has no model type {name!r}{hint or _suggest(model_type, types)}; "
+            f"transformers has no model type {name!r}{hint or suggest(model_type, types)}; "
             "NAME is a model type such as 'gpt2', 'bert' or 'llama', not a checkpoint id"
         )
     task = task or "base"
@@ -534,7 +474,7 @@ def _transformers_config(
         # (e.g. llama's rope_theta, moved into rope_parameters) does not.
         if not hasattr(default, key) and hasattr(config, key):
             raise SpecError(
-                f"{type(default).__name__} has no setting {key!r}{_suggest(key, known)}; "
+                f"{type(default).__name__} has no setting {key!r}{suggest(key, known)}; "
                 "check the spelling of the config override"
             )
     return config
@@ -594,102 +534,6 @@ def _vocab_size(config: Any) -> int | None:
     return vocab if isinstance(vocab, int) and vocab > 0 else None
 
 
-# ----------------------------------------------------------------------------- options
-
-
-def parse_config_overrides(text: str) -> dict[str, object]:
-    """Parse ``KEY=VALUE,KEY=VALUE`` config overrides.
-
-    Values are read as int, float, ``true``/``false``/``none`` (any case), or else a
-    string; quote a value (``'1'``) to keep it a string.
-
-    Raises:
-        SpecError: an item is not ``KEY=VALUE``, a key is not an identifier or repeats.
-
-    Example:
-        >>> parse_config_overrides("num_hidden_layers=2,rope_theta=1e4,tie_word_embeddings=false")
-        {'num_hidden_layers': 2, 'rope_theta': 10000.0, 'tie_word_embeddings': False}
-    """
-    overrides: dict[str, object] = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        key, sep, value = (s.strip() for s in item.partition("="))
-        if not sep or not key.isidentifier() or not value:
-            raise SpecError(
-                f"config override {item!r} is not of the form KEY=VALUE; "
-                "write e.g. 'num_hidden_layers=2,hidden_size=256'"
-            )
-        if key in overrides:
-            raise SpecError(f"config override {key!r} is given twice; give it once")
-        overrides[key] = _parse_value(value)
-    return overrides
-
-
-def _parse_value(text: str) -> object:
-    constants: dict[str, object] = {"true": True, "false": False, "none": None}
-    if text.lower() in constants:
-        return constants[text.lower()]
-    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
-        return text[1:-1]
-    for number in (int, float):
-        with contextlib.suppress(ValueError):
-            return number(text)
-    return text
-
-
-# ------------------------------------------------------------------------------ inputs
-
-
-def parse_input_spec(text: str) -> InputSpec:
-    """Parse ``[NAME=]D0,D1,...[:DTYPE]`` (``x`` also separates dimensions).
-
-    Raises:
-        SpecError: the spec is empty, a dimension is not a non-negative integer, the name
-            is not an identifier or the dtype is unknown.
-
-    Example:
-        >>> parse_input_spec("input_ids=1x128:int64")
-        InputSpec(shape=(1, 128), dtype=torch.int64, name='input_ids')
-    """
-    name, sep, rest = text.strip().rpartition("=")
-    if sep and not name.strip().isidentifier():
-        raise SpecError(
-            f"input name {name.strip()!r} in input spec {text!r} is not a Python identifier; "
-            "write e.g. 'input_ids=1,128:int64'"
-        )
-    shape_text, sep, dtype_text = rest.partition(":")
-    dtype = _parse_dtype(dtype_text.strip(), text) if sep else torch.float32
-    return InputSpec(_parse_shape(shape_text, text), dtype, name.strip() or None)
-
-
-def _parse_shape(shape_text: str, text: str) -> tuple[int, ...]:
-    if not shape_text.strip():
-        raise SpecError(
-            f"input spec {text!r} has no shape; write e.g. '1,3,224,224' or '1,128:int64'"
-        )
-    dims: list[int] = []
-    for part in re.split(r"[,xX]", shape_text):
-        try:
-            dim = int(part)
-        except ValueError:
-            raise SpecError(
-                f"dimension {part.strip()!r} in input spec {text!r} is not an integer; "
-                "separate integer sizes with ',' or 'x', e.g. '1,3,224,224'"
-            ) from None
-        if dim < 0:
-            raise SpecError(f"dimension {dim} in input spec {text!r} is negative; sizes are >= 0")
-        dims.append(dim)
-    return tuple(dims)
-
-
-def _parse_dtype(name: str, text: str) -> torch.dtype:
-    if name not in DTYPES:
-        raise SpecError(
-            f"dtype {name!r} in input spec {text!r} is unknown{_suggest(name, list(DTYPES))}; "
-            f"use one of {' '.join(DTYPES)}"
-        )
-    return DTYPES[name]
-
-
 def default_input_specs(loaded: LoadedModel) -> list[InputSpec]:
     """The example inputs to use when the user gives none.
 
@@ -711,52 +555,4 @@ def default_input_specs(loaded: LoadedModel) -> list[InputSpec]:
     )
 
 
-def make_inputs(
-    specs: Sequence[InputSpec],
-    *,
-    device: str | torch.device | None,
-    vocab_size: int | None = None,
-    seed: int = 0,
-) -> tuple[tuple[torch.Tensor, ...], dict[str, torch.Tensor]]:
-    """Random tensors for ``specs``: unnamed ones positional, named ones keyword.
 
-    Floats (and complex) are standard normal; integers are drawn from
-    ``[0, vocab_size)`` (``[0, 2)`` when the vocabulary is unknown), except inputs whose
-    name ends in ``mask``, which are all ones; bools are random. Values come from a
-    generator seeded with ``seed`` on the CPU, so they are the same on every device and
-    torch's global random state is untouched. On ``meta``, no data is made.
-
-    Raises:
-        SpecError: the device is not usable, or two specs share a name.
-    """
-    dev = _parse_device(device) or torch.device("cpu")
-    generator = torch.Generator().manual_seed(seed)
-    args: list[torch.Tensor] = []
-    kwargs: dict[str, torch.Tensor] = {}
-    for spec in specs:
-        if spec.name in kwargs:
-            raise SpecError(f"input {spec.name!r} is given twice; give each keyword input once")
-        tensor = _make_tensor(spec, dev, generator, vocab_size)
-        if spec.name is None:
-            args.append(tensor)
-        else:
-            kwargs[spec.name] = tensor
-    return tuple(args), kwargs
-
-
-def _make_tensor(
-    spec: InputSpec, device: torch.device, generator: torch.Generator, vocab_size: int | None
-) -> torch.Tensor:
-    shape, dtype = spec.shape, spec.dtype
-    if device.type == "meta":
-        return torch.empty(shape, dtype=dtype, device="meta")
-    if dtype.is_floating_point or dtype.is_complex:
-        tensor = torch.randn(shape, generator=generator, dtype=dtype)
-    elif dtype == torch.bool:
-        tensor = torch.randint(0, 2, shape, generator=generator).bool()
-    elif spec.name is not None and spec.name.endswith("mask"):
-        tensor = torch.ones(shape, dtype=dtype)  # NB: a random mask could hide every token
-    else:
-        high = min(vocab_size or 2, torch.iinfo(dtype).max + 1)
-        tensor = torch.randint(0, high, shape, generator=generator, dtype=dtype)
-    return tensor.to(device)

@@ -44,8 +44,9 @@ def load(spec: str, *, config: str | None, device: str | None) -> LoadedModel:
         SpecError: the spec, the overrides or the device are wrong.
     """
     from hookscope.cli import loading
+    from hookscope.cli.inputs import parse_config_overrides
 
-    overrides = loading.parse_config_overrides(config) if config else None
+    overrides = parse_config_overrides(config) if config else None
     return loading.load_model(spec, config=overrides, device=device)
 
 
@@ -59,13 +60,14 @@ def prepare(
     Raises:
         SpecError: a spec is wrong, or the model has no default inputs and none is given.
     """
-    from hookscope.cli import loading
+    from hookscope.cli.inputs import make_inputs, parse_input_spec
+    from hookscope.cli.loading import default_input_specs
     from hookscope.core.inputs import model_device
 
-    specs = [loading.parse_input_spec(text) for text in inputs]
+    specs = [parse_input_spec(text) for text in inputs]
     loaded = load(spec, config=config, device=device)
-    specs = specs or loading.default_input_specs(loaded)
-    args, kwargs = loading.make_inputs(
+    specs = specs or default_input_specs(loaded)
+    args, kwargs = make_inputs(
         specs, device=device or model_device(loaded.model), vocab_size=loaded.vocab_size
     )
     return Prepared(loaded, args, kwargs)

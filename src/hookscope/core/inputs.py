@@ -34,6 +34,31 @@ def _normalize_sizes(input_size: InputSize) -> list[tuple[int, ...]]:
     return out
 
 
+def random_tensor(
+    shape: Sequence[int],
+    dtype: torch.dtype,
+    *,
+    device: torch.device,
+    generator: torch.Generator,
+    high: int = 2,
+) -> torch.Tensor:
+    """One example tensor, drawn on the CPU from ``generator`` and moved to ``device``.
+
+    Floating and complex dtypes are standard normal, bool is random, other integers are
+    drawn from ``[0, high)``. On the meta device no data is made.
+    """
+    if device.type == "meta":
+        return torch.empty(tuple(shape), dtype=dtype, device=device)
+    if dtype.is_floating_point or dtype.is_complex:
+        tensor = torch.randn(tuple(shape), generator=generator, dtype=dtype)
+    elif dtype == torch.bool:
+        tensor = torch.randint(0, 2, tuple(shape), generator=generator).bool()
+    else:
+        high = min(high, torch.iinfo(dtype).max + 1)
+        tensor = torch.randint(0, high, tuple(shape), generator=generator, dtype=dtype)
+    return tensor.to(device)
+
+
 def make_example_inputs(
     input_size: InputSize,
     *,
@@ -51,14 +76,7 @@ def make_example_inputs(
     if len(dtypes) != len(sizes):
         raise SpecError(f"got {len(sizes)} input sizes but {len(dtypes)} dtypes; give one each")
     gen = torch.Generator().manual_seed(seed)
-    out = []
-    for size, dtype in zip(sizes, dtypes, strict=True):
-        if device.type == "meta":
-            out.append(torch.empty(size, dtype=dtype, device=device))
-        elif dtype.is_floating_point or dtype.is_complex:
-            out.append(torch.randn(size, generator=gen, dtype=dtype).to(device))
-        elif dtype == torch.bool:
-            out.append(torch.randint(0, 2, size, generator=gen).bool().to(device))
-        else:
-            out.append(torch.randint(0, 2, size, generator=gen, dtype=dtype).to(device))
-    return tuple(out)
+    return tuple(
+        random_tensor(size, dtype, device=device, generator=gen)
+        for size, dtype in zip(sizes, dtypes, strict=True)
+    )
