@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hookscope.core.inputs import InputSize, make_example_inputs, model_device
+from hookscope.core.inputs import InputSize, make_example_inputs, model_device, parse_device
 from hookscope.core.meta import inputs_to_meta, is_meta_request, is_on_meta, meta_copy
 from hookscope.core.records import Trace
 from hookscope.core.selectors import Selector
@@ -155,7 +155,7 @@ def _resolve_inputs(
     if inputs and input_size is not None:
         raise SpecError("pass either input tensors or input_size=, not both")
     if input_size is not None:
-        dev = torch.device(device) if device is not None else model_device(model)
+        dev = parse_device(device) or model_device(model)
         return make_example_inputs(input_size, dtypes=dtypes, device=dev), dict(kwargs or {})
     if dtypes is not None:
         raise SpecError("dtypes= only applies to inputs made from input_size=")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from hookscope.core.inputs import random_tensor
+from hookscope.core.inputs import parse_device, random_tensor
 from hookscope.errors import SpecError
 
 __all__ = [
@@ -58,22 +58,6 @@ class InputSpec:
         prefix = f"{self.name}=" if self.name is not None else ""
         dtype = next((k for k, v in DTYPES.items() if v == self.dtype), str(self.dtype)[6:])
         return f"{prefix}{','.join(map(str, self.shape))}:{dtype}"
-
-
-def parse_device(device: str | torch.device | None) -> torch.device | None:
-    if device is None:
-        return None
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError, ValueError) as e:
-        raise SpecError(
-            f"device {device!r} is not a torch device; use 'cpu', 'cuda', 'cuda:0' or 'meta'"
-        ) from e
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise SpecError(
-            f"device {device!r} was asked for but CUDA is not available here; use 'cpu' or 'meta'"
-        )
-    return dev
 
 
 def suggest(name: str, choices: Sequence[str]) -> str:

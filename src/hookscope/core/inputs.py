@@ -20,6 +20,27 @@ def model_device(model: nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
+def parse_device(device: str | torch.device | None) -> torch.device | None:
+    """``device`` as a ``torch.device`` (``None`` stays ``None``).
+
+    Raises:
+        SpecError: ``device`` names no device, or CUDA is asked for where there is none.
+    """
+    if device is None:
+        return None
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as e:
+        raise SpecError(
+            f"device {device!r} is not a torch device; use 'cpu', 'cuda', 'cuda:0' or 'meta'"
+        ) from e
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise SpecError(
+            f"device {device!r} was asked for but CUDA is not available here; use 'cpu' or 'meta'"
+        )
+    return dev
+
+
 def _normalize_sizes(input_size: InputSize) -> list[tuple[int, ...]]:
     items: list[Any] = list(input_size)
     sizes: list[Any] = [items] if all(isinstance(d, int) for d in items) else items
