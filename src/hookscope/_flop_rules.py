@@ -162,8 +162,10 @@ def base_name(func: torch._ops.OpOverload) -> str:
 def rule_without_formula(func: torch._ops.OpOverload) -> FlopRule:
     """How an op without a FLOP formula is counted (see the module docstring)."""
     namespace = func.namespace
-    if namespace == "prim":
-        return FlopRule.FREE  # prim::device, prim::layout: metadata queries
+    if namespace in ("prim", "profiler"):
+        # prim::device, prim::layout: metadata queries; profiler::_record_function_*:
+        # the markers record_function() dispatches (optimizers use it in step())
+        return FlopRule.FREE
     if namespace != "aten":
         return FlopRule.UNCOUNTED
     name = base_name(func)

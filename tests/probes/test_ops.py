@@ -8,6 +8,7 @@ backward attribution; and bit-identical outputs of unobserved twins for safety.
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -412,3 +413,31 @@ def test_render_errors() -> None:
     traced = hookscope.trace(_mlp(), torch.randn(4, 8), **OPS_ONLY)
     with pytest.raises(hookscope.SpecError, match="top must be a positive integer"):
         render_ops(traced, top=0)
+
+
+def test_a_training_step_with_an_optimizer_is_fully_counted() -> None:
+    """Optimizers mark ``step()`` with ``record_function`` (``profiler::`` ops): those
+    markers are free, so a whole training step is not flagged partial, and the model's
+    forward and backward FLOPs equal FlopCounterMode's on the same step."""
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    x = torch.randn(3, 8)
+
+    def step(m: nn.Module) -> None:
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        loss = m(x).square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    twin = copy.deepcopy(model)
+    with FlopCounterMode(display=False) as counter:
+        step(twin)
+    with hookscope.Tracer(model, **OPS_ONLY) as tracer:
+        step(model)
+    trace = tracer.trace
+    assert trace is not None
+    assert trace.uncounted_ops == {}
+    assert trace.totals_flops is not None and not trace.totals_flops.partial
+    total = trace.totals_flops.forward + trace.totals_flops.backward
+    assert total == counter.get_total_flops()
+    assert any(o.name.startswith("profiler.") for o in trace.ops)
