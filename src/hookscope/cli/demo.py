@@ -41,9 +41,10 @@ def run_demo(*, no_color: bool = False, width: int | None = None) -> None:
     import torch
 
     from hookscope import examples
+    from hookscope.cli.output import color_choice
     from hookscope.render.table import make_console
 
-    console = make_console(width=width, color=False if no_color else None)
+    console = make_console(width=width, color=color_choice(no_color))
     ascii = no_color or not console.is_terminal
     seed = examples.seed_model()
     x = torch.arange(4.0).reshape(examples.SEED_INPUT_SHAPE)

@@ -10,7 +10,6 @@ errors found by the argument parser are turned into the same one line by
 
 from __future__ import annotations
 
-import os
 import sys
 import traceback
 from collections.abc import Iterator
@@ -18,6 +17,8 @@ from contextlib import contextmanager
 from typing import Any
 
 import typer
+
+from hookscope.cli.output import discard_stdout
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1
@@ -67,26 +68,10 @@ def failure_boundary(*, debug: bool) -> Iterator[None]:
         print_error("interrupted")
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except BrokenPipeError:
-        _discard_stdout()
+        discard_stdout()
         raise typer.Exit(EXIT_BROKEN_PIPE) from None
     except Exception as e:
         raise typer.Exit(_report(e, debug=debug)) from None
-
-
-def _discard_stdout() -> None:
-    """Point stdout at /dev/null after its reader went away (``| head``).
-
-    Python flushes stdout again at exit; without this, that flush fails too and
-    prints "Exception ignored ... BrokenPipeError" (the recipe from Python's docs on
-    SIGPIPE).
-    """
-    try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError):  # a captured, in-memory stdout
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, fd)
-    os.close(devnull)
 
 
 def _report(error: Exception, *, debug: bool) -> int:

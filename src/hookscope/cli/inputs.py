@@ -186,7 +186,14 @@ def make_inputs(
     for spec in specs:
         if spec.name in kwargs:
             raise SpecError(f"input {spec.name!r} is given twice; give each keyword input once")
-        tensor = _make_tensor(spec, dev, generator, vocab_size)
+        try:
+            tensor = _make_tensor(spec, dev, generator, vocab_size)
+        except RuntimeError as e:  # too large to allocate, or a size that overflows
+            reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise SpecError(
+                f"cannot make input {str(spec)!r} on {dev}: {reason[:200]}; give a smaller "
+                "shape, or --device meta for shapes without memory"
+            ) from e
         if spec.name is None:
             args.append(tensor)
         else:

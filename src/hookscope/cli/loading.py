@@ -131,7 +131,7 @@ def load_model(
         ['1,3,224,224:float32']
     """
     source, target, name = _split_spec(spec.strip())
-    dev = parse_device(device)
+    dev = _usable(parse_device(device), device)
     if config and source is not ModelSource.TRANSFORMERS:
         raise SpecError(
             f"config overrides ({', '.join(config)}) only apply to 'transformers:NAME' models, "
@@ -144,6 +144,26 @@ def load_model(
     module = _import_file(target, spec) if source is ModelSource.FILE else _import_module(target)
     model = _build(_factory(module, name, target), dev, what=f"factory {name!r} in {target!r}")
     return _user_loaded(model, spec, source)
+
+
+def _usable(dev: torch.device | None, text: object) -> torch.device | None:
+    """``dev``, if this machine has it (``parse_device`` already checked that CUDA exists)."""
+    if dev is None or dev.type in ("cpu", "meta"):
+        return dev
+    backend = getattr(torch, dev.type, None)
+    is_available = getattr(backend, "is_available", None)
+    count = getattr(backend, "device_count", None)
+    if not callable(is_available) or not is_available():
+        raise SpecError(
+            f"device {text!r} is not available here; use 'cpu' or 'meta'"
+            + (", or 'cuda'" if torch.cuda.is_available() else "")
+        )
+    if dev.index is not None and callable(count) and dev.index >= count():
+        raise SpecError(
+            f"device {text!r} does not exist: this machine has {count()} {dev.type} "
+            f"device(s), numbered from 0"
+        )
+    return dev
 
 
 def _split_spec(spec: str) -> tuple[ModelSource, str, str]:
@@ -168,8 +188,8 @@ def _build(make: Callable[[], nn.Module], device: torch.device | None, *, what: 
         return _construct(make, device)
     except SpecError:
         raise
-    except Exception as e:
-        raise SpecError(f"{what} raised {_describe(e)}") from e
+    except (Exception, SystemExit) as e:
+        raise SpecError(f"{what} {_raised(e)}") from e
 
 
 def _construct(make: Callable[[], nn.Module], device: torch.device | None) -> nn.Module:
@@ -218,6 +238,16 @@ def _parameters_on_meta() -> Iterator[None]:
         nn.Module.register_buffer = register_buffer  # type: ignore[method-assign]
 
 
+def _raised(e: BaseException) -> str:
+    """``raised TypeName: message``, or what a ``sys.exit()`` call needs to say."""
+    if isinstance(e, SystemExit):
+        return (
+            f"called sys.exit({e.code!r}); put the code that parses arguments or exits "
+            "under `if __name__ == '__main__':`"
+        )
+    return f"raised {_describe(e)}"
+
+
 def _describe(e: BaseException) -> str:
     """``TypeName: first line of the message``, at most 200 characters."""
     lines = str(e).strip().splitlines()
@@ -242,12 +272,18 @@ def _import_file(path_text: str, spec: str) -> ModuleType:
         raise SpecError(f"file {path_text!r} cannot be imported as Python; give a .py file")
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[name] = module
+    argv = sys.argv
     try:
+        # NB: the file sees itself as the program, as under `python file.py`: a script
+        # that parses its arguments when imported must not read hookscope's.
+        sys.argv = [str(path)]
         with _on_sys_path(str(path.resolve().parent)):
             module_spec.loader.exec_module(module)
-    except Exception as e:
+    except (Exception, SystemExit) as e:
         del sys.modules[name]
-        raise SpecError(f"importing {path_text!r} raised {_describe(e)}") from e
+        raise SpecError(f"importing {path_text!r} {_raised(e)}") from e
+    finally:
+        sys.argv = argv
     return module
 
 
@@ -262,8 +298,8 @@ def _import_module(name: str) -> ModuleType:
                 "holds it, or give a file path instead ('path/to/file.py:factory')"
             ) from e
         raise SpecError(f"importing module {name!r} raised {_describe(e)}") from e
-    except Exception as e:
-        raise SpecError(f"importing module {name!r} raised {_describe(e)}") from e
+    except (Exception, SystemExit) as e:
+        raise SpecError(f"importing module {name!r} {_raised(e)}") from e
 
 
 @contextlib.contextmanager

@@ -5,7 +5,9 @@ Each command only parses its options, loads the model (``cli/running.py`` throug
 :func:`hookscope.trace`, :func:`hookscope.inspect`), and hands the result to a
 renderer (``cli/views.py``) and a destination (``cli/output.py``). Failures become
 one ``error: ...`` line and exit status 2 (``cli/failures.py``); when the model
-raises, the partial table is printed first.
+raises, the partial table is printed first. Stdout carries only hookscope's result:
+what the model's own code prints while it is loaded and run goes to stderr, so
+``--format json`` and ``csv`` stay parseable.
 
 :func:`run` drives the Typer app in-process, so tests call ``main([...])`` directly.
 """
@@ -72,20 +74,25 @@ InputOpt = Annotated[list[str] | None, typer.Option(
     "Default: the model's own example inputs (torchvision, transformers).",
 )]
 DepthOpt = Annotated[int | None, typer.Option(
-    min=0, show_default=False, help="Show modules down to this depth (0: the model only).")]
+    min=0, metavar="N", show_default=False,
+    help="Show modules down to this depth (0: the model only).")]
 DeviceOpt = Annotated[str | None, typer.Option(
-    show_default=False, help="Build and run on this device: cpu, cuda, cuda:1 or meta "
+    metavar="DEVICE", show_default=False,
+    help="Build and run on this device: cpu, cuda, cuda:1 or meta "
     "(shapes and parameters without allocating memory).")]
 ConfigOpt = Annotated[str | None, typer.Option(
     metavar="K=V,...", show_default=False,
     help="Config overrides for transformers:NAME, e.g. num_hidden_layers=2,hidden_size=256.")]
 OutputOpt = Annotated[Path | None, typer.Option(
     "--output", "-o", metavar="FILE", show_default=False,
-    help="Write to FILE (replaced only when everything succeeded) instead of stdout.")]
+    help="Write to FILE (replaced only when everything succeeded) instead of stdout; "
+    "'-' is stdout.")]
 NoColorOpt = Annotated[bool, typer.Option(
-    "--no-color", help="Plain ASCII tables without colour, also on a terminal.")]
+    "--no-color", help="Plain ASCII tables without colour, also on a terminal "
+    "(as does NO_COLOR=1; FORCE_COLOR=1 colours a pipe).")]
 WidthOpt = Annotated[int | None, typer.Option(
-    min=40, show_default=False, help="Table width in characters (default: terminal, or 120).")]
+    min=40, metavar="N", show_default=False,
+    help="Table width in characters (default: terminal, or 120).")]
 OpsOpt = Annotated[bool, typer.Option(
     "--ops", help="Count FLOPs per call and add the per-op table.")]
 DebugOpt = Annotated[bool, typer.Option(
@@ -140,16 +147,18 @@ def summary_command(
     """Module tree with input/output shapes and parameters per call (one forward pass)."""
     import hookscope
     from hookscope.cli.running import prepare
-    from hookscope.cli.views import summary_view
+    from hookscope.cli.views import check_summary_view, summary_view
 
     target = OutputTarget(output, no_color, width)
     with failure_boundary(debug=debug):
-        prepared = prepare(model, inputs=inputs or [], config=config, device=device)
+        check_summary_view(depth, fmt.value)
+        with _model_prints_to_stderr():
+            prepared = prepare(model, inputs=inputs or [], config=config, device=device)
 
         def partial(trace: Trace) -> Rendered:
             return summary_view(hookscope.Summary(trace, depth=depth), fmt.value)
 
-        with _partial_on_failure(partial, target):
+        with _partial_on_failure(partial, target), _model_prints_to_stderr():
             result = hookscope.summary(
                 prepared.loaded.model, *prepared.args, kwargs=prepared.kwargs, depth=depth,
                 ops=ops,
@@ -187,14 +196,17 @@ def trace_command(
 ) -> None:
     """Time, activation statistics and memory of every call; FLOPs with --ops."""
     from hookscope.cli.running import prepare, run_traces
-    from hookscope.cli.views import TraceView, check_trace_view, trace_view
+    from hookscope.cli.views import TraceView, check_trace_view, trace_view, unmeasured
 
     target = OutputTarget(output, no_color, width)
     view = TraceView(_split(columns), sort, top, depth, ops)
     with failure_boundary(debug=debug):
-        check_trace_view(view, fmt.value)
-        prepared = prepare(model, inputs=inputs or [], config=config, device=device)
-        with _partial_on_failure(lambda t: trace_view(t, fmt.value, view), target):
+        off = unmeasured(time=time, stats=stats, memory=memory, ops=ops, device=device)
+        check_trace_view(view, fmt.value, unmeasured=off)
+        with _model_prints_to_stderr():
+            prepared = prepare(model, inputs=inputs or [], config=config, device=device)
+        with (_partial_on_failure(lambda t: trace_view(t, fmt.value, view), target),
+              _model_prints_to_stderr()):
             result = run_traces(
                 prepared, repeat=repeat, time=time, stats=stats, memory=memory, ops=ops,
                 backward=backward,
@@ -220,7 +232,8 @@ def inspect_command(
 
     target = OutputTarget(output, no_color, width)
     with failure_boundary(debug=debug):
-        loaded = load(model, config=config, device=device)
+        with _model_prints_to_stderr():
+            loaded = load(model, config=config, device=device)
         target.write(structure_view(hookscope.inspect(loaded.model), fmt.value))
 
 
@@ -238,6 +251,22 @@ def demo_command(
 
 
 @contextmanager
+def _model_prints_to_stderr() -> Iterator[None]:
+    """Around the model's own code: what it prints goes to stderr (stdout carries only
+    the result), and a ``sys.exit()`` in it becomes an error line, not a silent exit."""
+    from hookscope.errors import SpecError
+
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    except SystemExit as e:
+        raise SpecError(
+            f"the model's code called sys.exit({e.code!r}) while hookscope ran it; "
+            "a model must return its output or raise"
+        ) from e
+
+
+@contextmanager
 def _partial_on_failure(
     render: Callable[[Trace], Rendered], target: OutputTarget
 ) -> Iterator[None]:
@@ -245,14 +274,18 @@ def _partial_on_failure(
 
     The partial result never goes to ``-o FILE``: that file is written only on success.
     """
+    from hookscope.cli.output import discard_stdout
     from hookscope.errors import HookscopeError, ModelRunError
 
     try:
         yield
     except ModelRunError as e:
-        # NB: a bad --columns must not hide the model's own error.
-        with contextlib.suppress(HookscopeError):
-            target.to_stdout().write(render(e.trace))
+        # NB: a bad --columns or a closed stdout must not hide the model's own error.
+        try:
+            with contextlib.suppress(HookscopeError):
+                target.to_stdout().write(render(e.trace))
+        except BrokenPipeError:
+            discard_stdout()
         raise
 
 

@@ -9,13 +9,18 @@ style depends on the destination. :class:`OutputTarget` then decides:
   ``--width`` (default 120) columns;
 - ``-o FILE`` is written to a temporary file in the same directory and renamed
   over ``FILE`` only once everything is rendered and written, so a failure never
-  leaves a half-written file.
+  leaves a half-written file. ``-o -`` is stdout; a symlink is written through (the
+  link stays), a device or FIFO (``-o /dev/stdout``) is written directly.
+
+``NO_COLOR`` (any value) in the environment acts as ``--no-color``; ``FORCE_COLOR``
+gives the terminal's coloured tables also in a pipe.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -72,13 +77,29 @@ class OutputTarget:
         Raises:
             SpecError: the output file cannot be written (nothing is left behind).
         """
-        if self.path is not None:
-            write_atomically(self.path, self._as_text(rendered))
-        elif rendered.text is not None:
-            sys.stdout.write(rendered.text)
-            sys.stdout.flush()
-        else:
-            self._print_tables(rendered)
+        if self.path is not None and str(self.path) != "-":
+            # NB: the shell leaves the ~ of --output=~/x.json alone
+            write_atomically(self.path.expanduser(), self._as_text(rendered))
+            return
+        from hookscope.errors import SpecError
+
+        if sys.stdout is None:  # started with stdout closed (`>&-`)
+            raise SpecError("stdout is closed; write the result to a file with -o FILE")
+        reconfigure = getattr(sys.stdout, "reconfigure", None)
+        if callable(reconfigure):  # PYTHONIOENCODING=ascii: a '?' for what it cannot show
+            reconfigure(errors="replace")
+        try:
+            if rendered.text is not None:
+                sys.stdout.write(rendered.text)
+                sys.stdout.flush()
+            else:
+                self._print_tables(rendered)
+        except BrokenPipeError:
+            raise
+        except OSError as e:  # a full disk, /dev/full
+            discard_stdout()
+            reason = e.strerror or type(e).__name__
+            raise SpecError(f"cannot write to stdout: {reason}; try -o FILE elsewhere") from e
 
     def _as_text(self, rendered: Rendered) -> str:
         if rendered.text is not None:
@@ -93,33 +114,91 @@ class OutputTarget:
         from hookscope.render.table import make_console
 
         assert rendered.tables is not None
-        console = make_console(width=self.width, color=False if self.no_color else None)
+        console = make_console(width=self.width, color=color_choice(self.no_color))
+        # NB: rich's own reaction to a closed pipe is SystemExit(1), which would hide the
+        # model's error after a partial table; raise what writing text raises instead.
+        console.on_broken_pipe = _broken_pipe  # type: ignore[method-assign]
         renderables = rendered.tables(self.no_color or not console.is_terminal)
         for renderable in renderables:
             console.print(renderable)
 
 
+def color_choice(no_color: bool) -> bool | None:
+    """``make_console``'s ``color``: off with ``--no-color`` or ``NO_COLOR``, on with
+    ``FORCE_COLOR``, else ``None`` (colour only on a terminal)."""
+    if no_color or os.environ.get("NO_COLOR"):
+        return False
+    return True if os.environ.get("FORCE_COLOR") else None
+
+
+def discard_stdout() -> None:
+    """Point stdout at /dev/null once it cannot be written (``| head``, a full disk).
+
+    Python flushes stdout again at exit; without this, that flush fails too and
+    prints "Exception ignored ... BrokenPipeError" (the recipe from Python's docs on
+    SIGPIPE).
+    """
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # a captured, in-memory stdout
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+def _broken_pipe() -> None:
+    discard_stdout()
+    raise BrokenPipeError
+
+
 def write_atomically(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file renamed on success.
+
+    A symlink is followed (the file it points to is replaced, the link stays); a path
+    that is neither a file nor a directory (``/dev/stdout``, a FIFO) is written
+    directly. A replaced file keeps its permissions.
 
     Raises:
         SpecError: the file cannot be written; no file (new or temporary) is left.
     """
     from hookscope.errors import SpecError
 
+    shown = str(path)
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        mode = None
+    if mode is not None and stat.S_ISDIR(mode):
+        raise SpecError(f"output path {shown!r} is a directory; give a file name, e.g. -o out.txt")
+    if mode is not None and not stat.S_ISREG(mode):
+        try:
+            with open(path, "w", encoding="utf-8", newline="") as f:
+                f.write(text)
+        except OSError as e:
+            raise SpecError(f"cannot write output file {shown!r}: {e.strerror or e}") from e
+        return
+    path = Path(os.path.realpath(path))
+    if not path.parent.is_dir():
+        raise SpecError(
+            f"cannot write output file {shown!r}: directory {str(path.parent)!r} does not "
+            "exist; create it first"
+        )
     tmp: str | None = None
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
             f.write(text)
-        os.chmod(tmp, 0o666 & ~_umask())
+        os.chmod(tmp, stat.S_IMODE(mode) if mode is not None else 0o666 & ~_umask())
         os.replace(tmp, path)
-    except OSError as e:
+    except BaseException as e:  # also Ctrl-C: no temporary file is left behind
         if tmp is not None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+        if not isinstance(e, OSError):
+            raise
         reason = e.strerror or type(e).__name__
-        raise SpecError(f"cannot write output file {str(path)!r}: {reason}") from e
+        raise SpecError(f"cannot write output file {shown!r}: {reason}") from e
 
 
 def _umask() -> int:

@@ -8,7 +8,7 @@ Each function maps a result (a :class:`~hookscope.Summary`, a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -45,18 +45,84 @@ class TraceView:
     ops: bool = False
 
 
-def check_trace_view(view: TraceView, fmt: str) -> None:
-    """Reject unknown table columns before the model runs.
+_TABLE_ONLY = {"json": ("columns", "sort", "top", "depth"), "csv": ("sort", "top", "depth")}
+"""The ``trace`` options that shape only the table: JSON has every call and field, CSV
+every call in call order (``--columns`` picks CSV fields)."""
+
+
+def unmeasured(
+    *, time: bool, stats: bool, memory: bool, ops: bool, device: str | None
+) -> dict[str, str]:
+    """Probe name -> why a ``trace`` run with these options leaves its columns empty."""
+    on_meta = (device or "").strip().partition(":")[0] == "meta"
+    off: dict[str, str] = {}
+    if on_meta:
+        off["time"] = "nothing is timed on --device meta"
+        off["stats"] = "tensors on --device meta hold no values"
+    if not time:
+        off["time"] = "--no-time turns timing off"
+    if not stats:
+        off["stats"] = "--no-stats turns statistics off"
+    if not memory:
+        off["memory"] = "--no-memory turns the memory probe off"
+    if not ops:
+        off["ops"] = "FLOPs are counted only with --ops"
+    return off
+
+
+def check_trace_view(
+    view: TraceView, fmt: str, *, unmeasured: Mapping[str, str] | None = None
+) -> None:
+    """Reject, before the model runs, table options the format ignores, unknown table
+    columns, and columns that this run leaves empty.
+
+    Args:
+        view: the table options.
+        fmt: the output format.
+        unmeasured: probe name -> why its columns stay empty (see :func:`unmeasured`).
 
     Raises:
+        SpecError: ``--sort``, ``--top``, ``--depth`` (or ``--columns``, with JSON) given
+            for a format they do not apply to, or a column whose probe does not run.
         RenderError: ``--columns`` or ``--sort`` names a column the table does not have.
     """
+    from hookscope.errors import SpecError
+
+    given = [f"--{name}" for name in _TABLE_ONLY.get(fmt, ()) if getattr(view, name) is not None]
+    if given:
+        raise SpecError(
+            f"{', '.join(given)} only shape{'s' if len(given) == 1 else ''} the table; "
+            f"--format {fmt} lists every call in call order. Drop "
+            f"{'it' if len(given) == 1 else 'them'} or use --format table"
+        )
     if fmt != "table":
         return
     from hookscope.render.trace_table import column
 
-    for name in [*(view.columns or ()), *([view.sort] if view.sort else [])]:
-        column(name)
+    off = unmeasured or {}
+    chosen = [("--columns", n) for n in view.columns or ()]
+    for option, name in chosen + ([("--sort", view.sort)] if view.sort else []):
+        probe = column(name).probe
+        if probe is not None and probe in off:
+            raise SpecError(
+                f"{option} {name}: column {name!r} would be empty ({off[probe]}); "
+                "drop it or change that option"
+            )
+
+
+def check_summary_view(depth: int | None, fmt: str) -> None:
+    """Reject ``--depth`` with JSON, which always has every call.
+
+    Raises:
+        SpecError: ``--depth`` given with ``--format json``.
+    """
+    if depth is not None and fmt == "json":
+        from hookscope.errors import SpecError
+
+        raise SpecError(
+            "--depth only shapes the table; --format json lists every call with its "
+            "'depth' (filter on it). Drop --depth or use --format table"
+        )
 
 
 def summary_view(result: Summary, fmt: str, *, ops: bool = False) -> Rendered:
