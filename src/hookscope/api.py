@@ -76,6 +76,11 @@ def trace(
     """
     if backward and grad is False:
         raise SpecError("backward=True needs grad mode; drop grad=False or backward=True")
+    if backward and torch.is_inference_mode_enabled():
+        raise SpecError(
+            "backward=True needs autograd, which torch.inference_mode() turns off; call "
+            "hookscope.trace outside the inference_mode block (or use torch.no_grad())"
+        )
     args, kw = _resolve_inputs(model, inputs, kwargs, input_size, dtypes, device)
     on_meta = is_meta_request(device) or (device is None and is_on_meta(model))
     if on_meta:  # analyse a meta copy: the user's model is not touched
@@ -86,12 +91,16 @@ def trace(
         probes=probes, select=select, restore_state=True,
     )
     grad_ctx = torch.enable_grad() if backward or grad else torch.no_grad()
+    started = False
     try:
         with tracer, grad_ctx:
+            started = True
             output = model(*args, **kw)
             if backward:
                 _run_backward(tracer, model, output, args, kw)
     except Exception as e:
+        if not started:  # the tracer could not start: nothing of the model ran
+            raise
         raise _run_error(tracer, e) from e
     result = tracer.trace
     assert result is not None
@@ -129,7 +138,7 @@ def summary(
     Example:
         >>> print(hookscope.summary(model, input_size=(1, 3, 224, 224), depth=2))
     """
-    if depth is not None and (not isinstance(depth, int) or depth < 0):
+    if depth is not None and (not isinstance(depth, int) or isinstance(depth, bool) or depth < 0):
         raise SpecError(f"depth must be a non-negative integer or None, got {depth!r}")
     result = trace(
         model, *inputs, kwargs=kwargs, input_size=input_size, dtypes=dtypes, device=device,
@@ -152,6 +161,12 @@ def _resolve_inputs(
         )
     if kwargs is not None and not isinstance(kwargs, dict):
         raise SpecError(f"kwargs must be a dict of keyword inputs, got {type(kwargs).__name__}")
+    bad_keys = [k for k in kwargs or {} if not isinstance(k, str)]
+    if bad_keys:
+        raise SpecError(
+            f"kwargs keys must be argument names (strings), got {bad_keys[0]!r}; pass "
+            "tensors that are not keyword arguments positionally"
+        )
     if inputs and input_size is not None:
         raise SpecError("pass either input tensors or input_size=, not both")
     if input_size is not None:
@@ -159,11 +174,23 @@ def _resolve_inputs(
         return make_example_inputs(input_size, dtypes=dtypes, device=dev), dict(kwargs or {})
     if dtypes is not None:
         raise SpecError("dtypes= only applies to inputs made from input_size=")
-    if not inputs and not kwargs:
+    if not inputs and kwargs is None:
         raise SpecError(
             "no inputs given: pass example inputs (hookscope.trace(model, x)) "
-            "or their sizes (input_size=(1, 3, 224, 224))"
+            "or their sizes (input_size=(1, 3, 224, 224)); for a model whose forward "
+            "takes no arguments, pass kwargs={}"
         )
+    wanted = parse_device(device)
+    if wanted is not None and wanted.type != "meta":
+        for meta in call_input_metas(inputs, kwargs or {}):
+            on = torch.device(meta.device)
+            other_index = None not in (wanted.index, on.index) and wanted.index != on.index
+            if on.type != wanted.type or other_index:
+                raise SpecError(
+                    f"device={str(device)!r} but input {meta.path} is on {on}: device= "
+                    "moves nothing, it only places inputs made from input_size= (or "
+                    "analyses on 'meta'); move the model and the inputs with .to() instead"
+                )
     return inputs, dict(kwargs or {})
 
 
@@ -180,7 +207,14 @@ def _run_backward(
             "model requires grad (are all parameters frozen?)"
         )
     targets: list[torch.Tensor] = [p for p in model.parameters() if p.requires_grad]
-    targets += [t for _, t in iter_tensors((args, kw), "in") if t.requires_grad and t.is_leaf]
+    # NB: also inputs that are not leaves (``x = w * 2``): the backward stops there
+    targets += [t for _, t in iter_tensors((args, kw), "in") if t.requires_grad]
+    if not targets:
+        raise SpecError(
+            "backward=True found nothing to differentiate: no parameter of the model and "
+            "no input requires grad (the output's graph starts inside the model); pass "
+            "an input with requires_grad=True or unfreeze a parameter"
+        )
     with tracer.internal_work():
         seeds = [torch.ones_like(t) for t in roots]
     torch.autograd.grad(roots, targets, seeds, allow_unused=True)

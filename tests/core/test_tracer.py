@@ -229,7 +229,7 @@ def test_tracer_cannot_be_entered_twice_at_once() -> None:
     with tracer:
         assert tracer.active
         with pytest.raises(hookscope.HookscopeError, match="already active"), tracer:
-            pass
+            pytest.fail("an active tracer was entered a second time")
         # the failed re-entry did not disturb the running tracer
         model(torch.randn(2, 2))
     assert not tracer.active

@@ -380,8 +380,8 @@ def test_ops_table_inline() -> None:
     assert lines[:8] == expected.splitlines()
     kinds = len({op.name for op in trace.ops})
     assert " ".join(" ".join(lines[8:]).split()) == (
-        f"{len(trace.ops)} ops of {kinds} types · showing the 3 heaviest · "
-        "FLOPs forward 1,280, backward 1,536 · MACs = FLOPs / 2"
+        f"{len(trace.ops)} ops of {kinds} types | showing the 3 heaviest | "
+        "FLOPs forward 1,280, backward 1,536 | MACs = FLOPs / 2"
     )
 
 

@@ -28,6 +28,8 @@ from torch import nn
 from torch.nn.parameter import is_lazy
 from torch.utils import _pytree as pytree
 
+from hookscope.errors import SpecError
+
 META = torch.device("meta")
 
 
@@ -103,9 +105,19 @@ def meta_copy(model: nn.Module) -> nn.Module:
 
     Parameters, buffers and tensor attributes become meta tensors; tied tensors stay
     tied; everything else is deep-copied. No real tensor memory is allocated.
+
+    Raises:
+        SpecError: the model has a TorchScript submodule, which cannot go to meta.
     """
     if is_on_meta(model):
         return model
+    for path, module in model.named_modules():
+        if isinstance(module, torch.jit.ScriptModule):  # its copy keeps real tensors
+            raise SpecError(
+                f"device='meta' cannot move the TorchScript submodule {path!r} "
+                f"({type(module).__name__}) to the meta device; analyse the model "
+                "before scripting it, or trace it on its own device"
+            )
     memo: dict[int, Any] = {}
     for t in _module_tensors(model):
         if id(t) not in memo:

@@ -54,7 +54,7 @@ class TensorMeta:
     Attributes:
         path: where the tensor sits in the nested structure, e.g. ``out``,
             ``out[0]``, ``out["logits"]``, ``args[0]``, ``kwargs["mask"]``.
-        shape: the tensor's size.
+        shape: the tensor's size; ``-1`` for a ragged dimension of a nested tensor.
         dtype: torch dtype name without the ``torch.`` prefix (``float32``).
         device: device string (``cpu``, ``cuda:0``, ``meta``).
         requires_grad: whether autograd tracks the tensor.
@@ -70,8 +70,11 @@ class TensorMeta:
 
     @property
     def numel(self) -> int:
+        """Number of elements; -1 when a dimension is ragged (a nested tensor's)."""
         n = 1
         for d in self.shape:
+            if d < 0:
+                return -1
             n *= d
         return n
 

@@ -301,7 +301,7 @@ def inspect(model: nn.Module) -> ModelInfo:
 def _own(table: dict[str, ParamInfo] | dict[str, BufferInfo], path: str, names: Any) -> int:
     """Numel of the tensors registered directly on the module at ``path`` (first paths)."""
     total = 0
-    for name in names:
+    for name in list(names.keys()):  # NB: a ScriptModule's tables only iterate by keys()
         info = table.get(_tensor_path(path, name))
         if info is not None:
             total += info.numel

@@ -42,11 +42,28 @@ def device_str(device: torch.device) -> str:
 
 
 def tensor_meta(path: str, t: torch.Tensor) -> TensorMeta:
-    """Shape, dtype, device and layout of ``t`` (no data is read)."""
+    """Shape, dtype, device and layout of ``t`` (no data is read).
+
+    A nested tensor's ragged dimensions are recorded as ``-1``.
+    """
     layout = "strided" if t.layout is torch.strided else str(t.layout).removeprefix("torch.")
+    shape = _nested_shape(t) if t.is_nested else tuple(t.shape)
     return TensorMeta(
-        path, tuple(t.shape), dtype_str(t.dtype), device_str(t.device), t.requires_grad, layout
+        path, shape, dtype_str(t.dtype), device_str(t.device), t.requires_grad, layout
     )
+
+
+def _nested_shape(t: torch.Tensor) -> tuple[int, ...]:
+    """``t.shape`` with ``-1`` for ragged dimensions: a strided nested tensor has no
+    ``shape``, a jagged one has symbolic sizes, and records keep plain ints only."""
+    shape = []
+    for dim in range(t.dim()):
+        try:
+            size = t.size(dim)
+        except RuntimeError:  # strided layout: a ragged dimension has no size
+            size = -1
+        shape.append(size if isinstance(size, int) else -1)
+    return tuple(shape)
 
 
 def iter_tensors(value: Any, root: str) -> Iterator[tuple[str, torch.Tensor]]:

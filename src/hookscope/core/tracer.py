@@ -19,8 +19,9 @@ optionally a backward) under a tracer and returns the trace.
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from time import perf_counter_ns
 from types import TracebackType
 from typing import Any
@@ -28,7 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hookscope.core.handles import HandleGroup
+from hookscope.core.handles import CallbackHandle, HandleGroup
 from hookscope.core.records import Call, Trace, TraceError
 from hookscope.core.selectors import Selector, compile_selector
 from hookscope.core.structure import inspect
@@ -37,6 +38,21 @@ from hookscope.probes.base import PROBES, Probe, overrides
 
 EnterFn = Callable[[Call, nn.Module, tuple[Any, ...], dict[str, Any]], None]
 ExitFn = Callable[[Call, nn.Module, Any, bool], None]
+
+
+class _SharedState(threading.local):
+    """What every tracer in this thread must see, so that nested tracers (two tracers on
+    one model, or one on a submodule) do not record each other's work as the model's.
+
+    ``internal`` > 0 while any tracer's probe computes on tensors; ``watchers`` counts
+    the active tracers with a probe that watches dispatched ops.
+    """
+
+    internal = 0
+    watchers = 0
+
+
+_shared = _SharedState()
 
 
 class _Frame:
@@ -88,6 +104,15 @@ class Tracer:
             ``with`` block changes (``model.eval()``, freezing a layer) is yours to
             keep. ``hookscope.trace`` turns it on, so the forward it runs leaves no trace.
 
+    NB: while the tracer is active, ``torch.compile``d code runs eagerly (compiled code
+    skips the hooks of the modules it inlined), TorchScript submodules run unobserved
+    (their work counts as their caller's), and a forward pre-hook you register inside
+    the block runs after hookscope's (the inputs recorded are from before it).
+
+    Raises:
+        SpecError: ``model`` is not an ``nn.Module`` or is a TorchScript module, or an
+            option is wrong.
+
     Example:
         >>> with hookscope.Tracer(model, time=True) as tracer:
         ...     loss = model(x).sum()
@@ -114,6 +139,12 @@ class Tracer:
                 f"hookscope expects a torch.nn.Module, got {type(model).__name__}; "
                 "pass the model object, not its output or its class"
             )
+        if isinstance(model, torch.jit.ScriptModule):
+            raise SpecError(
+                f"hookscope cannot observe the TorchScript module {type(model).__name__} "
+                "(torch.jit.script/trace): it runs compiled code that calls no module hooks; "
+                "pass the nn.Module you scripted instead"
+            )
         flags = {"shapes": shapes, "time": time, "stats": stats, "memory": memory, "ops": ops}
         for key, value in options.items():
             if key not in PROBES:
@@ -130,8 +161,9 @@ class Tracer:
             p.on_exit for p in reversed(self.probes) if overrides(p, "on_exit")
         ]
         # Hot-path switches: keep the overhead clock only for probes that subtract it
-        # (timing), and mark probe work as internal only for probes that watch the
-        # dispatched ops (ops): with neither, a hook does only the call bookkeeping.
+        # (timing), and mark probe work as internal only while a probe that watches the
+        # dispatched ops (ops) is active, in this tracer or in one it is nested in: with
+        # neither, a hook does only the call bookkeeping.
         self._clocked = any(p.uses_overhead_clock for p in self.probes)
         self._guarded = any(p.watches_ops for p in self.probes)
         self._handles = HandleGroup()
@@ -143,8 +175,6 @@ class Tracer:
         # Innermost call where the exception now propagating started, and that exception.
         self._failure: tuple[Call, BaseException] | None = None
         self._active = False
-        #: > 0 while a probe computes on tensors itself; the ops probe ignores those ops.
-        self.internal = 0
         #: Bookkeeping clock (``time.perf_counter_ns``): when the running hook began, and
         #: the total time spent in finished hooks (tracer and probe work). The timing
         #: probe subtracts it, so hookscope's own work is not timed as the model's; a
@@ -177,6 +207,11 @@ class Tracer:
             self._register_module_hooks(structure.modules)
             for probe in self.probes:
                 self._handles.extend(probe.install(self))
+            if self._guarded:
+                _shared.watchers += 1
+                self._handles.add(CallbackHandle(_unwatch))
+            depth = max((m.depth for m in structure.modules.values()), default=0)
+            self._handles.add(_process.acquire(depth + 1))
         except BaseException:
             self._handles.remove()
             raise
@@ -208,9 +243,9 @@ class Tracer:
             origin = self._failure
             if origin is not None and _caused_by(exc, origin[1]):
                 call = origin[0]
-                trace.error = TraceError(call.index, call.path, type(exc).__name__, str(exc))
+                trace.error = TraceError(call.index, call.path, type(exc).__name__, _message(exc))
             else:
-                trace.error = TraceError(None, None, type(exc).__name__, str(exc))
+                trace.error = TraceError(None, None, type(exc).__name__, _message(exc))
         if self._lazy:
             structure = inspect(self.model)
             trace.model, trace.modules = structure.summary(), structure.modules
@@ -222,6 +257,18 @@ class Tracer:
     @property
     def active(self) -> bool:
         return self._active
+
+    @property
+    def internal(self) -> int:
+        """> 0 while a probe computes on tensors itself; the ops probe ignores those ops.
+
+        Shared by every tracer of the thread: a tracer's ops probe also ignores the work
+        of the probes of a tracer nested in it."""
+        return _shared.internal
+
+    @internal.setter
+    def internal(self, value: int) -> None:
+        _shared.internal = value
 
     @property
     def current_call(self) -> Call | None:
@@ -243,21 +290,24 @@ class Tracer:
         for path, module in self.model.named_modules():
             if self._matches is not None and not self._matches(path):
                 continue
+            if isinstance(module, torch.jit.ScriptModule):
+                continue  # NB: TorchScript runs no module hooks; its work is its caller's
             cls = type(module).__name__
-            self._handles.add(
-                module.register_forward_pre_hook(self._make_pre_hook(path, cls), with_kwargs=True)
+            post = module.register_forward_hook(
+                self._make_post_hook(), with_kwargs=True, always_call=True
             )
+            self._handles.add(post)
             self._handles.add(
-                module.register_forward_hook(
-                    self._make_post_hook(), with_kwargs=True, always_call=True
+                module.register_forward_pre_hook(
+                    self._make_pre_hook(path, cls, post.id), with_kwargs=True
                 )
             )
 
     def _make_pre_hook(
-        self, path: str, cls: str
+        self, path: str, cls: str, post_id: int
     ) -> Callable[[nn.Module, tuple[Any, ...], dict[str, Any]], None]:
         stack, counts, enters = self._stack, self._counts, self._enters
-        clocked, guarded = self._clocked, self._guarded
+        clocked, shared = self._clocked, _shared
         trace = self.trace
         assert trace is not None
         calls = trace.calls
@@ -265,6 +315,12 @@ class Tracer:
         def pre_hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             if clocked:
                 start = self.chain_start_ns = perf_counter_ns()
+            hooks = module._forward_hooks
+            if next(reversed(hooks), post_id) != post_id and post_id in hooks:
+                # A forward hook registered after ours (inside the ``with`` block) may
+                # replace the output: run ours last, to record what the caller receives.
+                # The order of the user's own hooks is unchanged.
+                _move_to_end(hooks, post_id)
             n = counts.get(path, 0)
             counts[path] = n + 1
             parent = stack[-1].call if stack else None
@@ -277,13 +333,13 @@ class Tracer:
             stack.append(_Frame(call, module, sys.exc_info()[1]))
             if not enters:
                 pass
-            elif guarded:
-                self.internal += 1
+            elif shared.watchers:  # an ops probe (of this tracer or another) is on
+                shared.internal += 1
                 try:
                     for fn in enters:
                         fn(call, module, args, kwargs)
                 finally:
-                    self.internal -= 1
+                    shared.internal -= 1
             else:
                 for fn in enters:
                     fn(call, module, args, kwargs)
@@ -294,7 +350,7 @@ class Tracer:
 
     def _make_post_hook(self) -> Callable[[nn.Module, tuple[Any, ...], dict[str, Any], Any], None]:
         stack, exits = self._stack, self._exits
-        clocked, guarded = self._clocked, self._guarded
+        clocked, shared = self._clocked, _shared
 
         def post_hook(
             module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
@@ -310,13 +366,13 @@ class Tracer:
                 self._record_failure(frame.call, exc)
             if not exits:
                 pass
-            elif guarded:
-                self.internal += 1
+            elif shared.watchers:
+                shared.internal += 1
                 try:
                     for fn in exits:
                         fn(frame.call, module, output, failed)
                 finally:
-                    self.internal -= 1
+                    shared.internal -= 1
             else:
                 for fn in exits:
                     fn(frame.call, module, output, failed)
@@ -344,7 +400,7 @@ class Tracer:
         left the block: one that the model catches itself does not fail the trace."""
         assert exc is not None
         if call.error is None:
-            call.error = f"{type(exc).__name__}: {exc}"
+            call.error = f"{type(exc).__name__}: {_message(exc)}"
         failure = self._failure
         if failure is not None and failure[1] is exc:
             return  # the same exception propagating outwards: keep the innermost call
@@ -361,6 +417,76 @@ class Tracer:
                 return True
             parent = calls[parent].parent
         return False
+
+
+def _move_to_end(hooks: dict[int, Any], key: int) -> None:
+    hooks[key] = hooks.pop(key)
+
+
+def _unwatch() -> None:
+    _shared.watchers -= 1
+
+
+class _ProcessSettings:
+    """Interpreter and compiler settings hookscope changes while any tracer is active.
+
+    They are process-wide, so they are set when the first tracer starts and put back
+    when the last one ends, whatever order tracers end in:
+
+    - the recursion limit: torch runs a module that has hooks through one more inner
+      function, so a model nested ``n`` deep needs ``n`` more frames when observed;
+      the limit is raised by the depth of the deepest model observed (and room for the
+      probes' own frames), so a deep model that runs unobserved runs observed;
+    - ``torch.compile``'s stance, ``force_eager``: compiled code skips the hooks of the
+      modules it inlined (and, when it compiles, traces hookscope's own hooks), so
+      compiled models and submodules run eagerly and every module call is seen. Only
+      when dynamo was imported (nothing can have been compiled otherwise), and not
+      inside a compiled region.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._active = 0
+        self._limit_before = 0
+        self._limit_set = 0
+        self._stance: Any = None
+
+    def acquire(self, depth: int) -> CallbackHandle:
+        with self._lock:
+            if self._active == 0:
+                self._limit_before = sys.getrecursionlimit()
+            self._active += 1
+            needed = self._limit_before + depth + 64
+            if sys.getrecursionlimit() < needed:
+                sys.setrecursionlimit(needed)
+                self._limit_set = needed
+            if self._stance is None and "torch._dynamo" in sys.modules:
+                with suppress(RuntimeError):  # inside a compiled region: leave it alone
+                    self._stance = torch.compiler.set_stance("force_eager")
+        return CallbackHandle(self._release)
+
+    def _release(self) -> None:
+        with self._lock:
+            self._active -= 1
+            if self._active:
+                return
+            stance, self._stance = self._stance, None
+            if stance is not None:
+                stance.__exit__(None, None, None)
+            if self._limit_set and sys.getrecursionlimit() == self._limit_set:
+                sys.setrecursionlimit(self._limit_before)  # unless someone changed it since
+            self._limit_set = 0
+
+
+_process = _ProcessSettings()
+
+
+def _message(exc: BaseException) -> str:
+    """``str(exc)``, also for an exception whose ``__str__`` raises (as ``traceback`` does)."""
+    try:
+        return str(exc)
+    except Exception:
+        return f"<exception str() failed: {type(exc).__name__} object>"
 
 
 def _caused_by(exc: BaseException, origin: BaseException) -> bool:
@@ -384,6 +510,12 @@ def _build_probes(flags: dict[str, bool], extra: Iterable[Probe]) -> list[Probe]
     for p in extra:
         if not isinstance(p, Probe):
             raise SpecError(f"probes= expects hookscope.probes.Probe instances, got {p!r}")
+        if p.name in PROBES and any(q.name == p.name for q in probes):
+            # both would write the same fields of every call (``Call.stats`` twice over)
+            raise SpecError(
+                f"two {p.name} probes in one tracer ({p.name}=True and a "
+                f"{type(p).__name__} in probes=, or two in probes=); pass only one of them"
+            )
         probes.append(p)
     return sorted(probes, key=lambda p: p.order)
 

@@ -8,7 +8,9 @@ Fills ``Call.memory`` (:class:`~hookscope.core.records.MemoryRecord`):
   ``expand``-ed view counts the memory it really uses). A sparse tensor counts its
   indices and values. A call that raised has 0 output bytes.
 - ``saved_bytes``: bytes autograd saved for backward while the call ran, found with
-  ``torch.autograd.graph.saved_tensors_hooks`` installed once for the whole run. Each
+  ``torch.autograd.graph.saved_tensors_hooks`` installed for each outermost call (and
+  only then, so that the user's code between model calls, ``torch.func.grad`` say,
+  which refuses saved-tensor hooks, runs as without hookscope). Each
   saved tensor is attributed to the innermost running call, so a parent's number
   excludes its children's; within a call a storage is counted once (same rule as the
   outputs). Saved parameters count too (``x * w`` saves both ``x`` and ``w``).
@@ -23,7 +25,8 @@ through its ``grad_fn`` and keep activations alive until the garbage collector r
 and the unpack hook performs autograd's in-place modification check itself, which
 autograd skips for tensors that went through hooks. If the user already installed
 saved-tensor hooks (``torch.autograd.graph.save_on_cpu``), the probe wraps them:
-theirs still pack and unpack every tensor.
+theirs still pack and unpack every tensor. Where saved-tensor hooks are disabled
+(inside ``torch.func`` transforms), ``saved_bytes`` is ``None``.
 
 NB: ``peak_bytes`` is exact when the call raised the process-wide peak
 (``torch.cuda.max_memory_allocated``); otherwise the peak cannot be read without
@@ -127,7 +130,9 @@ class MemoryProbe(Probe):
     def __init__(self) -> None:
         self._tracer: Tracer | None = None
         self._saved: dict[int, ByteCounter] = {}
-        self._watching = False  # saved-tensor hooks installed
+        self._watching = False  # saved-tensor hooks installed for the running root call
+        # (call index, context) of the saved-tensor hooks of the running root call
+        self._context: tuple[int, Any] | None = None
         self._cuda_device: torch.device | None = None
         # call index -> (allocated before, process-wide peak before), CUDA only
         self._cuda_open: dict[int, tuple[int, int]] = {}
@@ -137,19 +142,33 @@ class MemoryProbe(Probe):
         self._saved.clear()
         self._cuda_open.clear()
         self._cuda_device = _cuda_device(tracer.model)
-        hooks = _chain_hooks(self._pack)
-        context = torch.autograd.graph.saved_tensors_hooks(*hooks)
+        self._context = None
+        # the hooks of an outermost call that never finished (KeyboardInterrupt) come
+        # off with the tracer's handles
+        return [CallbackHandle(self._close)]
+
+    def _open(self, call: Call) -> None:
+        """Install the saved-tensor hooks for the outermost call ``call``."""
+        self._close()  # those of an outermost call that never finished (KeyboardInterrupt)
+        context = torch.autograd.graph.saved_tensors_hooks(*_chain_hooks(self._pack))
         try:
             context.__enter__()
         except RuntimeError:  # saved-tensor hooks are disabled here: no saved bytes
             self._watching = False
-            return []
+            return
         self._watching = True
-        return [CallbackHandle(lambda: context.__exit__(None, None, None))]
+        self._context = (call.index, context)
+
+    def _close(self) -> None:
+        opened, self._context = self._context, None
+        if opened is not None:
+            opened[1].__exit__(None, None, None)
 
     def on_enter(
         self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> None:
+        if call.parent is None:
+            self._open(call)
         device = self._cuda_device
         if device is not None:
             before = torch.cuda.memory_allocated(device)
@@ -167,6 +186,8 @@ class MemoryProbe(Probe):
             delta, peak = _cuda_change(self._cuda_device, *opened)
         size = 0 if failed else output_bytes(output)
         call.memory = MemoryRecord(size, saved, delta, peak)
+        if self._context is not None and self._context[0] == call.index:
+            self._close()
 
     def finalize(self, trace: Trace) -> None:
         self._saved.clear()

@@ -14,7 +14,8 @@ call it is attributed to:
 
 Ops that other probes run on tensors (``tracer.internal > 0``) are not recorded. Ops
 without a FLOP formula that have a ``CompositeImplicitAutograd`` decomposition are
-decomposed and their parts recorded, as ``FlopCounterMode`` does. ``finalize`` fills
+decomposed and their parts recorded, as ``FlopCounterMode`` does (except on nested
+tensors, which have kernels of their own for such ops). ``finalize`` fills
 ``Call.self_flops``/``Call.flops``, ``Trace.totals_flops`` and ``Trace.uncounted_ops``.
 """
 
@@ -131,6 +132,13 @@ def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, t
     return found
 
 
+def _any_nested(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether a tensor argument is a nested tensor: nested tensors have kernels of their
+    own for ops with a ``CompositeImplicitAutograd`` decomposition (``aten.linear``),
+    and the dense decomposition fails on them."""
+    return any(t.is_nested for _, t in _tensors(args, kwargs))
+
+
 def _outputs(out: Any) -> list[tuple[str, torch.Tensor]]:
     if isinstance(out, torch.Tensor):
         return [("out", out)]
@@ -184,7 +192,7 @@ class _OpsMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch: un
         info = self._infos.get(func)
         if info is None:
             info = self._infos[func] = _OpInfo(func, self._probe.formulas)
-        if info.decompose:
+        if info.decompose and not _any_nested(args, kwargs):
             with self:
                 result = func.decompose(*args, **kwargs)
             if result is not NotImplemented:

@@ -210,6 +210,11 @@ def _cpu_float(x: torch.Tensor) -> list[float]:
     lo_t, hi_t = torch.aminmax(x)
     lo, hi, total = lo_t.item(), hi_t.item(), x.sum().item()
     zeros = _cpu_zeros(x)
+    if not math.isfinite(total) and math.isfinite(lo) and math.isfinite(hi):
+        # every value is finite but their float32 sum overflowed: sum in float64
+        xd = x.double()
+        total = xd.sum().item()
+        return [total / n, _cpu_std(xd, total, lo, hi), lo, hi, zeros, 0, 0]
     if not (math.isfinite(total) and math.isfinite(lo) and math.isfinite(hi)):
         nans = int(torch.count_nonzero(torch.isnan(x)))
         infs = int(torch.count_nonzero(torch.isinf(x)))
@@ -277,7 +282,8 @@ def _int_moments(x: torch.Tensor, on_cpu: bool) -> Moments:
         std, mean = torch.std_mean(xd)
     else:
         mean = std = xd.mean()
-    zeros = n - torch.count_nonzero(x)
+    # NB: count_nonzero has no kernel for uint16/32/64; their float64 copy has the zeros
+    zeros = n - torch.count_nonzero(x if x.dtype in _EXACT_INTS else xd)
     if on_cpu:
         return [mean.item(), std.item(), lo.item(), hi.item(), zeros.item(), 0, 0]
     head = torch.stack((mean, std, lo.to(torch.float64), hi.to(torch.float64)))

@@ -129,7 +129,7 @@ def _memory_column(name: str, header: str, attr: str) -> Column:
 
 def _layer_cell(view: View, call: Call) -> str | Text:
     if not view.flat:
-        return tree_label(view.trace, call)
+        return tree_label(view.trace, call, ascii=view.ascii)
     label = Text(call.name or view.trace.model.class_name)
     if call.path:
         label.append(f" ({call.module_class})", style="cyan")
@@ -154,7 +154,8 @@ def _time_pct(view: View, call: Call) -> float | None:
 
 
 def _numel(metas: Sequence[Any]) -> float | None:
-    return float(sum(m.numel for m in metas)) if metas else None
+    counts = [m.numel for m in metas]
+    return float(sum(counts)) if counts and min(counts) >= 0 else None
 
 
 def _flops(view: View, call: Call, backward: bool) -> float | None:

@@ -20,6 +20,7 @@ from hookscope.flops import OpTotals, by_op
 from hookscope.render.table import (
     DEFAULT_WIDTH,
     format_count,
+    separator,
     table_box,
     to_text,
     tree_label,
@@ -74,7 +75,7 @@ def uncounted_legend(trace: Trace) -> str | None:
     return f"+ lower bound: no FLOP formula for {listed}"
 
 
-def _caption(trace: Trace, total: FlopCount, shown: int, kinds: int) -> str:
+def _caption(trace: Trace, total: FlopCount, shown: int, kinds: int, ascii: bool) -> str:
     parts = [
         f"{len(trace.ops):,} ops of {kinds} types",
         f"FLOPs forward {format_count(total.forward)}, backward {format_count(total.backward)}",
@@ -83,7 +84,7 @@ def _caption(trace: Trace, total: FlopCount, shown: int, kinds: int) -> str:
     if shown < kinds:
         parts.insert(1, f"showing the {shown} heaviest")
     legend = uncounted_legend(trace)
-    return " · ".join(parts) + (f"\n{legend}" if legend else "")
+    return separator(ascii).join(parts) + (f"\n{legend}" if legend else "")
 
 
 def ops_table(trace: Trace, *, top: int | None = None, ascii: bool = False) -> Table:
@@ -115,7 +116,7 @@ def ops_table(trace: Trace, *, top: int | None = None, ascii: bool = False) -> T
             _flops_cell(t.backward, t, ran=t.count_backward),
             _share(t.total, total.total), _RULE_TEXT[t.rule],
         )
-    table.caption = _caption(trace, total, len(rows), len(groups))
+    table.caption = _caption(trace, total, len(rows), len(groups), ascii)
     return table
 
 
@@ -159,7 +160,8 @@ def calls_flops_table(trace: Trace, *, depth: int | None = None, ascii: bool = F
             for _, inclusive, bwd in columns
         ]
         share = _share(call.flops.total, total.total) if call.flops is not None else ""
-        table.add_row(tree_label(trace, call), format_count(counts[call.index]), *cells, share)
+        label = tree_label(trace, call, ascii=ascii)
+        table.add_row(label, format_count(counts[call.index]), *cells, share)
     table.caption = uncounted_legend(trace)
     return table
 

@@ -14,6 +14,7 @@ from hookscope.render.table import (
     format_count,
     format_shapes,
     params_cell,
+    separator,
     table_box,
     to_text,
     tree_label,
@@ -51,7 +52,7 @@ class Summary:
         for call in visible_calls(trace, self.depth):
             params, trainable = params_cell(trace, call)
             row: list[Any] = [
-                tree_label(trace, call),
+                tree_label(trace, call, ascii=ascii),
                 format_shapes(call.inputs, root="args[0]"),
                 format_shapes(call.outputs, root="out"),
                 params,
@@ -59,10 +60,10 @@ class Summary:
             ]
             row.extend(_flops_text(call.flops, backward) for _, backward in flop_columns)
             table.add_row(*row)
-        table.caption = self.caption()
+        table.caption = self.caption(ascii=ascii)
         return table
 
-    def caption(self) -> str:
+    def caption(self, *, ascii: bool = False) -> str:
         m = self.trace.model
         parts = [
             f"params: {m.params_total:,} ({m.params_trainable:,} trainable, "
@@ -74,7 +75,7 @@ class Summary:
             err = self.trace.error
             parts.append(f"FAILED in {err.path!r}: {err.exception_type}: {err.message}")
         legend = uncounted_legend(self.trace)
-        return " · ".join(parts) + (f"\n{legend}" if legend else "")
+        return separator(ascii).join(parts) + (f"\n{legend}" if legend else "")
 
     def to_json(self, *, indent: int | None = 2) -> str:
         return self.trace.to_json(indent=indent)

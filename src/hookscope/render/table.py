@@ -75,7 +75,12 @@ def format_shapes(metas: Sequence[TensorMeta], *, root: str) -> str:
     return "\n".join(lines)
 
 
-def tree_label(trace: Trace, call: Call) -> Text:
+def separator(ascii: bool) -> str:
+    """What joins the parts of a caption: `` | `` in plain ASCII, `` · `` otherwise."""
+    return " | " if ascii else " · "
+
+
+def tree_label(trace: Trace, call: Call, *, ascii: bool = False) -> Text:
     """Indented ``name (Class)`` label of a call for the tree column."""
     name = call.path.rsplit(".", 1)[-1] if call.path else trace.model.class_name
     label = Text("  " * call.depth)
@@ -85,7 +90,7 @@ def tree_label(trace: Trace, call: Call) -> Text:
     if call.path:
         label.append(f" ({call.module_class})", style="cyan")
     if call.error:
-        label.append("  ✗ raised", style="bold red")
+        label.append("  x raised" if ascii else "  ✗ raised", style="bold red")
     return label
 
 
@@ -130,9 +135,10 @@ def structure_table(info: ModelInfo, *, ascii: bool = False) -> Table:
             format_count(m.trainable_params), format_count(m.own_buffers) if m.own_buffers else "",
         )
     tied = f", {len(info.tied)} tied counted once" if info.tied else ""
-    table.caption = (
+    table.caption = separator(ascii).join([
         f"params: {info.total_params:,} ({info.trainable_params:,} trainable, "
-        f"{info.frozen_params:,} frozen{tied}) · buffers: {info.total_buffers:,} · "
-        f"param bytes: {info.param_bytes:,}"
-    )
+        f"{info.frozen_params:,} frozen{tied})",
+        f"buffers: {info.total_buffers:,}",
+        f"param bytes: {info.param_bytes:,}",
+    ])
     return table

@@ -20,7 +20,7 @@ from rich.table import Table
 from hookscope.core.records import Call, Trace
 from hookscope.errors import RenderError
 from hookscope.render.columns import COLUMNS, Column, View, column, default_columns
-from hookscope.render.table import DEFAULT_WIDTH, to_text, visible_calls
+from hookscope.render.table import DEFAULT_WIDTH, separator, to_text, visible_calls
 from hookscope.render.units import format_stat, format_time
 
 __all__ = [
@@ -140,7 +140,7 @@ def _caption(
     if err is not None:
         where = "outside any module" if err.path is None else f"in {err.path or '<root>'!r}"
         parts.append(f"FAILED {where}: {err.exception_type}: {err.message}")
-    return (" | " if ascii else " · ").join(parts)
+    return separator(ascii).join(parts)
 
 
 def describe_input_stats(call: Call) -> str:
