@@ -85,7 +85,8 @@ def trace(
     on_meta = is_meta_request(device) or (device is None and is_on_meta(model))
     if on_meta:  # analyse a meta copy: the user's model is not touched
         model, (args, kw) = meta_copy(model), inputs_to_meta((args, kw))
-        time = False  # nothing runs on meta: its times would mean nothing
+        # nothing runs on meta: no times, and no values to take statistics of
+        time = stats = False
     tracer = Tracer(
         model, shapes=shapes, time=time, stats=stats, memory=memory, ops=ops,
         probes=probes, select=select, restore_state=True,

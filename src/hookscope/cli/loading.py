@@ -131,7 +131,7 @@ def load_model(
         ['1,3,224,224:float32']
     """
     source, target, name = _split_spec(spec.strip())
-    dev = _usable(parse_device(device), device)
+    dev = parse_device(device)
     if config and source is not ModelSource.TRANSFORMERS:
         raise SpecError(
             f"config overrides ({', '.join(config)}) only apply to 'transformers:NAME' models, "
@@ -144,26 +144,6 @@ def load_model(
     module = _import_file(target, spec) if source is ModelSource.FILE else _import_module(target)
     model = _build(_factory(module, name, target), dev, what=f"factory {name!r} in {target!r}")
     return _user_loaded(model, spec, source)
-
-
-def _usable(dev: torch.device | None, text: object) -> torch.device | None:
-    """``dev``, if this machine has it (``parse_device`` already checked that CUDA exists)."""
-    if dev is None or dev.type in ("cpu", "meta"):
-        return dev
-    backend = getattr(torch, dev.type, None)
-    is_available = getattr(backend, "is_available", None)
-    count = getattr(backend, "device_count", None)
-    if not callable(is_available) or not is_available():
-        raise SpecError(
-            f"device {text!r} is not available here; use 'cpu' or 'meta'"
-            + (", or 'cuda'" if torch.cuda.is_available() else "")
-        )
-    if dev.index is not None and callable(count) and dev.index >= count():
-        raise SpecError(
-            f"device {text!r} does not exist: this machine has {count()} {dev.type} "
-            f"device(s), numbered from 0"
-        )
-    return dev
 
 
 def _split_spec(spec: str) -> tuple[ModelSource, str, str]:

@@ -21,10 +21,11 @@ def model_device(model: nn.Module) -> torch.device:
 
 
 def parse_device(device: str | torch.device | None) -> torch.device | None:
-    """``device`` as a ``torch.device`` (``None`` stays ``None``).
+    """``device`` as a ``torch.device`` (``None`` stays ``None``), if this machine has it.
 
     Raises:
-        SpecError: ``device`` names no device, or CUDA is asked for where there is none.
+        SpecError: ``device`` names no device, its backend (CUDA, MPS, XPU, ...) is not
+            available here, or its index is beyond the devices there are.
     """
     if device is None:
         return None
@@ -34,9 +35,21 @@ def parse_device(device: str | torch.device | None) -> torch.device | None:
         raise SpecError(
             f"device {device!r} is not a torch device; use 'cpu', 'cuda', 'cuda:0' or 'meta'"
         ) from e
-    if dev.type == "cuda" and not torch.cuda.is_available():
+    if dev.type in ("cpu", "meta"):
+        return dev
+    backend = getattr(torch, dev.type, None)
+    is_available = getattr(backend, "is_available", None)
+    count = getattr(backend, "device_count", None)
+    if not callable(is_available) or not is_available():
+        other = ", or 'cuda'" if torch.cuda.is_available() else ""
         raise SpecError(
-            f"device {device!r} was asked for but CUDA is not available here; use 'cpu' or 'meta'"
+            f"device {device!r} was asked for but {dev.type.upper()} is not available here; "
+            f"use 'cpu' or 'meta'{other}"
+        )
+    if dev.index is not None and callable(count) and dev.index >= count():
+        raise SpecError(
+            f"device {device!r} does not exist: this machine has {count()} {dev.type} "
+            "device(s), numbered from 0"
         )
     return dev
 
