@@ -43,8 +43,8 @@ def parse_device(device: str | torch.device | None) -> torch.device | None:
     if not callable(is_available) or not is_available():
         other = ", or 'cuda'" if torch.cuda.is_available() else ""
         raise SpecError(
-            f"device {device!r} was asked for but {dev.type.upper()} is not available here; "
-            f"use 'cpu' or 'meta'{other}"
+            f"device {device!r} is not available here ({dev.type.upper()} is not available "
+            f"on this machine); use 'cpu' or 'meta'{other}"
         )
     if dev.index is not None and callable(count) and dev.index >= count():
         raise SpecError(
