@@ -324,3 +324,25 @@ def test_non_contiguous_outputs() -> None:
     assert tensors[0][1].is_contiguous(memory_format=torch.channels_last)
     for s, (_, t) in zip(trace.find("").stats, tensors, strict=True):
         assert_float_stats(s, t)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+@pytest.mark.parametrize(
+    "values",
+    [
+        [0.0, 1.5, 3.0, 0.0],  # ReLU-like: the integer-view range path, zeros counted
+        [0.25, 1.5, 3.0, 7.0],  # all positive: no zero to count
+        [0.0, 2.0, math.inf, 1.0],  # +inf is the largest bit pattern
+        [0.0, 2.0, math.nan, 1.0],  # a NaN makes min and max NaN, as torch.aminmax does
+        [-0.0, 2.0, 1.0, 0.0],  # -0.0 has the sign bit: the float path
+        [-0.0, -0.0, -0.0, -0.0],
+        [-3.0, -0.5, -1.0, -2.0],  # all negative
+        [-3.0, 0.0, 2.0, -0.0],
+    ],
+)
+def test_range_and_zeros_for_every_sign_pattern(values: list[float], dtype: torch.dtype) -> None:
+    t = torch.tensor(values, dtype=dtype)
+    s = make_stats("out", t.numel(), "float", _cpu_float(t))
+    assert_float_stats(s, t.float())
+    strided = torch.tensor([values, values], dtype=dtype).t()  # not contiguous
+    assert_float_stats(make_stats("out", 8, "float", _cpu_float(strided)), strided.float())

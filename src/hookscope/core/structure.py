@@ -23,11 +23,6 @@ from hookscope.core.records import ModelSummary, ModuleInfo
 from hookscope.core.tensors import device_str, dtype_str
 
 
-def dtype_name(dtype: torch.dtype) -> str:
-    """``torch.float32`` -> ``float32``."""
-    return str(dtype).removeprefix("torch.")
-
-
 @dataclass(frozen=True, slots=True)
 class ParamInfo:
     """One parameter. ``tied_to`` names the first path of the same tensor when shared."""

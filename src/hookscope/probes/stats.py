@@ -207,9 +207,8 @@ def _cpu_float(x: torch.Tensor) -> list[float]:
     if x.dtype not in _NATIVE_FLOATS:
         x = x.float()  # float16/bfloat16/float8: one conversion, then exact reductions
     n = x.numel()
-    lo_t, hi_t = torch.aminmax(x)
-    lo, hi, total = lo_t.item(), hi_t.item(), x.sum().item()
-    zeros = _cpu_zeros(x)
+    lo, hi, zeros = _cpu_range_and_zeros(x)
+    total = x.sum().item()
     if not math.isfinite(total) and math.isfinite(lo) and math.isfinite(hi):
         # every value is finite but their float32 sum overflowed: sum in float64
         xd = x.double()
@@ -223,13 +222,41 @@ def _cpu_float(x: torch.Tensor) -> list[float]:
     return [total / n, _cpu_std(x, total, lo, hi), lo, hi, zeros, 0, 0]
 
 
-def _cpu_zeros(x: torch.Tensor) -> int:
-    """Exact zeros, +0.0 and -0.0, in two read-only passes over the integer view."""
+def _cpu_range_and_zeros(x: torch.Tensor) -> tuple[float, float, int]:
+    """``(min, max, exact zeros)`` of a float32/float64 tensor, in two or three passes.
+
+    The first pass is ``aminmax`` over the integer view of the bits. Read as signed
+    integers, non-negative floats (+0.0 included) are ordered like their values and
+    every float with the sign bit set (-0.0 included) is negative. So when the smallest
+    integer is >= 0, the tensor holds no negative value and no -0.0: the integer range
+    *is* the float range (the ReLU outputs of a network), and zeros are the all-zero
+    bit patterns, counted only when the smallest value is +0.0. Otherwise one float
+    ``aminmax`` gives the range, and -0.0 is present exactly when the smallest integer
+    is the sign bit alone.
+    """
     bits = x.view(_INT_VIEW[x.element_size()])
-    zeros = x.numel() - int(torch.count_nonzero(bits))  # +0.0 only: its bits are all 0
-    if int(bits.min()) == torch.iinfo(bits.dtype).min:  # the smallest int is -0.0's bits
-        zeros = x.numel() - int(torch.count_nonzero(x.abs().view(bits.dtype)))
-    return zeros
+    ilo_t, ihi_t = torch.aminmax(bits)
+    ilo, ihi = int(ilo_t), int(ihi_t)
+    n = x.numel()
+    if ilo >= 0:
+        lo, hi = _bits_to_float(ilo, x.dtype), _bits_to_float(ihi, x.dtype)
+        if math.isnan(hi):
+            lo = math.nan  # as torch.aminmax: a NaN makes both NaN
+        zeros = n - int(torch.count_nonzero(bits)) if ilo == 0 else 0
+        return lo, hi, zeros
+    lo_t, hi_t = torch.aminmax(x)
+    lo, hi = lo_t.item(), hi_t.item()
+    if lo > 0 or hi < 0:
+        return lo, hi, 0  # all of one sign: no zero to count
+    if ilo == torch.iinfo(bits.dtype).min:  # the sign bit alone: -0.0 is present
+        return lo, hi, n - int(torch.count_nonzero(x.abs().view(bits.dtype)))
+    return lo, hi, n - int(torch.count_nonzero(bits))  # +0.0 only: its bits are all 0
+
+
+def _bits_to_float(value: int, dtype: torch.dtype) -> float:
+    """The float whose bit pattern, read as a signed integer, is ``value``."""
+    ints = torch.tensor([value], dtype=_INT_VIEW[torch.empty((), dtype=dtype).element_size()])
+    return float(ints.view(dtype).item())
 
 
 def _cpu_std(x: torch.Tensor, total: float, lo: float, hi: float) -> float:
