@@ -379,3 +379,9 @@ def test_tracer_keeps_what_the_users_own_code_changed_inside_the_block() -> None
         model(torch.ones(1, 2))
     assert not any(m.training for m in model.modules())
     assert not model[0].weight.requires_grad
+
+
+@pytest.mark.parametrize("option", ["time", "stats", "shapes"])
+def test_probe_switches_must_be_booleans(option: str) -> None:
+    with pytest.raises(hookscope.SpecError, match=f"{option}= must be True or False"):
+        hookscope.Tracer(nn.Linear(2, 2), **{option: "yes"})

@@ -151,6 +151,12 @@ class Tracer:
                 known = ", ".join(sorted({*PROBES, *flags}))
                 raise SpecError(f"unknown probe option {key!r}; known options: {known}")
             flags[key] = value
+        for key, value in flags.items():
+            if not isinstance(value, bool):
+                raise SpecError(
+                    f"probe option {key}= must be True or False, got {value!r}; "
+                    f"write {key}=True to record it or {key}=False to skip it"
+                )
         self.model = model
         self.probes: list[Probe] = _build_probes(flags, probes)
         self._matches = compile_selector(select) if select is not None else None
