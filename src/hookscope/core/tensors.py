@@ -103,6 +103,16 @@ def metas(value: Any, root: str) -> list[TensorMeta]:
     return [tensor_meta(p, t) for p, t in iter_tensors(value, root)]
 
 
+def iter_call_inputs(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """``(path, tensor)`` of every tensor a call received: ``args[i]...``, ``kwargs["k"]...``."""
+    for i, a in enumerate(args):
+        yield from iter_tensors(a, f"args[{i}]")
+    for k, v in kwargs.items():
+        yield from iter_tensors(v, f"kwargs[{_quote(k)}]")
+
+
 def call_input_metas(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[TensorMeta]:
     """Metas of a call's positional (``args[i]``) and keyword (``kwargs["k"]``) inputs."""
     out: list[TensorMeta] = []

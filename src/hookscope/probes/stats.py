@@ -42,7 +42,7 @@ import torch
 from torch import nn
 
 from hookscope.core.records import Call, TensorStats, Trace
-from hookscope.core.tensors import iter_tensors
+from hookscope.core.tensors import iter_call_inputs, iter_tensors
 from hookscope.probes.base import Probe, register_probe
 
 if TYPE_CHECKING:
@@ -108,7 +108,7 @@ class StatsProbe(Probe):
         if failed:
             if held is not None:
                 call.input_stats = []
-                self._measure(call, _input_tensors(*held), is_input=True)
+                self._measure(call, iter_call_inputs(*held), is_input=True)
             return
         call.stats = []
         self._measure(call, iter_tensors(output, "out"), is_input=False)
@@ -342,14 +342,3 @@ def _to_host(all_moments: list[Moments | None]) -> list[list[float] | None]:
         for j, i in enumerate(indices):
             out[i] = flat[j * _FIELDS : (j + 1) * _FIELDS]
     return out
-
-
-def _input_tensors(
-    args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> list[tuple[str, torch.Tensor]]:
-    found: list[tuple[str, torch.Tensor]] = []
-    for i, a in enumerate(args):
-        found.extend(iter_tensors(a, f"args[{i}]"))
-    for k, v in kwargs.items():
-        found.extend(iter_tensors(v, f'kwargs["{k}"]'))
-    return found
