@@ -131,7 +131,8 @@ def _check_limit(name: str, value: int | None, *, minimum: int) -> None:
 def _caption(
     trace: Trace, *, shown: int, total: int, order: Column | None, ascii: bool
 ) -> str:
-    rows = f"{shown} of {total} calls" if shown != total else f"{total} calls"
+    noun = "call" if total == 1 else "calls"
+    rows = f"{shown} of {total} {noun}" if shown != total else f"{total} {noun}"
     parts = [rows + (f", by {order.name}" if order is not None else "")]
     parts.append(f"params: {trace.model.params_total:,}")
     if trace.total_time_ns is not None:
