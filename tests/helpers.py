@@ -17,6 +17,7 @@ import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import pytest
 import torch
 import torch.nn.modules.module as torch_module
 from torch import nn
@@ -407,3 +408,37 @@ def call_counts(model: nn.Module, run: Callable[[], Any]) -> dict[str, int]:
         for h in handles:
             h.remove()
     return counts
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """``hookscope.cli.app(argv)`` in-process -> (exit status, stdout, stderr)."""
+    from hookscope.cli import main
+
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_error_line(code: int, err: str, *fragments: str) -> str:
+    """Exit status 2 and exactly one ``error: ...`` line containing every fragment."""
+    assert code == 2, err
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: "), err
+    assert "Traceback" not in err
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
+
+
+def tensors_in(value: Any) -> list[torch.Tensor]:
+    """Every tensor in a nested output, walked independently of hookscope."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in tensors_in(v)]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in tensors_in(v)]
+    if hasattr(value, "__dataclass_fields__"):
+        return [t for f in value.__dataclass_fields__ for t in tensors_in(getattr(value, f))]
+    return []

@@ -25,6 +25,7 @@ from helpers import (
     assert_outputs_identical,
     assert_state_unchanged,
     snapshot_state,
+    tensors_in,
     total_hooks,
 )
 
@@ -104,14 +105,7 @@ def real(request: pytest.FixtureRequest) -> RealModel:
     return built
 
 
-def tensors_in(value: Any) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in tensors_in(v)]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in tensors_in(v)]
-    return []
+
 
 
 def _available_probes() -> set[str]:

@@ -39,6 +39,7 @@ from helpers import (
     install_user_hooks,
     snapshot_state,
     state_differences,
+    tensors_in,
     total_hooks,
 )
 
@@ -62,17 +63,7 @@ def require_probes(*names: str) -> None:
 # -- what the user's code and its unobserved twin do -----------------------------------
 
 
-def tensors_in(value: Any) -> list[torch.Tensor]:
-    """Every tensor in a nested output, walked independently of hookscope."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in tensors_in(v)]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in tensors_in(v)]
-    if hasattr(value, "__dataclass_fields__"):
-        return [t for f in value.__dataclass_fields__ for t in tensors_in(getattr(value, f))]
-    return []
+
 
 
 def grad_roots(output: Any) -> list[torch.Tensor]:

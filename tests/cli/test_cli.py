@@ -1,4 +1,4 @@
-"""The command line, run in-process through ``hookscope.cli.main(argv)``.
+"""The command line, run in-process through ``hookscope.cli.app(argv)``.
 
 Each test calls ``main([...])`` and reads stdout/stderr with ``capsys``. Numbers are
 checked against independent oracles: parameter totals against
@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 import hookscope
+from helpers import assert_one_error_line, run_cli
 from hookscope import examples
 from hookscope.cli import main
 from hookscope.cli.running import median_times
@@ -90,14 +91,6 @@ class FakeTTY(io.StringIO):
         return True
 
 
-@pytest.fixture(autouse=True)
-def plain_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Colour decisions depend only on the stream, not on the caller's environment."""
-    for name in ("FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "COLUMNS"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("TERM", "xterm-256color")
-
-
 @pytest.fixture
 def models_file(tmp_path: Path) -> Path:
     path = tmp_path / "models.py"
@@ -105,23 +98,7 @@ def models_file(tmp_path: Path) -> Path:
     return path
 
 
-def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    """``main(argv)`` -> (exit status, stdout, stderr)."""
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
-
-def assert_one_error_line(code: int, err: str, *fragments: str) -> str:
-    """Exit status 2 and exactly one ``error: ...`` line containing every fragment."""
-    assert code == 2, err
-    lines = err.splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("error: ")
-    assert "Traceback" not in err
-    for fragment in fragments:
-        assert fragment in lines[0]
-    return lines[0]
 
 
 def real_output_shapes(model: nn.Module, *args: Any) -> dict[str, tuple[int, ...]]:
@@ -636,3 +613,11 @@ def test_golden_inspect_cli_ascii(
     code, out, _ = run_cli(capsys, "inspect", SEED, "--width", "100")
     assert code == 0
     check_golden(request.node.name, out, update_golden)
+
+
+def test_cli_main_stays_the_entry_point_after_a_run(capsys: pytest.CaptureFixture[str]) -> None:
+    """The commands module must not shadow ``hookscope.cli.main`` once it is imported."""
+    import hookscope.cli
+
+    run_cli(capsys, "--version")
+    assert callable(hookscope.cli.main) and hookscope.cli.main.__module__ == "hookscope.cli"

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers import assert_one_error_line, run_cli
 from hookscope.cli import main
 
 SEED = "hookscope.examples:seed_model"
@@ -86,13 +87,6 @@ MODELS = """
 """
 
 
-@pytest.fixture(autouse=True)
-def plain_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "COLUMNS"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("TERM", "xterm-256color")
-
-
 @pytest.fixture
 def models(tmp_path: Path) -> Path:
     path = tmp_path / "edge_models.py"
@@ -100,20 +94,7 @@ def models(tmp_path: Path) -> Path:
     return path
 
 
-def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
-
-def one_error_line(code: int, err: str, *fragments: str) -> str:
-    """Exit status 2 and exactly one ``error: ...`` line holding every fragment."""
-    assert code == 2, err
-    lines = err.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
-    return lines[0]
 
 
 class FakeTTY(io.StringIO):
@@ -189,7 +170,7 @@ def test_file_that_exits_on_import(capsys: pytest.CaptureFixture[str], tmp_path:
     path = tmp_path / "script.py"
     path.write_text("import sys\nsys.exit(3)\n")
     code, out, err = run_cli(capsys, "summary", f"{path}:make", "-i", "1,4")
-    one_error_line(code, err, "importing", "sys.exit(3)", "__main__")
+    assert_one_error_line(code, err, "importing", "sys.exit(3)", "__main__")
     assert out == ""
 
 
@@ -215,12 +196,12 @@ def test_file_that_parses_arguments_on_import_does_not_see_hookscopes(
 
 def test_factory_that_exits(capsys: pytest.CaptureFixture[str], models: Path) -> None:
     code, _, err = run_cli(capsys, "summary", f"{models}:exits", "-i", "1,4")
-    one_error_line(code, err, "factory 'exits'", "sys.exit('factory gave up')")
+    assert_one_error_line(code, err, "factory 'exits'", "sys.exit('factory gave up')")
 
 
 def test_forward_that_exits(capsys: pytest.CaptureFixture[str], models: Path) -> None:
     code, _, err = run_cli(capsys, "trace", f"{models}:ExitsInForward", "-i", "1,4")
-    one_error_line(code, err, "sys.exit(5)")
+    assert_one_error_line(code, err, "sys.exit(5)")
 
 
 # ---------------------------------------------------------------------------- inputs
@@ -228,14 +209,16 @@ def test_forward_that_exits(capsys: pytest.CaptureFixture[str], models: Path) ->
 
 def test_input_too_large_to_allocate_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run_cli(capsys, "summary", SEED, "-i", "99999999999,99999999999")
-    one_error_line(code, err, "cannot make input '99999999999,99999999999:float32'", "smaller")
+    assert_one_error_line(
+        code, err, "cannot make input '99999999999,99999999999:float32'", "smaller"
+    )
 
 
 def test_unavailable_device_is_named(capsys: pytest.CaptureFixture[str]) -> None:
     if torch.xpu.is_available():
         pytest.skip("this machine has an XPU")
     code, _, err = run_cli(capsys, "summary", SEED, "-i", "2,2", "--device", "xpu")
-    one_error_line(code, err, "device 'xpu' is not available here")
+    assert_one_error_line(code, err, "device 'xpu' is not available here")
 
 
 # ------------------------------------------------ options the format or the run ignores
@@ -262,7 +245,7 @@ def test_options_without_effect_fail_before_the_model_runs(
 ) -> None:
     command, *options = argv
     code, out, err = run_cli(capsys, command, f"{models}:raising", "-i", "1,4", *options)
-    one_error_line(code, err, *fragments)  # not the model's error: it never ran
+    assert_one_error_line(code, err, *fragments)  # not the model's error: it never ran
     assert out == ""
 
 
@@ -296,7 +279,7 @@ def test_output_to_a_directory_is_one_line(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     code, _, err = run_cli(capsys, "summary", SEED, "-i", "2,2", "-o", name)
-    one_error_line(code, err, "is a directory", "give a file name")
+    assert_one_error_line(code, err, "is a directory", "give a file name")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -304,7 +287,7 @@ def test_output_into_a_missing_directory_names_it(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     code, _, err = run_cli(capsys, "summary", SEED, "-i", "2,2", "-o", str(tmp_path / "no/x.txt"))
-    one_error_line(code, err, "directory", "does not exist")
+    assert_one_error_line(code, err, "directory", "does not exist")
 
 
 def test_output_through_a_symlink_keeps_the_link_and_the_mode(
@@ -413,7 +396,7 @@ def test_full_disk_on_stdout_is_one_line(
 ) -> None:
     monkeypatch.setattr("sys.stdout", FullDisk())
     code = main(["summary", SEED, "-i", "2,2", "-f", fmt])
-    one_error_line(code, capsys.readouterr().err, "cannot write to stdout", "No space left")
+    assert_one_error_line(code, capsys.readouterr().err, "cannot write to stdout", "No space left")
 
 
 def test_no_stdout_at_all_is_one_line(
@@ -421,7 +404,7 @@ def test_no_stdout_at_all_is_one_line(
 ) -> None:
     monkeypatch.setattr("sys.stdout", None)  # what Python sets when run with `>&-`
     code = main(["summary", SEED, "-i", "2,2"])
-    one_error_line(code, capsys.readouterr().err, "stdout is closed", "-o FILE")
+    assert_one_error_line(code, capsys.readouterr().err, "stdout is closed", "-o FILE")
 
 
 @pytest.mark.parametrize("model", ["mlp", "raising"])

@@ -1,7 +1,7 @@
 """The ``hookscope`` command line.
 
 ``main`` is the entry point of the ``hookscope`` console script and of
-``python -m hookscope``. The commands live in :mod:`hookscope.cli.main`; they parse
+``python -m hookscope``. The commands live in :mod:`hookscope.cli.app`; they parse
 arguments, load the model (:mod:`hookscope.cli.loading`), call the public API and
 pick a renderer. Nothing heavy (torch, the model libraries) is imported until a
 command needs it.
@@ -29,6 +29,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         >>> main(["summary", "hookscope.examples:seed_model", "--input", "2,2"])
         0
     """
-    from hookscope.cli.main import run
+    from hookscope.cli.app import run
 
     return run(argv)

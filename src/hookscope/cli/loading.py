@@ -1,6 +1,6 @@
 """Turn command-line strings into a model and example inputs.
 
-Where it sits: the command line (``cli/main.py``) parses its options, then calls
+Where it sits: the command line (``cli/app.py``) parses its options, then calls
 :func:`load_model` with the model spec, the ``--config`` overrides and the device; with
 no ``--input`` it asks :func:`default_input_specs` for the model's usual inputs, which
 ``cli/inputs.py`` turns into tensors, ready for ``hookscope.trace(model, *args,
