@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 from torch import nn
@@ -217,7 +216,7 @@ def _subtree_counts(model: nn.Module) -> dict[int, tuple[int, int]]:
         found = sets.get(id(module))
         if found is None:
             found = set()
-            for p in module._parameters.values():
+            for _, p in module._parameters.items():
                 if p is not None:
                     sizes[id(p)] = (_numel(p), p.requires_grad)
                     found.add(id(p))
@@ -239,6 +238,127 @@ def _subtree_counts(model: nn.Module) -> dict[int, tuple[int, int]]:
     return counts
 
 
+@dataclass(slots=True)
+class ModuleTable:
+    """The module tree with parameter counts, without a record per tensor.
+
+    What a tracer keeps with every trace (``Trace.model``/``Trace.modules``), made in
+    one walk of the model (see :func:`module_table`).
+
+    Attributes:
+        summary: model-level counts and bytes, each tensor once.
+        modules: a :class:`ModuleInfo` per module, at its first path, in tree order.
+        walk: ``named_modules(remove_duplicate=False)``: every path of every module.
+        members: each module once, at its first path (``named_modules()``).
+        parameters: each parameter once (``parameters()``).
+        lazy: a lazy module's parameter is not materialised yet (counted as 0).
+    """
+
+    summary: ModelSummary
+    modules: dict[str, ModuleInfo]
+    walk: list[tuple[str, nn.Module]]
+    members: list[tuple[str, nn.Module]]
+    parameters: list[nn.Parameter]
+    lazy: bool
+
+
+def module_table(model: nn.Module) -> ModuleTable:
+    """The module tree of ``model`` with own and subtree parameter counts.
+
+    Tied tensors count once, at their first path (``named_parameters`` order); a
+    module registered under several paths is one module, at its first path.
+    """
+    walk: Walk = list(model.named_modules(remove_duplicate=False))
+    canonical: dict[int, str] = {}
+    aliases: dict[int, list[str]] = {}
+    members: Walk = []
+    for path, module in walk:
+        key = id(module)
+        if key in canonical:
+            aliases.setdefault(key, []).append(path)
+        else:
+            canonical[key] = path
+            members.append((path, module))
+    seen: set[int] = set()
+    seen_buffers: set[int] = set()
+    tied = False
+    lazy = False
+    parameters: list[nn.Parameter] = []
+    own: dict[int, tuple[int, int, int]] = {}  # id(module) -> (params, trainable, buffers)
+    p_total = p_trainable = p_bytes = b_total = b_bytes = 0
+    for _, module in members:
+        n_own = n_trainable = n_buffers = 0
+        for _, p in module._parameters.items():
+            if p is None:
+                continue
+            if id(p) in seen:
+                tied = True
+                continue
+            seen.add(id(p))
+            parameters.append(p)
+            if is_lazy(p):  # NB: no shape until the first forward
+                lazy = True
+                continue
+            n = p.numel()
+            n_own += n
+            p_bytes += n * p.element_size()
+            if p.requires_grad:
+                n_trainable += n
+        for _, b in module._buffers.items():
+            if b is None or id(b) in seen_buffers:
+                continue
+            seen_buffers.add(id(b))
+            if is_lazy(b):
+                continue
+            n = b.numel()
+            n_buffers += n
+            b_bytes += n * b.element_size()
+        own[id(module)] = (n_own, n_trainable, n_buffers)
+        p_total += n_own
+        p_trainable += n_trainable
+        b_total += n_buffers
+    if tied or aliases:
+        counts = _subtree_counts(model)
+    else:  # a tree without shared tensors: a subtree's count is a plain sum
+        counts = {}
+        for _, module in reversed(members):
+            total, trainable, _ = own[id(module)]
+            for child in module._modules.values():
+                if child is not None:
+                    t, tr = counts[id(child)]
+                    total += t
+                    trainable += tr
+            counts[id(module)] = (total, trainable)
+    modules: dict[str, ModuleInfo] = {}
+    for path, module in members:
+        total, trainable = counts[id(module)]
+        n_own, _, n_buffers = own[id(module)]
+        modules[path] = ModuleInfo(
+            path=path,
+            class_name=type(module).__name__,
+            depth=0 if not path else path.count(".") + 1,
+            parent=None if not path else path.rpartition(".")[0],
+            children=tuple(
+                canonical[id(c)] for c in dict.fromkeys(module._modules.values()) if c is not None
+            ),
+            aliases=tuple(aliases.get(id(module), ())),
+            own_params=n_own,
+            total_params=total,
+            trainable_params=trainable,
+            own_buffers=n_buffers,
+            extra_repr=_safe_extra_repr(module),
+        )
+    summary = ModelSummary(
+        class_name=type(model).__name__,
+        params_total=p_total,
+        params_trainable=p_trainable,
+        buffers_total=b_total,
+        param_bytes=p_bytes,
+        buffer_bytes=b_bytes,
+    )
+    return ModuleTable(summary, modules, walk, members, parameters, lazy)
+
+
 def inspect(model: nn.Module) -> ModelInfo:
     """Describe a model's structure without running it.
 
@@ -258,49 +378,11 @@ def inspect(model: nn.Module) -> ModelInfo:
         raise SpecError(
             f"hookscope.inspect expects a torch.nn.Module, got {type(model).__name__}"
         )
-    walk: Walk = list(model.named_modules(remove_duplicate=False))
-    canonical: dict[int, str] = {}
-    aliases: dict[int, list[str]] = {}
-    for path, module in walk:
-        if id(module) in canonical:
-            aliases.setdefault(id(module), []).append(path)
-        else:
-            canonical[id(module)] = path
-    params, tied = _collect_params(walk)
-    buffers, tied_buffers = _collect_buffers(walk)
+    table = module_table(model)
+    params, tied = _collect_params(table.walk)
+    buffers, tied_buffers = _collect_buffers(table.walk)
     tied.update(tied_buffers)
-    counts = _subtree_counts(model)
-    modules: dict[str, ModuleInfo] = {}
-    for path, module in walk:
-        if canonical[id(module)] != path:
-            continue
-        total, trainable = counts[id(module)]
-        modules[path] = ModuleInfo(
-            path=path,
-            class_name=type(module).__name__,
-            depth=0 if not path else path.count(".") + 1,
-            parent=None if not path else path.rpartition(".")[0],
-            children=tuple(
-                canonical[id(c)] for c in dict.fromkeys(module._modules.values()) if c is not None
-            ),
-            aliases=tuple(aliases.get(id(module), ())),
-            own_params=_own(params, path, module._parameters),
-            total_params=total,
-            trainable_params=trainable,
-            own_buffers=_own(buffers, path, module._buffers),
-            extra_repr=_safe_extra_repr(module),
-        )
-    return ModelInfo(type(model).__name__, modules, params, buffers, tied)
-
-
-def _own(table: dict[str, ParamInfo] | dict[str, BufferInfo], path: str, names: Any) -> int:
-    """Numel of the tensors registered directly on the module at ``path`` (first paths)."""
-    total = 0
-    for name in list(names.keys()):  # NB: a ScriptModule's tables only iterate by keys()
-        info = table.get(_tensor_path(path, name))
-        if info is not None:
-            total += info.numel
-    return total
+    return ModelInfo(type(model).__name__, table.modules, params, buffers, tied)
 
 
 def _safe_extra_repr(module: nn.Module) -> str:

@@ -46,10 +46,22 @@ def tensor_meta(path: str, t: torch.Tensor) -> TensorMeta:
 
     A nested tensor's ragged dimensions are recorded as ``-1``.
     """
-    layout = "strided" if t.layout is torch.strided else str(t.layout).removeprefix("torch.")
-    shape = _nested_shape(t) if t.is_nested else tuple(t.shape)
+    shape = _nested_shape(t) if t.is_nested else t.shape
+    return meta_from_fields(path, shape, t.dtype, t.device, t.requires_grad, t.layout)
+
+
+def meta_from_fields(
+    path: str,
+    shape: tuple[int, ...],
+    dtype: torch.dtype,
+    device: torch.device,
+    requires_grad: bool,
+    layout: torch.layout,
+) -> TensorMeta:
+    """The :class:`TensorMeta` of a tensor's fields, as the tensor returns them."""
+    name = "strided" if layout is torch.strided else str(layout).removeprefix("torch.")
     return TensorMeta(
-        path, shape, dtype_str(t.dtype), device_str(t.device), t.requires_grad, layout
+        path, tuple(shape), dtype_str(dtype), device_str(device), requires_grad, name
     )
 
 

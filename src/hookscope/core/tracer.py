@@ -32,7 +32,7 @@ from torch import nn
 from hookscope.core.handles import CallbackHandle, HandleGroup
 from hookscope.core.records import Call, Trace, TraceError
 from hookscope.core.selectors import Selector, compile_selector
-from hookscope.core.structure import inspect
+from hookscope.core.structure import ModuleTable, module_table
 from hookscope.errors import HookscopeError, SpecError
 from hookscope.probes.base import PROBES, Probe, overrides
 
@@ -71,9 +71,9 @@ class _Frame:
 class _ModelState:
     """``training`` flags and ``requires_grad`` of a model, to restore them on exit."""
 
-    def __init__(self, model: nn.Module) -> None:
-        self.training = [(m, m.training) for m in model.modules()]
-        self.requires_grad = [(p, p.requires_grad) for p in model.parameters()]
+    def __init__(self, table: ModuleTable) -> None:
+        self.training = [(m, m.training) for _, m in table.members]
+        self.requires_grad = [(p, p.requires_grad) for p in table.parameters]
 
     def restore(self) -> None:
         for m, flag in self.training:
@@ -195,28 +195,28 @@ class Tracer:
     def __enter__(self) -> Tracer:
         if self._active:
             raise HookscopeError("this Tracer is already active; create a new Tracer instead")
-        structure = inspect(self.model)
+        table = module_table(self.model)
         # A lazy module's parameters have no shape until the first forward (counted as
-        # 0 elements of shape ()): count them again on exit, once materialised.
-        self._lazy = any(not p.shape and not p.numel for p in structure.parameters.values())
+        # 0 elements): count them again on exit, once materialised.
+        self._lazy = table.lazy
         self.trace = Trace(
-            model=structure.summary(),
-            modules=structure.modules,
+            model=table.summary,
+            modules=table.modules,
             probes=[p.name for p in self.probes],
             meta={"torch_version": torch.__version__},
         )
         self._stack.clear()
         self._counts.clear()
         self._failure = None
-        self._state = _ModelState(self.model) if self._restore_state else None
+        self._state = _ModelState(table) if self._restore_state else None
         try:
-            self._register_module_hooks(structure.modules)
+            self._register_module_hooks(table.members)
             for probe in self.probes:
                 self._handles.extend(probe.install(self))
             if self._guarded:
                 _shared.watchers += 1
                 self._handles.add(CallbackHandle(_unwatch))
-            depth = max((m.depth for m in structure.modules.values()), default=0)
+            depth = max((m.depth for m in table.modules.values()), default=0)
             self._handles.add(_process.acquire(depth + 1))
         except BaseException:
             self._handles.remove()
@@ -253,8 +253,8 @@ class Tracer:
             else:
                 trace.error = TraceError(None, None, type(exc).__name__, _message(exc))
         if self._lazy:
-            structure = inspect(self.model)
-            trace.model, trace.modules = structure.summary(), structure.modules
+            table = module_table(self.model)
+            trace.model, trace.modules = table.summary, table.modules
         for probe in self.probes:
             probe.finalize(trace)
         if exc is not None and trace.error is not None and trace.error.call is not None:
@@ -292,8 +292,8 @@ class Tracer:
 
     # -- hooks -------------------------------------------------------------------
 
-    def _register_module_hooks(self, modules: Iterable[str]) -> None:
-        for path, module in self.model.named_modules():
+    def _register_module_hooks(self, members: Iterable[tuple[str, nn.Module]]) -> None:
+        for path, module in members:
             if self._matches is not None and not self._matches(path):
                 continue
             if isinstance(module, torch.jit.ScriptModule):
