@@ -537,6 +537,21 @@ def test_seed_style_output_replacing_hook_and_arg_changing_pre_hooks() -> None:
     assert total_hooks(model) == 0
 
 
+def test_input_replacing_pre_hook_registered_inside_the_tracer_block() -> None:
+    """A pre-hook the user adds inside the ``with`` block runs after hookscope's; the
+    inputs recorded are still those ``forward`` received (read when the call ends)."""
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))
+    x = _x(3, 4)
+    with hookscope.Tracer(model) as tracer:
+        handle = model[1].register_forward_pre_hook(lambda m, args: (args[0][:1],))
+        y = model(x)
+    handle.remove()
+    assert tracer.trace is not None and y.shape == (1, 2)
+    assert tracer.trace.find("1").inputs[0].shape == (1, 4)
+    assert tracer.trace.find("1").outputs[0].shape == (1, 2)
+    assert total_hooks(model) == 0
+
+
 def test_output_replacing_hook_registered_inside_the_tracer_block() -> None:
     """Regression: a forward hook the user adds inside the ``with`` block ran after
     hookscope's, so the trace recorded the output from before the replacement."""

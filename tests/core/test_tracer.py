@@ -303,7 +303,9 @@ def test_a_user_probe_sees_every_call() -> None:
         def on_enter(self, call: Any, module: nn.Module, args: Any, kwargs: Any) -> None:
             events.append(("enter", call.name))
 
-        def on_exit(self, call: Any, module: nn.Module, output: Any, failed: bool) -> None:
+        def on_exit(
+            self, call: Any, module: nn.Module, args: Any, kwargs: Any, output: Any, failed: bool
+        ) -> None:
             events.append(("exit", call.name))
 
     model = zoo.build(zoo.MultiCall)

@@ -156,7 +156,9 @@ class Busy(Probe):
             if isinstance(a, torch.Tensor):
                 (a.float() * 2).abs().max()
 
-    def on_exit(self, call: Any, module: Any, output: Any, failed: bool) -> None:
+    def on_exit(
+        self, call: Any, module: Any, args: Any, kwargs: Any, output: Any, failed: bool
+    ) -> None:
         if isinstance(output, torch.Tensor):
             torch.linalg.vector_norm(output.float() @ output.float().T)
 

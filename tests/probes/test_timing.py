@@ -35,7 +35,10 @@ class SlowProbe(Probe):
     name = ""
     order = 50
 
-    def on_exit(self, call: Call, module: nn.Module, output: Any, failed: bool) -> None:
+    def on_exit(
+        self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+        output: Any, failed: bool,
+    ) -> None:
         time.sleep(0.030)
 
 

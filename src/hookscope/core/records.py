@@ -220,7 +220,7 @@ class TraceError:
     message: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ModuleInfo:
     """One module of the tree.
 
@@ -235,7 +235,14 @@ class ModuleInfo:
             once, at their first path).
         total_params: parameters of the whole subtree, each tensor once.
         trainable_params: of ``total_params``, those with ``requires_grad``.
-        extra_repr: the module's ``extra_repr()`` (e.g. ``in_features=2, ...``).
+        own_buffers: elements of the buffers registered directly on this module.
+        extra_repr: the module's ``extra_repr()`` (e.g. ``in_features=2, ...``), as
+            :func:`hookscope.inspect` records it; ``None`` in a trace's module table,
+            which does not record it (it costs a user method call per module on
+            every trace, and no view of a trace shows it).
+
+    NB: not frozen, like :class:`Call`: a trace makes one per module on every run, and
+    a frozen dataclass is five times slower to make. Treat it as read-only.
     """
 
     path: str
@@ -248,7 +255,7 @@ class ModuleInfo:
     total_params: int
     trainable_params: int
     own_buffers: int
-    extra_repr: str
+    extra_repr: str | None
 
 
 @dataclass(slots=True)

@@ -161,6 +161,9 @@ def _tensor_fields(t: torch.Tensor) -> tuple[tuple[int, ...], str, str, int, int
 
 Walk = list[tuple[str, nn.Module]]
 
+# What ``is_lazy`` tests, without its call per tensor in ``module_table``.
+_Uninitialized: type = torch.nn.parameter.UninitializedTensorMixin  # type: ignore[attr-defined]
+
 
 def _tensor_path(mod_path: str, name: str) -> str:
     return f"{mod_path}.{name}" if mod_path else name
@@ -262,11 +265,15 @@ class ModuleTable:
     lazy: bool
 
 
-def module_table(model: nn.Module) -> ModuleTable:
+def module_table(model: nn.Module, *, extra_repr: bool = True) -> ModuleTable:
     """The module tree of ``model`` with own and subtree parameter counts.
 
     Tied tensors count once, at their first path (``named_parameters`` order); a
-    module registered under several paths is one module, at its first path.
+    module registered under several paths is one module, at its first path. With
+    ``extra_repr=False`` (what a tracer records), ``ModuleInfo.extra_repr`` is ``None``.
+
+    NB: a tracer makes this on every run, in the time budget of one forward pass: one
+    walk, plain sums when nothing is shared, positional record construction.
     """
     walk: Walk = list(model.named_modules(remove_duplicate=False))
     canonical: dict[int, str] = {}
@@ -281,14 +288,13 @@ def module_table(model: nn.Module) -> ModuleTable:
             members.append((path, module))
     seen: set[int] = set()
     seen_buffers: set[int] = set()
-    tied = False
-    lazy = False
+    tied = lazy = False
     parameters: list[nn.Parameter] = []
-    own: dict[int, tuple[int, int, int]] = {}  # id(module) -> (params, trainable, buffers)
+    own: list[tuple[int, int, int]] = []  # per member: (params, trainable, buffer elements)
     p_total = p_trainable = p_bytes = b_total = b_bytes = 0
     for _, module in members:
         n_own = n_trainable = n_buffers = 0
-        for _, p in module._parameters.items():
+        for p in module._parameters.values():
             if p is None:
                 continue
             if id(p) in seen:
@@ -296,7 +302,7 @@ def module_table(model: nn.Module) -> ModuleTable:
                 continue
             seen.add(id(p))
             parameters.append(p)
-            if is_lazy(p):  # NB: no shape until the first forward
+            if isinstance(p, _Uninitialized):  # lazy: no shape until a forward
                 lazy = True
                 continue
             n = p.numel()
@@ -304,25 +310,25 @@ def module_table(model: nn.Module) -> ModuleTable:
             p_bytes += n * p.element_size()
             if p.requires_grad:
                 n_trainable += n
-        for _, b in module._buffers.items():
+        for b in module._buffers.values():
             if b is None or id(b) in seen_buffers:
                 continue
             seen_buffers.add(id(b))
-            if is_lazy(b):
-                continue
-            n = b.numel()
-            n_buffers += n
-            b_bytes += n * b.element_size()
-        own[id(module)] = (n_own, n_trainable, n_buffers)
+            if not isinstance(b, _Uninitialized):
+                n = b.numel()
+                n_buffers += n
+                b_bytes += n * b.element_size()
+        own.append((n_own, n_trainable, n_buffers))
         p_total += n_own
         p_trainable += n_trainable
         b_total += n_buffers
+    counts: dict[int, tuple[int, int]]
     if tied or aliases:
         counts = _subtree_counts(model)
-    else:  # a tree without shared tensors: a subtree's count is a plain sum
+    else:  # a tree without shared tensors or modules: a subtree's count is a plain sum
         counts = {}
-        for _, module in reversed(members):
-            total, trainable, _ = own[id(module)]
+        bottom_up = zip(reversed(members), reversed(own), strict=True)
+        for (_, module), (total, trainable, _) in bottom_up:
             for child in module._modules.values():
                 if child is not None:
                     t, tr = counts[id(child)]
@@ -330,31 +336,28 @@ def module_table(model: nn.Module) -> ModuleTable:
                     trainable += tr
             counts[id(module)] = (total, trainable)
     modules: dict[str, ModuleInfo] = {}
-    for path, module in members:
+    for (path, module), (n_own, _, n_buffers) in zip(members, own, strict=True):
         total, trainable = counts[id(module)]
-        n_own, _, n_buffers = own[id(module)]
+        children: tuple[str, ...] = ()
+        subs = module._modules
+        if subs:  # NB: a child registered under two names is listed once
+            unique = dict.fromkeys(subs.values()) if aliases else subs.values()
+            children = tuple([canonical[id(c)] for c in unique if c is not None])
         modules[path] = ModuleInfo(
-            path=path,
-            class_name=type(module).__name__,
-            depth=0 if not path else path.count(".") + 1,
-            parent=None if not path else path.rpartition(".")[0],
-            children=tuple(
-                canonical[id(c)] for c in dict.fromkeys(module._modules.values()) if c is not None
-            ),
-            aliases=tuple(aliases.get(id(module), ())),
-            own_params=n_own,
-            total_params=total,
-            trainable_params=trainable,
-            own_buffers=n_buffers,
-            extra_repr=_safe_extra_repr(module),
+            path,
+            type(module).__name__,
+            path.count(".") + 1 if path else 0,
+            path.rpartition(".")[0] if path else None,
+            children,
+            tuple(aliases[id(module)]) if aliases and id(module) in aliases else (),
+            n_own,
+            total,
+            trainable,
+            n_buffers,
+            _safe_extra_repr(module) if extra_repr else None,
         )
     summary = ModelSummary(
-        class_name=type(model).__name__,
-        params_total=p_total,
-        params_trainable=p_trainable,
-        buffers_total=b_total,
-        param_bytes=p_bytes,
-        buffer_bytes=b_bytes,
+        type(model).__name__, p_total, p_trainable, b_total, p_bytes, b_bytes
     )
     return ModuleTable(summary, modules, walk, members, parameters, lazy)
 

@@ -37,7 +37,7 @@ from hookscope.errors import HookscopeError, SpecError
 from hookscope.probes.base import PROBES, Probe, overrides
 
 EnterFn = Callable[[Call, nn.Module, tuple[Any, ...], dict[str, Any]], None]
-ExitFn = Callable[[Call, nn.Module, Any, bool], None]
+ExitFn = Callable[[Call, nn.Module, tuple[Any, ...], dict[str, Any], Any, bool], None]
 
 
 class _SharedState(threading.local):
@@ -55,17 +55,11 @@ class _SharedState(threading.local):
 _shared = _SharedState()
 
 
-class _Frame:
-    """One entry of the runtime call stack."""
-
-    __slots__ = ("call", "module", "outer_exc")
-
-    def __init__(self, call: Call, module: nn.Module, outer_exc: BaseException | None) -> None:
-        self.call = call
-        self.module = module
-        # The exception already being handled when the call started (if the model runs
-        # inside an ``except`` block): a call failed only if a *different* one is active.
-        self.outer_exc = outer_exc
+# One entry of the runtime call stack: the call, its module, and the exception already
+# being handled when the call started (the model runs inside an ``except`` block): the
+# call failed only if a *different* one is active when it ends. A tuple, not a class:
+# one is made per module call, in a hook that runs with cold caches.
+_Frame = tuple[Call, nn.Module, "BaseException | None"]
 
 
 class _ModelState:
@@ -77,10 +71,10 @@ class _ModelState:
 
     def restore(self) -> None:
         for m, flag in self.training:
-            if m.training != flag:
+            if m.training is not flag:
                 m.training = flag
         for p, rg in self.requires_grad:
-            if p.requires_grad != rg:
+            if p.requires_grad is not rg:
                 p.requires_grad_(rg)
 
 
@@ -107,7 +101,8 @@ class Tracer:
     NB: while the tracer is active, ``torch.compile``d code runs eagerly (compiled code
     skips the hooks of the modules it inlined), TorchScript submodules run unobserved
     (their work counts as their caller's), and a forward pre-hook you register inside
-    the block runs after hookscope's (the inputs recorded are from before it).
+    the block runs after hookscope's (probes that measure on entry, such as timing,
+    include it; the inputs recorded are those ``forward`` received).
 
     Raises:
         SpecError: ``model`` is not an ``nn.Module`` or is a TorchScript module, or an
@@ -174,7 +169,6 @@ class Tracer:
         self._guarded = any(p.watches_ops for p in self.probes)
         self._handles = HandleGroup()
         self._stack: list[_Frame] = []
-        self._counts: dict[str, int] = {}
         self._restore_state = restore_state
         self._state: _ModelState | None = None
         self._lazy = False
@@ -195,7 +189,7 @@ class Tracer:
     def __enter__(self) -> Tracer:
         if self._active:
             raise HookscopeError("this Tracer is already active; create a new Tracer instead")
-        table = module_table(self.model)
+        table = module_table(self.model, extra_repr=False)
         # A lazy module's parameters have no shape until the first forward (counted as
         # 0 elements): count them again on exit, once materialised.
         self._lazy = table.lazy
@@ -206,7 +200,6 @@ class Tracer:
             meta={"torch_version": torch.__version__},
         )
         self._stack.clear()
-        self._counts.clear()
         self._failure = None
         self._state = _ModelState(table) if self._restore_state else None
         try:
@@ -239,8 +232,8 @@ class Tracer:
             # Calls still on the stack never finished: a BaseException (KeyboardInterrupt)
             # skips torch's always-call hooks.
             if exc is not None:
-                for frame in reversed(self._stack):
-                    self._record_failure(frame.call, exc)
+                for call, _, _ in reversed(self._stack):
+                    self._record_failure(call, exc)
             self._stack.clear()
         trace = self.trace
         assert trace is not None
@@ -253,7 +246,7 @@ class Tracer:
             else:
                 trace.error = TraceError(None, None, type(exc).__name__, _message(exc))
         if self._lazy:
-            table = module_table(self.model)
+            table = module_table(self.model, extra_repr=False)
             trace.model, trace.modules = table.summary, table.modules
         for probe in self.probes:
             probe.finalize(trace)
@@ -279,7 +272,7 @@ class Tracer:
     @property
     def current_call(self) -> Call | None:
         """The innermost module call running now (``None`` outside any module)."""
-        return self._stack[-1].call if self._stack else None
+        return self._stack[-1][0] if self._stack else None
 
     @contextmanager
     def internal_work(self) -> Iterator[None]:
@@ -293,32 +286,34 @@ class Tracer:
     # -- hooks -------------------------------------------------------------------
 
     def _register_module_hooks(self, members: Iterable[tuple[str, nn.Module]]) -> None:
+        post_hook = self._make_post_hook()  # one function: it finds its call on the stack
+        add, matches = self._handles.add, self._matches
+        scripted: dict[type, bool] = {}
         for path, module in members:
-            if self._matches is not None and not self._matches(path):
+            if matches is not None and not matches(path):
                 continue
-            if isinstance(module, torch.jit.ScriptModule):
+            cls = type(module)
+            if cls not in scripted:
+                scripted[cls] = issubclass(cls, torch.jit.ScriptModule)
+            if scripted[cls]:
                 continue  # NB: TorchScript runs no module hooks; its work is its caller's
-            cls = type(module).__name__
-            post = module.register_forward_hook(
-                self._make_post_hook(), with_kwargs=True, always_call=True
-            )
-            self._handles.add(post)
-            self._handles.add(
-                module.register_forward_pre_hook(
-                    self._make_pre_hook(path, cls, post.id), with_kwargs=True
-                )
-            )
+            post = module.register_forward_hook(post_hook, with_kwargs=True, always_call=True)
+            add(post)
+            pre_hook = self._make_pre_hook(path, cls.__name__, post.id)
+            add(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
 
     def _make_pre_hook(
         self, path: str, cls: str, post_id: int
     ) -> Callable[[nn.Module, tuple[Any, ...], dict[str, Any]], None]:
-        stack, counts, enters = self._stack, self._counts, self._enters
-        clocked, shared = self._clocked, _shared
+        stack, enters = self._stack, self._enters
+        clocked, shared, exc_info = self._clocked, _shared, sys.exc_info
         trace = self.trace
         assert trace is not None
         calls = trace.calls
+        count = 0  # calls of this module so far (a module is registered once)
 
         def pre_hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            nonlocal count
             if clocked:
                 start = self.chain_start_ns = perf_counter_ns()
             hooks = module._forward_hooks
@@ -327,16 +322,16 @@ class Tracer:
                 # replace the output: run ours last, to record what the caller receives.
                 # The order of the user's own hooks is unchanged.
                 _move_to_end(hooks, post_id)
-            n = counts.get(path, 0)
-            counts[path] = n + 1
-            parent = stack[-1].call if stack else None
-            call = Call(
-                len(calls), path, cls, n, len(stack), None if parent is None else parent.index
-            )
-            if parent is not None:
-                parent.children.append(call.index)
+            index = len(calls)
+            if stack:
+                parent = stack[-1][0]
+                parent.children.append(index)
+                call = Call(index, path, cls, count, len(stack), parent.index)
+            else:
+                call = Call(index, path, cls, count, 0, None)
+            count += 1
             calls.append(call)
-            stack.append(_Frame(call, module, sys.exc_info()[1]))
+            stack.append((call, module, exc_info()[1]))
             if not enters:
                 pass
             elif shared.watchers:  # an ops probe (of this tracer or another) is on
@@ -356,46 +351,48 @@ class Tracer:
 
     def _make_post_hook(self) -> Callable[[nn.Module, tuple[Any, ...], dict[str, Any], Any], None]:
         stack, exits = self._stack, self._exits
-        clocked, shared = self._clocked, _shared
+        clocked, shared, exc_info = self._clocked, _shared, sys.exc_info
 
         def post_hook(
             module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
         ) -> None:
             if clocked:
                 start = self.chain_start_ns = perf_counter_ns()
-            frame = self._pop(module)
-            if frame is None:
-                return
-            exc = sys.exc_info()[1]
-            failed = exc is not None and exc is not frame.outer_exc
+            if stack and stack[-1][1] is module:
+                call, _, outer_exc = stack.pop()
+            else:
+                frame = self._unwind(module)
+                if frame is None:
+                    return
+                call, _, outer_exc = frame
+            exc = exc_info()[1]
+            failed = exc is not None and exc is not outer_exc
             if failed:
-                self._record_failure(frame.call, exc)
+                self._record_failure(call, exc)
             if not exits:
                 pass
             elif shared.watchers:
                 shared.internal += 1
                 try:
                     for fn in exits:
-                        fn(frame.call, module, output, failed)
+                        fn(call, module, args, kwargs, output, failed)
                 finally:
                     shared.internal -= 1
             else:
                 for fn in exits:
-                    fn(frame.call, module, output, failed)
+                    fn(call, module, args, kwargs, output, failed)
             if clocked:
                 self.overhead_ns += perf_counter_ns() - start
 
-        del stack
         return post_hook
 
-    def _pop(self, module: nn.Module) -> _Frame | None:
+    def _unwind(self, module: nn.Module) -> _Frame | None:
+        """The frame of ``module``'s call when it is not on top of the stack: a pre-hook
+        registered before ours raised, so our pre-hook never ran for this call; or
+        frames above were left by such calls. Unwind to the matching frame."""
         stack = self._stack
-        if stack and stack[-1].module is module:
-            return stack.pop()
-        # A pre-hook registered before ours raised, so our pre-hook never ran for this
-        # call; or frames above were left by such calls. Unwind to the matching frame.
         for i in range(len(stack) - 1, -1, -1):
-            if stack[i].module is module:
+            if stack[i][1] is module:
                 frame = stack[i]
                 del stack[i:]
                 return frame

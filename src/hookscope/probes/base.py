@@ -8,8 +8,10 @@ is handed, and never calls another probe. Events, in the order they happen:
   extra instrumentation (a dispatch mode, saved-tensor hooks) and return handles
   that undo it. Module hooks are the tracer's job; a probe never registers them.
 - ``on_enter(call, module, args, kwargs)`` before a module's ``forward`` runs.
-- ``on_exit(call, module, output, failed)`` after it returned or raised
-  (``failed=True``, ``output=None``).
+- ``on_exit(call, module, args, kwargs, output, failed)`` after it returned or raised
+  (``failed=True``, ``output=None``). ``args``/``kwargs`` are what ``forward`` was
+  called with (after every forward pre-hook), as torch's forward hooks receive them:
+  a probe that only reads the inputs' shapes or values needs no ``on_enter``.
 - ``finalize(trace)`` once, after every handle was removed: move device values to the
   host in one transfer, derive totals.
 
@@ -52,7 +54,10 @@ class Probe:
     ) -> None:
         return None
 
-    def on_exit(self, call: Call, module: nn.Module, output: Any, failed: bool) -> None:
+    def on_exit(
+        self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+        output: Any, failed: bool,
+    ) -> None:
         return None
 
     def finalize(self, trace: Trace) -> None:

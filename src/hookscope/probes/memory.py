@@ -174,7 +174,10 @@ class MemoryProbe(Probe):
             before = torch.cuda.memory_allocated(device)
             self._cuda_open[call.index] = (before, torch.cuda.max_memory_allocated(device))
 
-    def on_exit(self, call: Call, module: nn.Module, output: Any, failed: bool) -> None:
+    def on_exit(
+        self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+        output: Any, failed: bool,
+    ) -> None:
         counter = self._saved.pop(call.index, None)
         if counter is not None:
             saved: int | None = counter.total

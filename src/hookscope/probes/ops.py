@@ -247,7 +247,10 @@ class OpsProbe(Probe):
     ) -> None:
         self._owners.mark(call.index)
 
-    def on_exit(self, call: Call, module: nn.Module, output: Any, failed: bool) -> None:
+    def on_exit(
+        self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+        output: Any, failed: bool,
+    ) -> None:
         self._owners.mark(call.parent)
 
     def record(

@@ -4,12 +4,17 @@ Inputs are recorded with paths ``args[i]...``/``kwargs["name"]...``, outputs wit
 ``out...`` (``out[0]``, ``out["logits"]``, ``out.hidden``). Nothing is read from the
 tensors' data, so this works on the meta device and costs no device synchronisation.
 
-Most calls take one tensor and return one. For those, a hook only keeps the tensor's
-``shape``, ``dtype``, ``device``, ``requires_grad`` and ``layout`` (a tuple of what the
-tensor returns, never the tensor), and the records are made in ``finalize``, identical
-ones shared: a hook runs between two kernels, with cold caches, where every object
-made costs several times what it costs in a loop. ``call.inputs``/``call.outputs`` are
-complete once the trace is finalised.
+Both are read when the call ends, from the ``args``/``kwargs`` that ``forward`` was
+called with (after every forward pre-hook, as torch's forward hooks see them), also
+when it raised: one hook per call instead of two. NB: so a ``forward`` that changes
+its input's shape in place (``x.unsqueeze_(0)``) records the changed shape.
+
+Most calls take one tensor and return one. For those, the hook only keeps the
+tensors' ``shape``, ``dtype``, ``device``, ``requires_grad`` and ``layout`` (never the
+tensors), and the records are made in ``finalize``, identical ones shared: a hook runs
+between two kernels, with cold caches, where every object made costs several times
+what it costs in a loop. ``call.inputs``/``call.outputs`` are complete once the trace
+is finalised.
 """
 
 from __future__ import annotations
@@ -45,26 +50,26 @@ class ShapeProbe(Probe):
         self._plain.clear()
         return []
 
-    def on_enter(
-        self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+    def on_exit(
+        self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+        output: Any, failed: bool,
     ) -> None:
+        plain = self._plain
         if len(args) == 1 and not kwargs:
             t = args[0]
             # NB: ``type() is``: a subclass (Parameter, a tensor subclass) may override
             # its attributes; a strided nested tensor has no ``shape``
             if type(t) is _Tensor and not t.is_nested:
-                fields = (False, t.shape, t.dtype, t.device, t.requires_grad, t.layout)
-                self._plain.append((call, fields))
-                return
-        call.inputs = call_input_metas(args, kwargs)
-
-    def on_exit(self, call: Call, module: nn.Module, output: Any, failed: bool) -> None:
+                plain.append((call, (False, t.shape, t.dtype, t.device, t.requires_grad, t.layout)))
+            else:
+                call.inputs = call_input_metas(args, kwargs)
+        else:
+            call.inputs = call_input_metas(args, kwargs)
         if failed:
             return
         t = output
         if type(t) is _Tensor and not t.is_nested:
-            fields = (True, t.shape, t.dtype, t.device, t.requires_grad, t.layout)
-            self._plain.append((call, fields))
+            plain.append((call, (True, t.shape, t.dtype, t.device, t.requires_grad, t.layout)))
         else:
             call.outputs = metas(output, "out")
 

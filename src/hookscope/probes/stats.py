@@ -85,30 +85,22 @@ class StatsProbe(Probe):
 
     def __init__(self) -> None:
         self._pending: list[_Entry] = []
-        # call index -> the call's (args, kwargs), held only while the call runs
-        self._running: dict[int, tuple[tuple[Any, ...], dict[str, Any]]] = {}
         # id(tensor) -> (weak reference, version, kind, moments): a tensor that a
         # container returns unchanged (Sequential, residual blocks) is measured once.
         self._seen: dict[int, tuple[weakref.ref[torch.Tensor], int, str, Moments | None]] = {}
 
     def install(self, tracer: Tracer) -> list[Removable]:
         self._pending.clear()
-        self._running.clear()
         self._seen.clear()
         return []
 
-    def on_enter(
-        self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+    def on_exit(
+        self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+        output: Any, failed: bool,
     ) -> None:
-        # A reference for the call's duration only: the caller holds them anyway.
-        self._running[call.index] = (args, kwargs)
-
-    def on_exit(self, call: Call, module: nn.Module, output: Any, failed: bool) -> None:
-        held = self._running.pop(call.index, None)
         if failed:
-            if held is not None:
-                call.input_stats = []
-                self._measure(call, iter_call_inputs(*held), is_input=True)
+            call.input_stats = []
+            self._measure(call, iter_call_inputs(args, kwargs), is_input=True)
             return
         call.stats = []
         self._measure(call, iter_tensors(output, "out"), is_input=False)
@@ -133,7 +125,6 @@ class StatsProbe(Probe):
 
     def finalize(self, trace: Trace) -> None:
         pending, self._pending = self._pending, []
-        self._running.clear()
         self._seen.clear()
         values = _to_host([e.moments for e in pending])
         for entry, moments in zip(pending, values, strict=True):

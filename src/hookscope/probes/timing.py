@@ -85,7 +85,10 @@ class TimingProbe(Probe):
         # The part of this hook that ran before now is hookscope's, not the model's.
         self._open[call.index] = (now, tracer.overhead_ns + now - tracer.chain_start_ns)
 
-    def on_exit(self, call: Call, module: nn.Module, output: Any, failed: bool) -> None:
+    def on_exit(
+        self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+        output: Any, failed: bool,
+    ) -> None:
         if self._cuda:
             pair = self._events.get(call.index)
             if pair is not None:
