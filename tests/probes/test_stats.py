@@ -338,6 +338,11 @@ def test_non_contiguous_outputs() -> None:
         [-0.0, -0.0, -0.0, -0.0],
         [-3.0, -0.5, -1.0, -2.0],  # all negative
         [-3.0, 0.0, 2.0, -0.0],
+        [-3.0, -math.inf, -1.0, -0.5],  # all negative: -inf is the largest integer
+        [-1.0, -0.0, -2.0, -0.5],  # all with the sign bit, -0.0 the maximum
+        [-1.0, -math.nan, -2.0, -0.5],  # a NaN with the sign bit, all negative
+        [2.0, -math.nan, -1.0, 0.0],  # ... among mixed signs: amin sees it
+        [2.0, -1.0, 0.5, -7.0],  # mixed, no zero: the integer maximum, a float amin
     ],
 )
 def test_range_and_zeros_for_every_sign_pattern(values: list[float], dtype: torch.dtype) -> None:
@@ -346,3 +351,67 @@ def test_range_and_zeros_for_every_sign_pattern(values: list[float], dtype: torc
     assert_float_stats(s, t.float())
     strided = torch.tensor([values, values], dtype=dtype).t()  # not contiguous
     assert_float_stats(make_stats("out", 8, "float", _cpu_float(strided)), strided.float())
+
+
+@pytest.fixture
+def small_blocks(monkeypatch: pytest.MonkeyPatch) -> int:
+    """Blocks of 8 elements: every tensor of 32 or more is swept block by block."""
+    import hookscope.probes.stats as stats_module
+
+    monkeypatch.setattr(stats_module, "_BLOCK", 8)
+    return 8
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(
+    "place",
+    [
+        {},  # random values only
+        {3: 0.0, 17: -0.0, 40: 0.0},  # zeros of both signs in different blocks
+        {5: -0.0},  # -0.0 alone, in a block of positive values
+        {33: math.nan},  # a NaN in one block makes both ends NaN
+        {2: -math.nan},  # a NaN with the sign bit
+        {9: math.inf, 20: -math.inf},  # infinities in two blocks
+        {44: 1e30, 12: -1e30},  # the extremes in the last (partial) and an early block
+    ],
+    ids=["random", "zeros", "negative-zero", "nan", "negative-nan", "inf", "extremes"],
+)
+def test_block_sweep_equals_torch_reductions(
+    small_blocks: int, place: dict[int, float], dtype: torch.dtype
+) -> None:
+    """A tensor of several blocks (the last one partial) with special values placed in
+    different blocks: every statistic equals torch's reductions of the whole tensor."""
+    g = torch.Generator().manual_seed(0)
+    for t in (torch.randn(45, generator=g, dtype=dtype),
+              torch.rand(45, generator=g, dtype=dtype)):  # mixed signs; non-negative
+        for i, v in place.items():
+            t[i] = v
+        assert t.numel() >= 4 * small_blocks
+        s = make_stats("out", t.numel(), "float", _cpu_float(t))
+        assert_float_stats(s, t, rel=1e-6)
+        strided = torch.stack([t, t]).t()  # the non-contiguous form, flattened first
+        s2 = make_stats("out", 90, "float", _cpu_float(strided))
+        assert_float_stats(s2, strided, rel=1e-6)
+
+
+def test_block_sweep_sum_overflow_falls_back_to_float64(small_blocks: int) -> None:
+    """Finite float32 values whose sum overflows float32: summed again in float64."""
+    t = torch.full((40,), 3e38)
+    t[::2] = 1.0
+    s = make_stats("out", 40, "float", _cpu_float(t))
+    expected = t.double()
+    assert s.mean == pytest.approx(expected.mean().item(), rel=1e-12)
+    assert s.std == pytest.approx(expected.std().item(), rel=1e-6)
+    assert (s.min, s.max, s.nan_count, s.inf_count) == (1.0, t.max().item(), 0, 0)
+
+
+def test_block_sweep_on_a_real_model_output(small_blocks: int) -> None:
+    """Stats of a CNN's outputs (ReLU zeros, BatchNorm signs), swept in small blocks."""
+    torch.manual_seed(0)
+    model = SmallCNN().eval()
+    with capture_outputs(model) as captured:
+        trace = hookscope.trace(model, torch.randn(2, 3, 16, 16))
+    for call in trace:
+        for s, (_, t) in zip(call.stats or [], captured[(call.path, call.call_index)],
+                             strict=True):
+            assert_float_stats(s, t, rel=1e-5)

@@ -22,9 +22,12 @@ On an accelerator, each tensor gets one fixed sequence of reductions (``aminmax`
 ``std_mean``, three ``count_nonzero``) whose results stay on the device as one
 float64 vector; ``finalize`` moves all of them to the host in one transfer per
 device. On the CPU, where reading a value costs no synchronisation, a float tensor
-takes four single passes (``aminmax``, ``sum``, ``dot``, ``count_nonzero`` on the
-integer view of ``abs``), and the NaN/Inf counts are only computed when the sum is
-not finite.
+takes four passes when it has no negative value (``aminmax`` over the integer view of
+its bits, which is then its range, ``count_nonzero``, ``sum``, ``dot``) and five
+otherwise (plus a float ``amin``); a large tensor is swept in L2-sized blocks, all
+passes over one block before the next (``_BLOCK``), so only the first pass reads it
+from memory: on ResNet-50 at batch 8 that takes the probe from 132 ms to 104 ms. The
+NaN/Inf counts are only computed when the sum is not finite.
 
 NB: on the CPU the std comes from the sum and the sum of squares (computed in float64
 from float32 accumulators); when the mean is large against the spread (more than about
@@ -34,6 +37,7 @@ from float32 accumulators); when the mean is large against the spread (more than
 from __future__ import annotations
 
 import math
+import struct
 import weakref
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -194,70 +198,111 @@ def _readable(t: torch.Tensor) -> bool:
     return not torch._C._functorch.is_functorch_wrapped_tensor(t)
 
 
+# Elements per block of the CPU sweep over a large tensor: each reduction of the sweep
+# reads a block (1 MiB of float32, half of it per core) while it is still in the cores'
+# L2 caches, so only the first one reads it from memory. Tensors under four blocks are
+# read whole: below that, the extra calls cost more than the cache misses they save.
+_BLOCK = 1 << 18
+
+
 def _cpu_float(x: torch.Tensor) -> list[float]:
     if x.dtype not in _NATIVE_FLOATS:
         x = x.float()  # float16/bfloat16/float8: one conversion, then exact reductions
-    n = x.numel()
-    lo, hi, zeros = _cpu_range_and_zeros(x)
-    total = x.sum().item()
+    flat = _flat(x)
+    n = flat.numel()
+    lo, hi, zeros, total, squares = _cpu_sweep(flat)
     if not math.isfinite(total) and math.isfinite(lo) and math.isfinite(hi):
-        # every value is finite but their float32 sum overflowed: sum in float64
-        xd = x.double()
-        total = xd.sum().item()
-        return [total / n, _cpu_std(xd, total, lo, hi), lo, hi, zeros, 0, 0]
-    if not (math.isfinite(total) and math.isfinite(lo) and math.isfinite(hi)):
-        nans = int(torch.count_nonzero(torch.isnan(x)))
-        infs = int(torch.count_nonzero(torch.isinf(x)))
-        std = x.std().item() if n > 1 else math.nan
+        # every value is finite but a float32 sum overflowed: sum in float64
+        flat = flat.double()
+        total = flat.sum().item()
+        squares = torch.dot(flat, flat).item()
+    elif not (math.isfinite(total) and math.isfinite(lo) and math.isfinite(hi)):
+        nans = int(torch.count_nonzero(torch.isnan(flat)))
+        infs = int(torch.count_nonzero(torch.isinf(flat)))
+        std = flat.std().item() if n > 1 else math.nan
         return [total / n, std, lo, hi, zeros, nans, infs]
-    return [total / n, _cpu_std(x, total, lo, hi), lo, hi, zeros, 0, 0]
+    return [total / n, _cpu_std(flat, total, squares, lo, hi), lo, hi, zeros, 0, 0]
+
+
+def _cpu_sweep(flat: torch.Tensor) -> tuple[float, float, int, float, float]:
+    """``(min, max, exact zeros, sum, sum of squares)`` of a 1-D float32/float64 tensor.
+
+    Block by block (see ``_BLOCK``); the sums of the blocks add up in float64.
+    """
+    n = flat.numel()
+    blocks = [flat[i : i + _BLOCK] for i in range(0, n, _BLOCK)] if n >= 4 * _BLOCK else [flat]
+    lo, hi, zeros = math.inf, -math.inf, 0
+    total = squares = 0.0
+    nan = False
+    for block in blocks:
+        b_lo, b_hi, b_zeros = _cpu_range_and_zeros(block)
+        nan = nan or math.isnan(b_lo)
+        lo, hi, zeros = min(lo, b_lo), max(hi, b_hi), zeros + b_zeros
+        total += block.sum().item()
+        if n > 1:
+            squares += torch.dot(block, block).item()
+    if nan:
+        lo = hi = math.nan  # as torch.aminmax: a NaN makes both NaN
+    return lo, hi, zeros, total, squares
 
 
 def _cpu_range_and_zeros(x: torch.Tensor) -> tuple[float, float, int]:
-    """``(min, max, exact zeros)`` of a float32/float64 tensor, in two or three passes.
+    """``(min, max, exact zeros)`` of a 1-D float32/float64 tensor, in two or three passes.
 
     The first pass is ``aminmax`` over the integer view of the bits. Read as signed
-    integers, non-negative floats (+0.0 included) are ordered like their values and
-    every float with the sign bit set (-0.0 included) is negative. So when the smallest
-    integer is >= 0, the tensor holds no negative value and no -0.0: the integer range
-    *is* the float range (the ReLU outputs of a network), and zeros are the all-zero
-    bit patterns, counted only when the smallest value is +0.0. Otherwise one float
-    ``aminmax`` gives the range, and -0.0 is present exactly when the smallest integer
-    is the sign bit alone.
+    integers, non-negative floats (+0.0 included) are ordered like their values, every
+    float with the sign bit set (-0.0 included) is negative, and among those a larger
+    magnitude is a larger integer, -0.0 being the smallest integer of all. So:
+
+    - smallest integer >= 0 (no negative value, no -0.0; the ReLU outputs of a
+      network): the integer range *is* the float range, and zeros are the all-zero bit
+      patterns, counted only when the smallest value is +0.0;
+    - largest integer < 0 (every value has the sign bit): the range is read from the
+      integers too, largest integer first;
+    - otherwise the largest integer is the maximum, and one float ``amin`` (cheaper than
+      ``aminmax``) gives the minimum.
+
+    -0.0 is present exactly when the smallest integer is the sign bit alone; then the
+    zeros are counted on ``abs``. A NaN makes both ends NaN (``torch.aminmax`` does).
     """
     bits = x.view(_INT_VIEW[x.element_size()])
     ilo_t, ihi_t = torch.aminmax(bits)
     ilo, ihi = int(ilo_t), int(ihi_t)
     n = x.numel()
+    negative_zero = ilo == torch.iinfo(bits.dtype).min
     if ilo >= 0:
         lo, hi = _bits_to_float(ilo, x.dtype), _bits_to_float(ihi, x.dtype)
-        if math.isnan(hi):
-            lo = math.nan  # as torch.aminmax: a NaN makes both NaN
         zeros = n - int(torch.count_nonzero(bits)) if ilo == 0 else 0
-        return lo, hi, zeros
-    lo_t, hi_t = torch.aminmax(x)
-    lo, hi = lo_t.item(), hi_t.item()
-    if lo > 0 or hi < 0:
-        return lo, hi, 0  # all of one sign: no zero to count
-    if ilo == torch.iinfo(bits.dtype).min:  # the sign bit alone: -0.0 is present
-        return lo, hi, n - int(torch.count_nonzero(x.abs().view(bits.dtype)))
-    return lo, hi, n - int(torch.count_nonzero(bits))  # +0.0 only: its bits are all 0
+    elif ihi < 0:
+        lo, hi = _bits_to_float(ihi, x.dtype), _bits_to_float(ilo, x.dtype)
+        zeros = n - int(torch.count_nonzero(x.abs().view(bits.dtype))) if negative_zero else 0
+    else:
+        lo, hi = x.amin().item(), _bits_to_float(ihi, x.dtype)
+        if negative_zero:
+            zeros = n - int(torch.count_nonzero(x.abs().view(bits.dtype)))
+        else:
+            zeros = n - int(torch.count_nonzero(bits))  # +0.0 only: its bits are all 0
+    if math.isnan(lo) or math.isnan(hi):
+        lo = hi = math.nan
+    return lo, hi, zeros
+
+
+_BIT_FORMATS = {torch.float32: ("<i", "<f"), torch.float64: ("<q", "<d")}
 
 
 def _bits_to_float(value: int, dtype: torch.dtype) -> float:
-    """The float whose bit pattern, read as a signed integer, is ``value``."""
-    ints = torch.tensor([value], dtype=_INT_VIEW[torch.empty((), dtype=dtype).element_size()])
-    return float(ints.view(dtype).item())
+    """The float32/float64 whose bit pattern, read as a signed integer, is ``value``."""
+    as_int, as_float = _BIT_FORMATS[dtype]
+    result: float = struct.unpack(as_float, struct.pack(as_int, value))[0]
+    return result
 
 
-def _cpu_std(x: torch.Tensor, total: float, lo: float, hi: float) -> float:
+def _cpu_std(x: torch.Tensor, total: float, squares: float, lo: float, hi: float) -> float:
     n = x.numel()
     if n < 2:
         return math.nan
     if lo == hi:
         return 0.0
-    flat = _flat(x)
-    squares = torch.dot(flat, flat).item()
     spread = squares - total * total / n  # (n - 1) * variance
     if not math.isfinite(squares) or total * total / n > 16.0 * spread:
         return x.std().item()  # NB: ill-conditioned for the one-pass formula
