@@ -91,6 +91,7 @@ def trace(
         model, shapes=shapes, time=time, stats=stats, memory=memory, ops=ops,
         probes=probes, select=select, restore_state=True,
     )
+    tracer._exclusive = True  # only the model (and the backward) runs inside it
     grad_ctx = torch.enable_grad() if backward or grad else torch.no_grad()
     started = False
     try:

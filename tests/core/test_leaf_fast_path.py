@@ -1,0 +1,199 @@
+"""The leaf fast path: in ``trace()``/``summary()`` with no probe that needs a call's
+start, a leaf module of ``torch.nn`` gets one forward hook instead of two and its call
+is recorded whole when it ends (``Tracer._make_leaf_hook``).
+
+The oracle is the normal path: a ``Tracer`` context manager never takes the fast path,
+so the same model and inputs must give the same calls, one for one (index, path,
+class, call index, depth, parent, children, shapes, errors).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import hookscope
+import zoo
+from helpers import total_hooks
+
+SHAPES_ONLY = {"time": False, "stats": False, "memory": False}
+
+
+def rows(trace: hookscope.Trace) -> list[tuple[Any, ...]]:
+    return [
+        (c.index, c.path, c.module_class, c.call_index, c.depth, c.parent, c.children,
+         c.inputs, c.outputs, c.error)
+        for c in trace.calls
+    ]
+
+
+def both_paths(
+    model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], **flags: bool
+) -> tuple[hookscope.Trace, hookscope.Trace]:
+    """The trace of ``hookscope.trace`` (fast path) and of a ``Tracer`` (normal path)."""
+    options = {**SHAPES_ONLY, **flags}
+    try:
+        fast = hookscope.trace(model, *args, kwargs=kwargs, **options)
+    except hookscope.ModelRunError as e:
+        fast = e.trace
+    with torch.no_grad():
+        tracer = hookscope.Tracer(model, restore_state=True, **options)
+        try:
+            with tracer:
+                model(*args, **kwargs)
+        except Exception:
+            pass
+    assert tracer.trace is not None
+    return fast, tracer.trace
+
+
+@pytest.mark.parametrize("cls", zoo.ALL_ZOO, ids=lambda c: c.__name__)
+def test_fast_path_records_what_the_normal_path_records(cls: type[zoo.ZooModel]) -> None:
+    model = zoo.materialize(zoo.build(cls))
+    args, kwargs = cls.example_inputs()
+    fast, normal = both_paths(model, args, kwargs)
+    assert rows(fast) == rows(normal)
+    assert (fast.error is None) == (normal.error is None) == (not cls.RAISES)
+    if cls.RAISES:
+        assert fast.error is not None and normal.error is not None
+        assert fast.error.path == normal.error.path == cls.FAILING_PATH
+    assert total_hooks(model) == 0
+
+
+def test_fast_path_on_a_real_cnn_with_statistics() -> None:
+    """The statistics probe has no ``on_enter`` either: it takes the fast path too."""
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(weights=None).eval()
+    x = torch.randn(1, 3, 64, 64)
+    fast, normal = both_paths(model, (x,), {}, stats=True)
+    assert rows(fast) == rows(normal)
+    assert [c.stats for c in fast.calls] == [c.stats for c in normal.calls]
+
+
+class Probe(nn.Module):
+    """Reports, from inside the forward, how many pre-hooks its leaf child has."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+        self.seen: list[int] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seen.append(len(self.fc._forward_pre_hooks))
+        return self.fc(x)
+
+
+def test_fast_path_is_taken_only_where_it_is_exact() -> None:
+    model = Probe()
+    x = torch.randn(2, 3)
+    hookscope.summary(model, x)
+    with hookscope.Tracer(model):  # user code may run here: the normal path
+        model(x)
+    hookscope.trace(model, x)  # the timing probe needs each call's start
+    hookscope.trace(model, x, **SHAPES_ONLY, probes=[StartProbe()])
+    assert model.seen == [0, 1, 1, 1]
+    assert total_hooks(model) == 0
+
+
+class StartProbe(hookscope.Probe):
+    name = ""
+
+    def on_enter(self, call: Any, module: Any, args: Any, kwargs: Any) -> None:
+        pass
+
+
+class SubclassedLinear(nn.Linear):
+    """A user's subclass of a torch.nn leaf, whose forward calls another module."""
+
+    def __init__(self, other: nn.Module) -> None:
+        super().__init__(3, 3)
+        self.__dict__["other"] = other  # not registered: not a child
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.other(super().forward(x))
+
+
+class CallsAcross(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.act = nn.Tanh()
+        self.lin = SubclassedLinear(self.act)
+        self.plain = nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.plain(self.lin(x))
+
+
+def test_a_users_leaf_that_calls_another_module_keeps_both_hooks() -> None:
+    model = CallsAcross()
+    fast, normal = both_paths(model, (torch.randn(2, 3),), {})
+    assert rows(fast) == rows(normal)
+    assert fast.find("act").parent == fast.find("lin").index
+
+
+def test_a_user_hook_on_a_torch_leaf_that_calls_a_module_keeps_both_hooks() -> None:
+    model = nn.Sequential(nn.Linear(3, 3), nn.Tanh())
+    handle = model[0].register_forward_hook(lambda m, a, out: model[1](out))
+    try:
+        fast, normal = both_paths(model, (torch.randn(2, 3),), {})
+    finally:
+        handle.remove()
+    assert rows(fast) == rows(normal)
+    assert [c.name for c in fast.calls] == ["", "0", "1", "1#1"]
+    assert fast.find("1").parent == fast.find("0").index
+    assert total_hooks(model) == 0
+
+
+def test_global_module_hooks_turn_the_fast_path_off() -> None:
+    model = Probe()
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda m, a, out: None)
+    try:
+        hookscope.summary(model, torch.randn(2, 3))
+    finally:
+        handle.remove()
+    assert model.seen == [1]
+
+
+class Fallback(nn.Module):
+    """Calls a torch.nn leaf inside an ``except`` block: once after a plain Python
+    exception, once to retry the leaf that raised."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+        self.narrow = nn.Linear(3, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        try:
+            int("not a number")
+        except ValueError:
+            y = self.fc(x)  # succeeds while a ValueError is being handled
+        try:
+            z = self.narrow(x)  # raises: 4 features, not 3
+        except RuntimeError:
+            z = self.narrow(x[:, :3])  # the same leaf again, inside the except
+        return y + z
+
+
+def test_leaf_called_while_an_exception_is_handled_has_not_failed() -> None:
+    model = Fallback()
+    fast, normal = both_paths(model, (torch.randn(2, 4),), {})
+    assert rows(fast) == rows(normal)
+    assert fast.error is None
+    assert [(c.name, c.error is not None) for c in fast.calls] == [
+        ("", False), ("fc", False), ("narrow", True), ("narrow#1", False)
+    ]
+    assert fast.find("narrow", 1).inputs[0].shape == (2, 3)
+
+
+def test_a_failing_torch_leaf_is_named_with_its_input_shapes() -> None:
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(6, 2))
+    with pytest.raises(hookscope.ModelRunError, match=r"module '2' \(Linear, call 0\)") as err:
+        hookscope.summary(model, torch.randn(5, 4))
+    assert err.value.trace.find("2").inputs[0].shape == (5, 8)
+    assert err.value.path == "2"
+    assert total_hooks(model) == 0
