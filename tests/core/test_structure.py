@@ -209,3 +209,11 @@ def test_broken_extra_repr_does_not_break_inspection() -> None:
     info = hookscope.inspect(nn.Sequential(Broken(2, 2)))
     assert info["0"].extra_repr == ""
     assert hookscope.inspect(nn.Linear(2, 3))[""].extra_repr == nn.Linear(2, 3).extra_repr()
+
+
+@pytest.mark.parametrize("cls", zoo.ALL_ZOO, **ZOO_IDS)
+def test_walk_is_named_modules_without_deduplication(cls: type[zoo.ZooModel]) -> None:
+    from hookscope.core.structure import _walk
+
+    model = zoo.build(cls)
+    assert _walk(model) == list(model.named_modules(remove_duplicate=False))

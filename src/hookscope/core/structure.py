@@ -265,6 +265,92 @@ class ModuleTable:
     lazy: bool
 
 
+def _walk(model: nn.Module) -> Walk:
+    """``list(model.named_modules(remove_duplicate=False))``, without a generator per
+    module: every path of every module, parents before children, in registration order.
+    """
+    out: Walk = []
+    stack: Walk = [("", model)]
+    while stack:
+        path, module = stack.pop()
+        out.append((path, module))
+        subs = module._modules
+        if subs:
+            prefix = f"{path}." if path else ""
+            children = [(prefix + name, c) for name, c in subs.items() if c is not None]
+            stack.extend(reversed(children))
+    return out
+
+
+@dataclass(slots=True)
+class _OwnCounts:
+    own: list[tuple[int, int, int]]  # per member: (params, trainable, buffer elements)
+    parameters: list[nn.Parameter]  # each once
+    totals: tuple[int, int, int, int, int]  # params, trainable, param bytes, buffers, bytes
+    tied: bool
+    lazy: bool
+
+
+def _own_counts(members: Walk, *, exact: bool) -> _OwnCounts:
+    """Elements of the parameters and buffers registered on each module.
+
+    ``exact=False`` assumes no tensor is registered twice (the common case, without a
+    set operation per tensor) and reports in ``tied`` whether that held; ``exact=True``
+    counts a tensor registered twice once, at its first path.
+    """
+    seen: set[int] = set()
+    seen_buffers: set[int] = set()
+    lazy = False
+    parameters: list[nn.Parameter] = []
+    own: list[tuple[int, int, int]] = []
+    all_buffers: list[torch.Tensor] = []
+    p_total = p_trainable = p_bytes = b_total = b_bytes = 0
+    for _, module in members:
+        n_own = n_trainable = n_buffers = 0
+        params = module._parameters
+        if params:
+            for p in params.values():
+                if p is None:
+                    continue
+                if exact:
+                    if id(p) in seen:
+                        continue
+                    seen.add(id(p))
+                parameters.append(p)
+                if isinstance(p, _Uninitialized):  # lazy: no shape until a forward
+                    lazy = True
+                    continue
+                n = p.numel()
+                n_own += n
+                p_bytes += n * p.element_size()
+                if p.requires_grad:
+                    n_trainable += n
+        buffers = module._buffers
+        if buffers:
+            for b in buffers.values():
+                if b is None:
+                    continue
+                if exact:
+                    if id(b) in seen_buffers:
+                        continue
+                    seen_buffers.add(id(b))
+                all_buffers.append(b)
+                if not isinstance(b, _Uninitialized):
+                    n = b.numel()
+                    n_buffers += n
+                    b_bytes += n * b.element_size()
+        own.append((n_own, n_trainable, n_buffers))
+        p_total += n_own
+        p_trainable += n_trainable
+        b_total += n_buffers
+    tied = not exact and (
+        len({id(p) for p in parameters}) != len(parameters)
+        or len({id(b) for b in all_buffers}) != len(all_buffers)
+    )
+    totals = (p_total, p_trainable, p_bytes, b_total, b_bytes)
+    return _OwnCounts(own, parameters, totals, tied, lazy)
+
+
 def module_table(model: nn.Module, *, extra_repr: bool = True) -> ModuleTable:
     """The module tree of ``model`` with own and subtree parameter counts.
 
@@ -275,7 +361,7 @@ def module_table(model: nn.Module, *, extra_repr: bool = True) -> ModuleTable:
     NB: a tracer makes this on every run, in the time budget of one forward pass: one
     walk, plain sums when nothing is shared, positional record construction.
     """
-    walk: Walk = list(model.named_modules(remove_duplicate=False))
+    walk = _walk(model)
     canonical: dict[int, str] = {}
     aliases: dict[int, list[str]] = {}
     members: Walk = []
@@ -286,42 +372,12 @@ def module_table(model: nn.Module, *, extra_repr: bool = True) -> ModuleTable:
         else:
             canonical[key] = path
             members.append((path, module))
-    seen: set[int] = set()
-    seen_buffers: set[int] = set()
-    tied = lazy = False
-    parameters: list[nn.Parameter] = []
-    own: list[tuple[int, int, int]] = []  # per member: (params, trainable, buffer elements)
-    p_total = p_trainable = p_bytes = b_total = b_bytes = 0
-    for _, module in members:
-        n_own = n_trainable = n_buffers = 0
-        for p in module._parameters.values():
-            if p is None:
-                continue
-            if id(p) in seen:
-                tied = True
-                continue
-            seen.add(id(p))
-            parameters.append(p)
-            if isinstance(p, _Uninitialized):  # lazy: no shape until a forward
-                lazy = True
-                continue
-            n = p.numel()
-            n_own += n
-            p_bytes += n * p.element_size()
-            if p.requires_grad:
-                n_trainable += n
-        for b in module._buffers.values():
-            if b is None or id(b) in seen_buffers:
-                continue
-            seen_buffers.add(id(b))
-            if not isinstance(b, _Uninitialized):
-                n = b.numel()
-                n_buffers += n
-                b_bytes += n * b.element_size()
-        own.append((n_own, n_trainable, n_buffers))
-        p_total += n_own
-        p_trainable += n_trainable
-        b_total += n_buffers
+    counted = _own_counts(members, exact=False)
+    tied = counted.tied
+    if tied:  # a tensor registered twice: count it at its first path only
+        counted = _own_counts(members, exact=True)
+    own, parameters, lazy = counted.own, counted.parameters, counted.lazy
+    p_total, p_trainable, p_bytes, b_total, b_bytes = counted.totals
     counts: dict[int, tuple[int, int]]
     if tied or aliases:
         counts = _subtree_counts(model)

@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     from hookscope.core.handles import Removable
     from hookscope.core.tracer import Tracer
 
-# (is the output, shape, dtype, device, requires_grad, layout) of a plain tensor
-_Fields = tuple[bool, torch.Size, torch.dtype, torch.device, bool, torch.layout]
+# (shape, dtype, device, requires_grad, layout) of a plain tensor
+_Fields = tuple[Any, ...]
 
 _Tensor = torch.Tensor
 
@@ -44,7 +44,9 @@ class ShapeProbe(Probe):
     order = 10
 
     def __init__(self) -> None:
-        self._plain: list[tuple[Call, _Fields]] = []
+        # (call, input fields..., output fields...) of calls of one plain tensor in and
+        # one out, made into records in ``finalize``
+        self._plain: list[tuple[Any, ...]] = []
 
     def install(self, tracer: Tracer) -> list[Removable]:
         self._plain.clear()
@@ -54,36 +56,36 @@ class ShapeProbe(Probe):
         self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
         output: Any, failed: bool,
     ) -> None:
-        plain = self._plain
-        if len(args) == 1 and not kwargs:
-            t = args[0]
-            # NB: ``type() is``: a subclass (Parameter, a tensor subclass) may override
-            # its attributes; a strided nested tensor has no ``shape``
-            if type(t) is _Tensor and not t.is_nested:
-                plain.append((call, (False, t.shape, t.dtype, t.device, t.requires_grad, t.layout)))
-            else:
-                call.inputs = call_input_metas(args, kwargs)
-        else:
-            call.inputs = call_input_metas(args, kwargs)
-        if failed:
+        t = args[0] if len(args) == 1 and not kwargs else None
+        o = output
+        # NB: ``type() is``: a subclass (Parameter, a tensor subclass) may override its
+        # attributes; a strided nested tensor has no ``shape``
+        if (
+            type(t) is _Tensor and type(o) is _Tensor and not failed
+            and not t.is_nested and not o.is_nested
+        ):
+            self._plain.append((
+                call, t.shape, t.dtype, t.device, t.requires_grad, t.layout,
+                o.shape, o.dtype, o.device, o.requires_grad, o.layout,
+            ))
             return
-        t = output
-        if type(t) is _Tensor and not t.is_nested:
-            plain.append((call, (True, t.shape, t.dtype, t.device, t.requires_grad, t.layout)))
-        else:
+        call.inputs = call_input_metas(args, kwargs)
+        if not failed:
             call.outputs = metas(output, "out")
 
     def finalize(self, trace: Trace) -> None:
-        made: dict[_Fields, TensorMeta] = {}
-        for call, fields in self._plain:
-            meta = made.get(fields)
-            if meta is None:
-                is_output, shape, dtype, device, requires_grad, layout = fields
-                meta = made[fields] = meta_from_fields(
-                    "out" if is_output else "args[0]", shape, dtype, device, requires_grad, layout
-                )
-            if fields[0]:
-                call.outputs = [meta]
-            else:
-                call.inputs = [meta]
+        made: dict[tuple[Any, ...], TensorMeta] = {}
+        for entry in self._plain:
+            call = entry[0]
+            call.inputs = [_shared_meta(made, "args[0]", entry[1:6])]
+            call.outputs = [_shared_meta(made, "out", entry[6:11])]
         self._plain.clear()
+
+
+def _shared_meta(made: dict[tuple[Any, ...], TensorMeta], path: str, fields: _Fields) -> TensorMeta:
+    """The record of a tensor's fields; identical ones are one (frozen) object."""
+    key = (path, *fields)
+    meta = made.get(key)
+    if meta is None:
+        meta = made[key] = meta_from_fields(path, *fields)
+    return meta
