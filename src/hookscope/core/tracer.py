@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from hookscope.core.handles import CallbackHandle, HandleGroup
-from hookscope.core.records import Call, Trace, TraceError
+from hookscope.core.records import Call, Trace, TraceError, started_call
 from hookscope.core.selectors import Selector, compile_selector
 from hookscope.core.structure import ModuleTable, module_table
 from hookscope.errors import HookscopeError, SpecError
@@ -341,9 +341,9 @@ class Tracer:
             if stack:
                 parent = stack[-1][0]
                 parent.children.append(index)
-                call = Call(index, path, cls, count, len(stack), parent.index)
+                call = started_call(index, path, cls, count, len(stack), parent.index)
             else:
-                call = Call(index, path, cls, count, 0, None)
+                call = started_call(index, path, cls, count, 0, None)
             count += 1
             calls.append(call)
             stack.append((call, module, exc_info()[1]))
@@ -430,9 +430,9 @@ class Tracer:
             if stack:
                 parent = stack[-1][0]
                 parent.children.append(index)
-                call = Call(index, path, cls, count, len(stack), parent.index)
+                call = started_call(index, path, cls, count, len(stack), parent.index)
             else:
-                call = Call(index, path, cls, count, 0, None)
+                call = started_call(index, path, cls, count, 0, None)
             count += 1
             calls.append(call)
             exc = exc_info()[1]
