@@ -185,10 +185,11 @@ def environment_line(env: dict[str, str]) -> str:
             f"Python {env['python']}, torch {env['torch']}, {env['date']}")
 
 
-def parse_args(description: str, models: Sequence[str], argv: Sequence[str] | None = None
-               ) -> argparse.Namespace:
+def parse_args(description: str, models: Sequence[str], argv: Sequence[str] | None = None,
+               *, rounds: int = 7) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--rounds", type=int, default=7, help="timed rounds (default 7)")
+    parser.add_argument("--rounds", type=int, default=rounds,
+                        help=f"timed rounds (default {rounds})")
     parser.add_argument("--warmup", type=int, default=2, help="untimed rounds (default 2)")
     parser.add_argument("--models", nargs="+", default=list(models), choices=list(models))
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")

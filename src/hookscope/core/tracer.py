@@ -67,14 +67,16 @@ class _ModelState:
     """``training`` flags and ``requires_grad`` of a model, to restore them on exit."""
 
     def __init__(self, table: ModuleTable) -> None:
-        self.training = [(m, m.training) for _, m in table.members]
-        self.requires_grad = [(p, p.requires_grad) for p in table.parameters]
+        self.modules = [m for _, m in table.members]
+        self.training = [m.training for m in self.modules]
+        self.parameters = table.parameters
+        self.requires_grad = [p.requires_grad for p in self.parameters]
 
     def restore(self) -> None:
-        for m, flag in self.training:
+        for m, flag in zip(self.modules, self.training, strict=True):
             if m.training is not flag:
                 m.training = flag
-        for p, rg in self.requires_grad:
+        for p, rg in zip(self.parameters, self.requires_grad, strict=True):
             if p.requires_grad is not rg:
                 p.requires_grad_(rg)
 

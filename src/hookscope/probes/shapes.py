@@ -74,18 +74,18 @@ class ShapeProbe(Probe):
             call.outputs = metas(output, "out")
 
     def finalize(self, trace: Trace) -> None:
-        made: dict[tuple[Any, ...], TensorMeta] = {}
+        inputs: dict[_Fields, TensorMeta] = {}
+        outputs: dict[_Fields, TensorMeta] = {}
         for entry in self._plain:
             call = entry[0]
-            call.inputs = [_shared_meta(made, "args[0]", entry[1:6])]
-            call.outputs = [_shared_meta(made, "out", entry[6:11])]
+            fields = entry[1:6]
+            meta = inputs.get(fields)
+            if meta is None:
+                meta = inputs[fields] = meta_from_fields("args[0]", *fields)
+            call.inputs = [meta]
+            fields = entry[6:11]
+            meta = outputs.get(fields)
+            if meta is None:
+                meta = outputs[fields] = meta_from_fields("out", *fields)
+            call.outputs = [meta]
         self._plain.clear()
-
-
-def _shared_meta(made: dict[tuple[Any, ...], TensorMeta], path: str, fields: _Fields) -> TensorMeta:
-    """The record of a tensor's fields; identical ones are one (frozen) object."""
-    key = (path, *fields)
-    meta = made.get(key)
-    if meta is None:
-        meta = made[key] = meta_from_fields(path, *fields)
-    return meta
