@@ -121,6 +121,16 @@ def test_sort_puts_nan_first_and_names_ascending() -> None:
     assert [line.split()[0] for line in by_name] == ["Net", "act", "conv", "head"]
 
 
+def test_sort_by_a_column_without_values_says_the_rows_are_in_call_order() -> None:
+    """CUDA memory on the CPU: no call has a peak; the rows stay in call order and the
+    caption says why, instead of looking sorted."""
+    trace = hand_made_trace()
+    assert all(c.memory is None or c.memory.peak_bytes is None for c in trace.calls)
+    text = render_trace(trace, columns=["layer", "peak"], sort="peak")
+    assert [line.split()[0] for line in rows(text)] == [c.path or "Net" for c in trace.calls]
+    assert "in call order: no call has a 'peak' value to sort by" in " ".join(text.split())
+
+
 def test_top_keeps_k_rows_after_sorting() -> None:
     trace = hand_made_trace()
     text = render_trace(trace, columns=["layer", "self_time"], sort="self_time", top=2)

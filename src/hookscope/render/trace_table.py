@@ -75,8 +75,12 @@ def trace_table(
     _check_limit("depth", depth, minimum=0)
     view = View(trace, ascii=ascii, flat=order is not None)
     calls = visible_calls(trace, depth)
+    unsorted = False
     if order is not None:
         calls = sort_calls(view, calls, order)
+        # NB: e.g. CUDA memory on the CPU, saved bytes without grad: say so, or the
+        # rows look sorted when they are in call order
+        unsorted = all(order.key(view, c) is None for c in calls)
     shown = calls if top is None else calls[:top]
     table = Table(
         box=_ASCII_BOX if ascii else box.SIMPLE, show_footer=True, collapse_padding=True,
@@ -92,7 +96,9 @@ def trace_table(
         )
     for call in shown:
         table.add_row(*(col.cell(view, call) for col in chosen))
-    table.caption = _caption(trace, shown=len(shown), total=len(calls), order=order, ascii=ascii)
+    table.caption = _caption(
+        trace, shown=len(shown), total=len(calls), order=order, ascii=ascii, unsorted=unsorted
+    )
     return table
 
 
@@ -129,11 +135,16 @@ def _check_limit(name: str, value: int | None, *, minimum: int) -> None:
 
 
 def _caption(
-    trace: Trace, *, shown: int, total: int, order: Column | None, ascii: bool
+    trace: Trace, *, shown: int, total: int, order: Column | None, ascii: bool,
+    unsorted: bool = False,
 ) -> str:
     noun = "call" if total == 1 else "calls"
     rows = f"{shown} of {total} {noun}" if shown != total else f"{total} {noun}"
-    parts = [rows + (f", by {order.name}" if order is not None else "")]
+    if order is not None and unsorted:
+        rows += f", in call order: no call has a {order.name!r} value to sort by"
+    elif order is not None:
+        rows += f", by {order.name}"
+    parts = [rows]
     parts.append(f"params: {trace.model.params_total:,}")
     if trace.total_time_ns is not None:
         parts.append(f"time: {format_time(trace.total_time_ns, ascii=ascii)}")
