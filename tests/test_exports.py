@@ -57,6 +57,8 @@ def registries():
             if k.startswith("_global") and hasattr(v, "__len__")}
 before = registries()
 import hookscope
+for name in hookscope.__all__:  # names load lazily: load every module behind them
+    getattr(hookscope, name)
 after = registries()
 print(json.dumps({
     "heavy": sorted(m for m in %r if m in sys.modules),
@@ -78,6 +80,16 @@ def test_import_is_free_of_side_effects(tmp_path: Path) -> None:
     assert found["dispatch_mode"] == "None"
     assert found["grad_enabled"] is True
     assert list(tmp_path.iterdir()) == []  # nothing written to the working directory
+
+
+def test_import_and_the_command_line_parser_do_not_import_torch(tmp_path: Path) -> None:
+    """``hookscope --help`` and a bad option answer without loading torch (a second)."""
+    code = (
+        "import json, sys\n"
+        "import hookscope, hookscope.cli.app\n"
+        "print(json.dumps({'torch': 'torch' in sys.modules}))\n"
+    )
+    assert _fresh(code, tmp_path) == {"torch": False}
 
 
 def test_using_the_api_imports_no_optional_dependency(tmp_path: Path) -> None:

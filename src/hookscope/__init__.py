@@ -1,26 +1,58 @@
 """hookscope: see inside every forward and backward pass of a PyTorch model.
 
-Importing hookscope registers nothing and imports no optional dependency.
+Importing hookscope registers nothing, imports no optional dependency, and imports
+torch only when one of its names is first used (PEP 562 ``__getattr__``): the
+command line answers ``--help`` and rejects a bad option without loading torch.
 """
 
-from hookscope.api import summary, trace
-from hookscope.core.records import (
-    Call,
-    FlopCount,
-    FlopRule,
-    OpRecord,
-    TensorMeta,
-    TensorStats,
-    Trace,
-)
-from hookscope.core.selectors import Selector
-from hookscope.core.structure import ModelInfo, inspect
-from hookscope.core.tracer import Tracer
-from hookscope.errors import HookscopeError, ModelRunError, RenderError, SpecError
-from hookscope.flops import register_flop_formula
-from hookscope.probes.base import Probe, register_probe
-from hookscope.render.annotate import annotated_repr
-from hookscope.render.summary import Summary
+import importlib as _importlib
+import typing as _typing
+
+if _typing.TYPE_CHECKING:
+    from hookscope.api import summary, trace
+    from hookscope.core.records import (
+        Call,
+        FlopCount,
+        FlopRule,
+        OpRecord,
+        TensorMeta,
+        TensorStats,
+        Trace,
+    )
+    from hookscope.core.selectors import Selector
+    from hookscope.core.structure import ModelInfo, inspect
+    from hookscope.core.tracer import Tracer
+    from hookscope.errors import HookscopeError, ModelRunError, RenderError, SpecError
+    from hookscope.flops import register_flop_formula
+    from hookscope.probes.base import Probe, register_probe
+    from hookscope.render.annotate import annotated_repr
+    from hookscope.render.summary import Summary
+
+# public name -> the module that defines it
+_EXPORTS: dict[str, str] = {
+    "summary": "hookscope.api",
+    "trace": "hookscope.api",
+    "Call": "hookscope.core.records",
+    "FlopCount": "hookscope.core.records",
+    "FlopRule": "hookscope.core.records",
+    "OpRecord": "hookscope.core.records",
+    "TensorMeta": "hookscope.core.records",
+    "TensorStats": "hookscope.core.records",
+    "Trace": "hookscope.core.records",
+    "Selector": "hookscope.core.selectors",
+    "ModelInfo": "hookscope.core.structure",
+    "inspect": "hookscope.core.structure",
+    "Tracer": "hookscope.core.tracer",
+    "HookscopeError": "hookscope.errors",
+    "ModelRunError": "hookscope.errors",
+    "RenderError": "hookscope.errors",
+    "SpecError": "hookscope.errors",
+    "register_flop_formula": "hookscope.flops",
+    "Probe": "hookscope.probes.base",
+    "register_probe": "hookscope.probes.base",
+    "annotated_repr": "hookscope.render.annotate",
+    "Summary": "hookscope.render.summary",
+}
 
 __all__ = [
     "Call",
@@ -49,7 +81,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> str:
+def __getattr__(name: str) -> _typing.Any:
     if name == "__version__":
         from importlib.metadata import PackageNotFoundError, version
 
@@ -57,4 +89,13 @@ def __getattr__(name: str) -> str:
             return version("hookscope")
         except PackageNotFoundError:  # running from a source checkout
             return "0.0.0+unknown"
-    raise AttributeError(f"module 'hookscope' has no attribute {name!r}")
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hookscope' has no attribute {name!r}")
+    value = getattr(_importlib.import_module(module), name)
+    globals()[name] = value  # the next access is a plain module attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

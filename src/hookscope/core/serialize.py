@@ -39,7 +39,7 @@ from hookscope.errors import RenderError
 def _version() -> str:
     from hookscope import __version__
 
-    return __version__
+    return str(__version__)
 
 
 def _float_out(x: float | None) -> float | str | None:
