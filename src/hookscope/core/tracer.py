@@ -424,6 +424,9 @@ class Tracer:
         calls = trace.calls
         count = 0
 
+        # NB: the pre-hook's call bookkeeping and the post-hook's exit dispatch, inlined
+        # on purpose: one more Python call per module call is measurable at batch 1
+        # (benchmarks/README.md), and these hooks are the whole hot path.
         def leaf_hook(
             module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
         ) -> None:
