@@ -35,17 +35,20 @@ def both_paths(
 ) -> tuple[hookscope.Trace, hookscope.Trace]:
     """The trace of ``hookscope.trace`` (fast path) and of a ``Tracer`` (normal path)."""
     options = {**SHAPES_ONLY, **flags}
+    fast_error: Exception | None = None
     try:
         fast = hookscope.trace(model, *args, kwargs=kwargs, **options)
     except hookscope.ModelRunError as e:
-        fast = e.trace
+        fast, fast_error = e.trace, e
+    normal_error: Exception | None = None
     with torch.no_grad():
         tracer = hookscope.Tracer(model, restore_state=True, **options)
         try:
             with tracer:
                 model(*args, **kwargs)
-        except Exception:
-            pass
+        except Exception as e:  # the model's own exception, with the trace kept
+            normal_error = e
+    assert (fast_error is None) == (normal_error is None)
     assert tracer.trace is not None
     return fast, tracer.trace
 
@@ -94,16 +97,23 @@ def test_fast_path_is_taken_only_where_it_is_exact() -> None:
     with hookscope.Tracer(model):  # user code may run here: the normal path
         model(x)
     hookscope.trace(model, x)  # the timing probe needs each call's start
-    hookscope.trace(model, x, **SHAPES_ONLY, probes=[StartProbe()])
+    starts = StartProbe()
+    hookscope.trace(model, x, **SHAPES_ONLY, probes=[starts])
     assert model.seen == [0, 1, 1, 1]
+    assert starts.entered == ["", "fc"]
     assert total_hooks(model) == 0
 
 
 class StartProbe(hookscope.Probe):
+    """A user probe that needs each call's start."""
+
     name = ""
 
+    def __init__(self) -> None:
+        self.entered: list[str] = []
+
     def on_enter(self, call: Any, module: Any, args: Any, kwargs: Any) -> None:
-        pass
+        self.entered.append(call.path)
 
 
 class SubclassedLinear(nn.Linear):
