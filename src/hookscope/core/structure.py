@@ -169,40 +169,44 @@ def _tensor_path(mod_path: str, name: str) -> str:
     return f"{mod_path}.{name}" if mod_path else name
 
 
-def _collect_params(walk: Walk) -> tuple[dict[str, ParamInfo], dict[str, str]]:
-    params: dict[str, ParamInfo] = {}
+def _first_paths(
+    walk: Walk, table: str
+) -> tuple[list[tuple[str, str, nn.Module, torch.Tensor]], dict[str, str]]:
+    """``(path, name, module, tensor)`` of every tensor in the modules' ``table``
+    (``_parameters`` or ``_buffers``) at its first path, and ``tied``: each later path
+    of the same tensor -> its first path."""
+    found: list[tuple[str, str, nn.Module, torch.Tensor]] = []
     tied: dict[str, str] = {}
     first: dict[int, str] = {}
     for mod_path, module in walk:
-        for name, p in module._parameters.items():
-            if p is None:
+        for name, t in getattr(module, table).items():
+            if t is None:
                 continue
             path = _tensor_path(mod_path, name)
-            if id(p) in first:
-                tied.setdefault(path, first[id(p)])
+            if id(t) in first:
+                tied.setdefault(path, first[id(t)])
                 continue
-            first[id(p)] = path
-            shape, dtype, device, numel, nbytes = _tensor_fields(p)
-            params[path] = ParamInfo(path, shape, dtype, device, numel, nbytes, p.requires_grad)
+            first[id(t)] = path
+            found.append((path, name, module, t))
+    return found, tied
+
+
+def _collect_params(walk: Walk) -> tuple[dict[str, ParamInfo], dict[str, str]]:
+    found, tied = _first_paths(walk, "_parameters")
+    params = {
+        path: ParamInfo(path, *_tensor_fields(p), p.requires_grad) for path, _, _, p in found
+    }
     return params, tied
 
 
 def _collect_buffers(walk: Walk) -> tuple[dict[str, BufferInfo], dict[str, str]]:
-    buffers: dict[str, BufferInfo] = {}
-    tied: dict[str, str] = {}
-    first: dict[int, str] = {}
-    for mod_path, module in walk:
-        for name, b in module._buffers.items():
-            if b is None:
-                continue
-            path = _tensor_path(mod_path, name)
-            if id(b) in first:
-                tied.setdefault(path, first[id(b)])
-                continue
-            first[id(b)] = path
-            shape, dtype, device, numel, nbytes = _tensor_fields(b)
-            persistent = name not in module._non_persistent_buffers_set
-            buffers[path] = BufferInfo(path, shape, dtype, device, numel, nbytes, persistent)
+    found, tied = _first_paths(walk, "_buffers")
+    buffers = {
+        path: BufferInfo(
+            path, *_tensor_fields(b), name not in module._non_persistent_buffers_set
+        )
+        for path, name, module, b in found
+    }
     return buffers, tied
 
 
