@@ -27,7 +27,7 @@ from torch.utils import flop_counter as fc
 
 from hookscope._flop_rules import HOOKSCOPE_FORMULAS, FlopFormula, shape_wrapper
 from hookscope.core.handles import CallbackHandle
-from hookscope.core.records import Call, FlopRule, OpRecord, Phase, Trace
+from hookscope.core.records import Call, FlopRule, FlopTotals, OpRecord, Phase, Trace
 from hookscope.errors import SpecError
 
 __all__ = [
@@ -157,7 +157,7 @@ def find_formula(
 
 
 @dataclass(frozen=True, slots=True)
-class OpTotals:
+class OpTotals(FlopTotals):
     """Executions and FLOPs of one op type (see :func:`by_op`).
 
     Attributes:
@@ -177,18 +177,6 @@ class OpTotals:
     count_backward: int
     uncounted: int
     rule: FlopRule
-
-    @property
-    def total(self) -> int:
-        return self.forward + self.backward
-
-    @property
-    def macs_forward(self) -> int:
-        return self.forward // 2
-
-    @property
-    def macs_backward(self) -> int:
-        return self.backward // 2
 
 
 def subtree_indices(trace: Trace, call: Call | int) -> set[int]:

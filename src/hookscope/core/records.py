@@ -120,18 +120,12 @@ class MemoryRecord:
     peak_bytes: int | None = None
 
 
-@dataclass(slots=True)
-class FlopCount:
-    """Floating-point operations of a call, its subtree or the whole trace.
+class FlopTotals:
+    """``total`` and MACs of a record with ``forward`` and ``backward`` FLOPs."""
 
-    Conventions follow ``torch.utils.flop_counter``: a multiply-add is 2 FLOPs and
-    ``macs == flops // 2``. ``partial`` is True when an op that does arithmetic but
-    has no formula ran inside: the numbers are then lower bounds, never silent zeros.
-    """
-
-    forward: int = 0
-    backward: int = 0
-    partial: bool = False
+    __slots__ = ()
+    forward: int
+    backward: int
 
     @property
     def total(self) -> int:
@@ -144,6 +138,20 @@ class FlopCount:
     @property
     def macs_backward(self) -> int:
         return self.backward // 2
+
+
+@dataclass(slots=True)
+class FlopCount(FlopTotals):
+    """Floating-point operations of a call, its subtree or the whole trace.
+
+    Conventions follow ``torch.utils.flop_counter``: a multiply-add is 2 FLOPs and
+    ``macs == flops // 2``. ``partial`` is True when an op that does arithmetic but
+    has no formula ran inside: the numbers are then lower bounds, never silent zeros.
+    """
+
+    forward: int = 0
+    backward: int = 0
+    partial: bool = False
 
 
 @dataclass(slots=True)
