@@ -174,7 +174,7 @@ class Tracer:
         self._stack: list[_Frame] = []
         self._restore_state = restore_state
         #: Set by ``trace()``/``summary()``, which run nothing but the model inside the
-        #: tracer: no user code can add a hook between two calls. See ``_leaf_hook``.
+        #: tracer: no user code can add a hook between two calls. See ``_make_leaf_hook``.
         self._exclusive = False
         self._state: _ModelState | None = None
         self._lazy = False
