@@ -207,3 +207,29 @@ def test_a_failing_torch_leaf_is_named_with_its_input_shapes() -> None:
     assert err.value.trace.find("2").inputs[0].shape == (5, 8)
     assert err.value.path == "2"
     assert total_hooks(model) == 0
+
+
+class CopiesALeaf(nn.Module):
+    """Deep-copies a leaf inside its forward: the copy carries the hooks of the moment."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import copy
+
+        return copy.deepcopy(self.fc)(self.fc(x))
+
+
+def test_a_leaf_copied_inside_forward_is_not_the_models_and_breaks_nothing() -> None:
+    model = CopiesALeaf()
+    x = torch.randn(2, 3)
+    with torch.no_grad():
+        expected = model(x)
+    summary = hookscope.summary(model, x)
+    assert [c.name for c in summary.trace.calls] == ["", "fc"]
+    assert summary.trace.outputs[0].shape == (2, 3)
+    with torch.no_grad():
+        assert torch.equal(model(x), expected)
+    assert total_hooks(model) == 0
