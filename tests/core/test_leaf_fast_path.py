@@ -233,3 +233,30 @@ def test_a_leaf_copied_inside_forward_is_not_the_models_and_breaks_nothing() -> 
     with torch.no_grad():
         assert torch.equal(model(x), expected)
     assert total_hooks(model) == 0
+
+
+_EXTERNAL = nn.Linear(3, 3)  # called by the model, registered nowhere in it
+
+
+class KeywordAndExternal(nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.fc = nn.Linear(width, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _EXTERNAL(self.fc(input=x))
+
+
+@pytest.mark.parametrize("width", [4, 5], ids=["ok", "fc-raises"])
+def test_keyword_inputs_and_modules_outside_the_model(width: int) -> None:
+    """A leaf called with a keyword argument keeps it among its inputs, also when it
+    raises (torch hands a global hook no kwargs then); a module the model calls but
+    does not contain is not recorded, as on the normal path."""
+    model = KeywordAndExternal(width)
+    fast, normal = both_paths(model, (torch.randn(2, 4),), {})
+    assert rows(fast) == rows(normal)
+    fc = fast.find("fc")
+    assert [m.path for m in fc.inputs] == ['kwargs["input"]']
+    assert (fc.error is not None) == (width == 5)
+    assert [c.path for c in fast.calls] == ["", "fc"]
+    assert total_hooks(model) == 0 and total_hooks(_EXTERNAL) == 0

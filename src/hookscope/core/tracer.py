@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.modules.module import register_module_forward_hook
+from torch.utils.hooks import RemovableHandle
 
 from hookscope.core.handles import CallbackHandle, HandleGroup
 from hookscope.core.records import Call, Trace, TraceError, started_call
@@ -314,12 +316,19 @@ class Tracer:
                 and not module._forward_hooks and not module._forward_pre_hooks
             ):
                 leaves[id(module)] = [path, cls.__name__, 0]
-                add(module.register_forward_hook(leaf_hook, with_kwargs=True, always_call=True))
                 continue
             post = module.register_forward_hook(post_hook, with_kwargs=True, always_call=True)
             add(post)
             pre_hook = self._make_pre_hook(path, cls.__name__, post.id)
             add(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
+        if leaf_hook is not None and leaves:
+            # NB: one global forward hook serves every leaf: two registrations instead of
+            # one per leaf (a ResNet-50 has 126). Global forward hooks run before a
+            # module's own, and these leaves have none (nor can get any: the run is
+            # exclusive); other modules, in this model or elsewhere, are not in
+            # ``leaves`` and return at once.
+            handle = register_module_forward_hook(leaf_hook, with_kwargs=True, always_call=True)
+            add(CallbackHandle(lambda: _remove_global_forward_hook(handle)))
 
     def _make_pre_hook(
         self, path: str, cls: str, post_id: int
@@ -405,15 +414,13 @@ class Tracer:
 
         return post_hook
 
-    def _make_leaf_hook(
-        self, leaves: dict[int, list[Any]]
-    ) -> Callable[[nn.Module, tuple[Any, ...], dict[str, Any], Any], None]:
+    def _make_leaf_hook(self, leaves: dict[int, list[Any]]) -> Callable[..., None]:
         """The one hook of the leaf modules of ``torch.nn`` (``Linear``, ``Conv2d``,
         ``ReLU``, ...) in an exclusive run where no probe has ``on_enter``: a call is
         recorded whole when it ends, saving a pre-hook per call (a quarter of hookscope's
         cost on a ResNet-50 at batch 1). ``leaves`` maps ``id(module)`` to the module's
         ``[path, class name, calls so far]``: one function for every leaf, not a closure
-        each, is cheaper to register and stays in the cache.
+        each, is registered once, globally, and stays in the cache.
 
         This is exact because such a module's ``forward`` calls no other module, so no
         call can start between its start and its end: the index it gets at the end is
@@ -430,12 +437,18 @@ class Tracer:
         # NB: the pre-hook's call bookkeeping and the post-hook's exit dispatch, inlined
         # on purpose: one more Python call per module call is measurable at batch 1
         # (benchmarks/README.md), and these hooks are the whole hot path.
-        def leaf_hook(
-            module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
-        ) -> None:
+        def leaf_hook(module: nn.Module, args: tuple[Any, ...], *rest: Any) -> None:
             leaf = leaves.get(id(module))
-            if leaf is None:  # a copy made inside forward carries our hook: not the model's
+            if leaf is None:  # not one of this model's leaves
                 return
+            if len(rest) == 2:
+                kwargs, output = rest
+            else:
+                # NB: when forward raised, torch calls global always-call hooks without
+                # the kwargs; they are a local of the frame that calls this hook
+                output = rest[0]
+                found = caller(1).f_locals.get("kwargs")
+                kwargs = found if isinstance(found, dict) else {}
             path, cls, count = leaf
             leaf[2] = count + 1
             index = len(calls)
@@ -523,6 +536,16 @@ def _kind_of(cls: type) -> _Kind:
     if cls.__module__.startswith("torch.nn.modules."):
         return _Kind.TORCH_NN
     return _Kind.OTHER
+
+
+def _remove_global_forward_hook(handle: RemovableHandle) -> None:
+    handle.remove()
+    # NB: torch's handle of a global forward hook registered ``with_kwargs=True`` leaves
+    # its id in ``_global_forward_hooks_with_kwargs`` (the handle's extra dicts omit
+    # it, torch 2.14): take it out too, so the registries are exactly as before.
+    from torch.nn.modules import module as torch_module
+
+    torch_module._global_forward_hooks_with_kwargs.pop(handle.id, None)
 
 
 def _global_module_hooks() -> bool:
