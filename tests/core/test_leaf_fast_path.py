@@ -158,6 +158,18 @@ def test_a_user_hook_on_a_torch_leaf_that_calls_a_module_keeps_both_hooks() -> N
     assert total_hooks(model) == 0
 
 
+def test_a_torch_leaf_whose_forward_is_patched_on_the_instance_keeps_both_hooks() -> None:
+    """As accelerate and hand-written patches do: the new forward may call modules."""
+    model = nn.Sequential(nn.Linear(3, 3), nn.Tanh())
+    original = model[0].forward
+    model[0].forward = lambda x: model[1](original(x))  # type: ignore[method-assign]
+    fast, normal = both_paths(model, (torch.randn(2, 3),), {})
+    assert rows(fast) == rows(normal)
+    assert [c.name for c in fast.calls] == ["", "0", "1", "1#1"]
+    assert fast.find("1").parent == fast.find("0").index
+    assert total_hooks(model) == 0
+
+
 def test_global_module_hooks_turn_the_fast_path_off() -> None:
     model = Probe()
     handle = torch.nn.modules.module.register_module_forward_hook(lambda m, a, out: None)

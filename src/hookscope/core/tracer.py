@@ -314,6 +314,7 @@ class Tracer:
             if (
                 leaf_hook is not None and kind is _Kind.TORCH_NN and not module._modules
                 and not module._forward_hooks and not module._forward_pre_hooks
+                and "forward" not in module.__dict__  # NB: a forward patched on the instance
             ):
                 leaves[id(module)] = [path, cls.__name__, 0]
                 continue
