@@ -399,6 +399,20 @@ def test_full_disk_on_stdout_is_one_line(
     assert_one_error_line(code, capsys.readouterr().err, "cannot write to stdout", "No space left")
 
 
+def test_demo_on_a_full_disk_is_one_line_and_on_a_closed_pipe_quiet(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("sys.stdout", FullDisk())
+    code = main(["demo"])
+    assert_one_error_line(code, capsys.readouterr().err, "cannot write to stdout", "No space left")
+    # a real pipe: rich itself handles the broken pipe of a real file descriptor
+    done = subprocess.run(
+        ["bash", "-c", f"set -o pipefail; '{console_script()}' demo | head -n 1"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert (done.returncode, done.stderr) == (1, "")
+
+
 def test_no_stdout_at_all_is_one_line(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -245,8 +245,9 @@ def demo_command(
 ) -> None:
     """A tour on built-in models: structure, summary, trace and FLOPs."""
     from hookscope.cli.demo import run_demo
+    from hookscope.cli.output import stdout_errors
 
-    with failure_boundary(debug=debug):
+    with failure_boundary(debug=debug), stdout_errors(hint="run it where stdout can be written"):
         run_demo(no_color=no_color, width=width)
 
 

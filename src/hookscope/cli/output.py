@@ -23,7 +23,8 @@ import os
 import stat
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,18 +89,12 @@ class OutputTarget:
         reconfigure = getattr(sys.stdout, "reconfigure", None)
         if callable(reconfigure):  # PYTHONIOENCODING=ascii: a '?' for what it cannot show
             reconfigure(errors="replace")
-        try:
+        with stdout_errors(hint="try -o FILE elsewhere"):
             if rendered.text is not None:
                 sys.stdout.write(rendered.text)
                 sys.stdout.flush()
             else:
                 self._print_tables(rendered)
-        except BrokenPipeError:
-            raise
-        except OSError as e:  # a full disk, /dev/full
-            discard_stdout()
-            reason = e.strerror or type(e).__name__
-            raise SpecError(f"cannot write to stdout: {reason}; try -o FILE elsewhere") from e
 
     def _as_text(self, rendered: Rendered) -> str:
         if rendered.text is not None:
@@ -129,6 +124,27 @@ def color_choice(no_color: bool) -> bool | None:
     if no_color or os.environ.get("NO_COLOR"):
         return False
     return True if os.environ.get("FORCE_COLOR") else None
+
+
+@contextmanager
+def stdout_errors(*, hint: str) -> Iterator[None]:
+    """Turn a failed write to stdout (a full disk, ``/dev/full``) into a ``SpecError``
+    naming the reason and ``hint``; a closed pipe (``| head``) propagates as is.
+
+    Raises:
+        SpecError: stdout could not be written.
+    """
+    from hookscope.errors import SpecError
+
+    try:
+        yield
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        discard_stdout()
+        reason = e.strerror or type(e).__name__
+        raise SpecError(f"cannot write to stdout: {reason}; {hint}") from e
 
 
 def discard_stdout() -> None:
