@@ -18,6 +18,7 @@ optionally a backward) under a tracer and returns the trace.
 
 from __future__ import annotations
 
+import inspect
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -164,7 +165,7 @@ class Tracer:
             p.on_enter for p in self.probes if overrides(p, "on_enter")
         ]
         self._exits: list[ExitFn] = [
-            p.on_exit for p in reversed(self.probes) if overrides(p, "on_exit")
+            _exit_callback(p) for p in reversed(self.probes) if overrides(p, "on_exit")
         ]
         # Hot-path switches: keep the overhead clock only for probes that subtract it
         # (timing), and mark probe work as internal only while a probe that watches the
@@ -517,6 +518,31 @@ class Tracer:
                 return True
             parent = calls[parent].parent
         return False
+
+
+def _exit_callback(probe: Probe) -> ExitFn:
+    """``probe.on_exit``; one written as ``on_exit(call, module, output, failed)`` (the
+    signature before the exit event carried ``args``/``kwargs``) is adapted to it."""
+    fn = probe.on_exit
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # no signature to read: assume the current one
+        return fn
+    positional = [
+        p for p in params
+        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
+    if len(positional) != 4 or any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params):
+        return fn
+    old: Callable[[Call, nn.Module, Any, bool], None] = fn  # type: ignore[assignment]
+
+    def adapted(
+        call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+        output: Any, failed: bool,
+    ) -> None:
+        old(call, module, output, failed)
+
+    return adapted
 
 
 def _move_to_end(hooks: dict[int, Any], key: int) -> None:

@@ -11,7 +11,9 @@ is handed, and never calls another probe. Events, in the order they happen:
 - ``on_exit(call, module, args, kwargs, output, failed)`` after it returned or raised
   (``failed=True``, ``output=None``). ``args``/``kwargs`` are what ``forward`` was
   called with (after every forward pre-hook), as torch's forward hooks receive them:
-  a probe that only reads the inputs' shapes or values needs no ``on_enter``.
+  a probe that only reads the inputs' shapes or values needs no ``on_enter``. (A
+  probe written with the earlier signature, ``on_exit(call, module, output,
+  failed)``, still works: the tracer adapts it.)
 - ``finalize(trace)`` once, after every handle was removed: move device values to the
   host in one transfer, derive totals.
 
