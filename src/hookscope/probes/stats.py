@@ -230,24 +230,26 @@ def _cpu_sweep(flat: torch.Tensor) -> tuple[float, float, int, float, float]:
     Block by block (see ``_BLOCK``); the sums of the blocks add up in float64.
     """
     n = flat.numel()
-    blocks = [flat[i : i + _BLOCK] for i in range(0, n, _BLOCK)] if n >= 4 * _BLOCK else [flat]
+    bits = flat.view(_INT_VIEW[flat.element_size()])
+    step = _BLOCK if n >= 4 * _BLOCK else n
     lo, hi, zeros = math.inf, -math.inf, 0
     total = squares = 0.0
     nan = False
-    for block in blocks:
-        b_lo, b_hi, b_zeros = _cpu_range_and_zeros(block)
-        nan = nan or math.isnan(b_lo)
+    for i in range(0, n, step):
+        block = flat[i : i + step]
+        b_lo, b_hi, b_zeros = _cpu_range_and_zeros(block, bits[i : i + step])
+        nan = nan or b_lo != b_lo
         lo, hi, zeros = min(lo, b_lo), max(hi, b_hi), zeros + b_zeros
         total += block.sum().item()
-        if n > 1:
-            squares += torch.dot(block, block).item()
+        squares += torch.dot(block, block).item()
     if nan:
         lo = hi = math.nan  # as torch.aminmax: a NaN makes both NaN
     return lo, hi, zeros, total, squares
 
 
-def _cpu_range_and_zeros(x: torch.Tensor) -> tuple[float, float, int]:
-    """``(min, max, exact zeros)`` of a 1-D float32/float64 tensor, in two or three passes.
+def _cpu_range_and_zeros(x: torch.Tensor, bits: torch.Tensor) -> tuple[float, float, int]:
+    """``(min, max, exact zeros)`` of a 1-D float32/float64 tensor ``x`` whose integer
+    view is ``bits``, in two or three passes.
 
     The first pass is ``aminmax`` over the integer view of the bits. Read as signed
     integers, non-negative floats (+0.0 included) are ordered like their values, every
@@ -265,36 +267,34 @@ def _cpu_range_and_zeros(x: torch.Tensor) -> tuple[float, float, int]:
     -0.0 is present exactly when the smallest integer is the sign bit alone; then the
     zeros are counted on ``abs``. A NaN makes both ends NaN (``torch.aminmax`` does).
     """
-    bits = x.view(_INT_VIEW[x.element_size()])
     ilo_t, ihi_t = torch.aminmax(bits)
     ilo, ihi = int(ilo_t), int(ihi_t)
     n = x.numel()
-    negative_zero = ilo == torch.iinfo(bits.dtype).min
+    as_int, as_float, int_min = _BITS[x.dtype]
     if ilo >= 0:
-        lo, hi = _bits_to_float(ilo, x.dtype), _bits_to_float(ihi, x.dtype)
+        lo = as_float.unpack(as_int.pack(ilo))[0]
+        hi = as_float.unpack(as_int.pack(ihi))[0]
         zeros = n - int(torch.count_nonzero(bits)) if ilo == 0 else 0
     elif ihi < 0:
-        lo, hi = _bits_to_float(ihi, x.dtype), _bits_to_float(ilo, x.dtype)
-        zeros = n - int(torch.count_nonzero(x.abs().view(bits.dtype))) if negative_zero else 0
+        lo = as_float.unpack(as_int.pack(ihi))[0]
+        hi = as_float.unpack(as_int.pack(ilo))[0]
+        zeros = n - int(torch.count_nonzero(x.abs().view(bits.dtype))) if ilo == int_min else 0
     else:
-        lo, hi = x.amin().item(), _bits_to_float(ihi, x.dtype)
-        if negative_zero:
+        lo, hi = x.amin().item(), as_float.unpack(as_int.pack(ihi))[0]
+        if ilo == int_min:  # -0.0 is present
             zeros = n - int(torch.count_nonzero(x.abs().view(bits.dtype)))
         else:
             zeros = n - int(torch.count_nonzero(bits))  # +0.0 only: its bits are all 0
-    if math.isnan(lo) or math.isnan(hi):
+    if lo != lo or hi != hi:  # NaN
         lo = hi = math.nan
     return lo, hi, zeros
 
 
-_BIT_FORMATS = {torch.float32: ("<i", "<f"), torch.float64: ("<q", "<d")}
-
-
-def _bits_to_float(value: int, dtype: torch.dtype) -> float:
-    """The float32/float64 whose bit pattern, read as a signed integer, is ``value``."""
-    as_int, as_float = _BIT_FORMATS[dtype]
-    result: float = struct.unpack(as_float, struct.pack(as_int, value))[0]
-    return result
+# float dtype -> (its bits as a signed integer, the float, the smallest such integer)
+_BITS = {
+    torch.float32: (struct.Struct("<i"), struct.Struct("<f"), -(2**31)),
+    torch.float64: (struct.Struct("<q"), struct.Struct("<d"), -(2**63)),
+}
 
 
 def _cpu_std(x: torch.Tensor, total: float, squares: float, lo: float, hi: float) -> float:
