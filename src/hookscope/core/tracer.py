@@ -324,7 +324,7 @@ class Tracer:
             pre_hook = self._make_pre_hook(path, cls.__name__, post.id)
             add(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
         if leaf_hook is not None and leaves:
-            # NB: one global forward hook serves every leaf: two registrations instead of
+            # NB: one global forward hook serves every leaf: one registration instead of
             # one per leaf (a ResNet-50 has 126). Global forward hooks run before a
             # module's own, and these leaves have none (nor can get any: the run is
             # exclusive); other modules, in this model or elsewhere, are not in
