@@ -219,3 +219,24 @@ def emit(report: Report, json_path: Path | None) -> None:
         for r, d in zip(report.results, data["results"], strict=True):
             d.update(median=r.median, iqr=r.iqr, ratio=r.ratio, cpu_ratio=r.cpu_ratio)
         json_path.write_text(json.dumps(data, indent=2))
+
+
+def build_model(name: str, *, image_batch: int) -> tuple[Any, tuple[Any, ...]]:
+    """A benchmark model with random weights (nothing downloaded) and its inputs:
+    ``resnet50`` on ``image_batch`` 3x224x224 images, ``gpt2`` (the default 12-layer
+    ``GPT2LMHeadModel``) on 1x128 token ids."""
+    import torch
+
+    torch.manual_seed(0)
+    if name == "resnet50":
+        import torchvision
+
+        model = torchvision.models.resnet50(weights=None).eval()
+        return model, (torch.randn(image_batch, 3, 224, 224),)
+    if name == "gpt2":
+        import transformers
+
+        config = transformers.GPT2Config()
+        model = transformers.GPT2LMHeadModel(config).eval()
+        return model, (torch.randint(0, config.vocab_size, (1, 128)),)
+    raise ValueError(name)

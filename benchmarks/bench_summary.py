@@ -31,6 +31,7 @@ from _harness import (
     Contender,
     Report,
     Result,
+    build_model,
     emit,
     environment,
     parse_args,
@@ -42,21 +43,6 @@ import hookscope
 
 MODELS = ("resnet50", "gpt2")
 SUMMARY_TARGET = {"resnet50": 1.10}
-
-
-def build(name: str) -> tuple[torch.nn.Module, tuple[Any, ...]]:
-    torch.manual_seed(0)
-    if name == "resnet50":
-        import torchvision
-
-        return torchvision.models.resnet50(weights=None).eval(), (torch.randn(1, 3, 224, 224),)
-    if name == "gpt2":
-        import transformers
-
-        config = transformers.GPT2Config()
-        model = transformers.GPT2LMHeadModel(config).eval()
-        return model, (torch.randint(0, config.vocab_size, (1, 128)),)
-    raise ValueError(name)
 
 
 def contenders(name: str, model: torch.nn.Module, args: tuple[Any, ...]) -> list[Contender]:
@@ -89,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch.set_num_threads(opts.threads)
     results: list[Result] = []
     for name in opts.models:
-        model, args = build(name)
+        model, args = build_model(name, image_batch=1)
         results += run_interleaved(name, contenders(name, model, args), rounds=opts.rounds,
                                    warmup=opts.warmup, progress=progress_printer(opts.quiet))
     report = Report("hookscope.summary vs plain forward and torchinfo", environment(),

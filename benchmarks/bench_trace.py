@@ -42,6 +42,7 @@ from _harness import (
     Contender,
     Report,
     Result,
+    build_model,
     emit,
     environment,
     parse_args,
@@ -58,21 +59,6 @@ PROBE_SETS: dict[str, tuple[dict[str, bool], float | None]] = {
     "trace: shapes+time+stats+mem": ({"time": True, "stats": True, "memory": True}, 1.50),
     "trace: ops+FLOPs": ({"time": False, "stats": False, "memory": False, "ops": True}, None),
 }
-
-
-def build(name: str) -> tuple[torch.nn.Module, tuple[Any, ...]]:
-    torch.manual_seed(0)
-    if name == "resnet50":
-        import torchvision
-
-        return torchvision.models.resnet50(weights=None).eval(), (torch.randn(8, 3, 224, 224),)
-    if name == "gpt2":
-        import transformers
-
-        config = transformers.GPT2Config()
-        model = transformers.GPT2LMHeadModel(config).eval()
-        return model, (torch.randint(0, config.vocab_size, (1, 128)),)
-    raise ValueError(name)
 
 
 def _probes_available() -> set[str]:
@@ -145,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch.set_num_threads(opts.threads)
     results: list[Result] = []
     for name in opts.models:
-        model, args = build(name)
+        model, args = build_model(name, image_batch=8)
         todo, skipped = contenders(model, args)
         results += run_interleaved(name, todo, rounds=opts.rounds, warmup=opts.warmup,
                                    progress=progress_printer(opts.quiet))
