@@ -9,6 +9,7 @@ import importlib as _importlib
 import typing as _typing
 
 if _typing.TYPE_CHECKING:
+    from hookscope.aggregate import median_times
     from hookscope.api import summary, trace
     from hookscope.core.records import (
         Call,
@@ -30,6 +31,7 @@ if _typing.TYPE_CHECKING:
 
 # public name -> the module that defines it
 _EXPORTS: dict[str, str] = {
+    "median_times": "hookscope.aggregate",
     "summary": "hookscope.api",
     "trace": "hookscope.api",
     "Call": "hookscope.core.records",
@@ -74,6 +76,7 @@ __all__ = [
     "__version__",
     "annotated_repr",
     "inspect",
+    "median_times",
     "register_flop_formula",
     "register_probe",
     "summary",

@@ -22,8 +22,8 @@ from torch import nn
 import hookscope
 from helpers import assert_one_error_line, run_cli
 from hookscope import examples
+from hookscope.aggregate import median_times
 from hookscope.cli import main
-from hookscope.cli.running import median_times
 from hookscope.render.table import to_text
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "text"

@@ -95,7 +95,6 @@ def _show_summaries(console: Console, runs: Sequence[tuple[Any, Any]], *, ascii:
 
 def _show_trace(console: Console, model: Any, x: Any, *, ascii: bool) -> None:
     import hookscope
-    from hookscope.cli.running import median_times
     from hookscope.render.trace_table import trace_table
 
     _heading(
@@ -104,7 +103,7 @@ def _show_trace(console: Console, model: Any, x: Any, *, ascii: bool) -> None:
         f"the 5 slowest calls of the small CNN, median of {TRACE_RUNS} runs.",
     )
     runs = [hookscope.trace(model, x, stats=True, memory=False) for _ in range(TRACE_RUNS)]
-    trace = median_times(runs)
+    trace = hookscope.median_times(runs)
     console.print(trace_table(trace, sort="time", top=5, ascii=ascii))
 
 

@@ -3,14 +3,12 @@
 :func:`prepare` turns a model spec, ``--input`` strings, ``--config`` and ``--device``
 into a model and its example inputs (through :mod:`hookscope.cli.loading`).
 :func:`run_traces` calls :func:`hookscope.trace` one or more times, showing progress
-on a terminal, and :func:`median_times` folds repeated traces into one whose times
-are the medians, so one slow run (a cold cache, another process) does not decide
-the result.
+on a terminal, and folds repeated traces into one whose times are the medians
+(:func:`hookscope.median_times`), so one slow run does not decide the result.
 """
 
 from __future__ import annotations
 
-import statistics
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -94,37 +92,7 @@ def run_traces(prepared: Prepared, *, repeat: int, **options: Any) -> Trace:
                                 **options)
             )
             advance()
-    return median_times(traces)
-
-
-def median_times(traces: Sequence[Trace]) -> Trace:
-    """The first trace, with each call's times replaced by the median over all traces.
-
-    Calls are matched by module path and call index. ``meta["repeat"]`` records how
-    many traces were combined.
-
-    Args:
-        traces: one or more traces of the same model on the same inputs.
-    """
-    first = traces[0]
-    if len(traces) == 1:
-        return first
-    times: dict[tuple[str, int], list[tuple[int | None, int | None]]] = {}
-    for trace in traces:
-        for call in trace.calls:
-            key = (call.path, call.call_index)
-            times.setdefault(key, []).append((call.time_ns, call.self_time_ns))
-    for call in first.calls:
-        samples = times[(call.path, call.call_index)]
-        call.time_ns = _median([t for t, _ in samples])
-        call.self_time_ns = _median([s for _, s in samples])
-    first.meta["repeat"] = len(traces)
-    return first
-
-
-def _median(values: Sequence[int | None]) -> int | None:
-    known = [v for v in values if v is not None]
-    return int(statistics.median(known)) if known else None
+    return hookscope.median_times(traces)
 
 
 @contextmanager
