@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from hookscope.core.records import Trace
+    from hookscope.core.records import Call, Trace
 
 __all__ = ["median_times"]
 
@@ -46,10 +46,22 @@ def median_times(traces: Sequence[Trace]) -> Trace:
             times.setdefault(key, []).append((call.time_ns, call.self_time_ns))
     for call in first.calls:
         samples = times[(call.path, call.call_index)]
-        call.time_ns = _median([t for t, _ in samples])
-        call.self_time_ns = _median([s for _, s in samples])
+        _set_times(call, _median([t for t, _ in samples]), _median([s for _, s in samples]))
     first.meta["repeat"] = len(traces)
     return first
+
+
+def _set_times(call: Call, time_ns: int | None, self_time_ns: int | None) -> None:
+    # NB: the engine rewrite moves what probes record from fields of Call into
+    # ``call.facts`` (read back as attributes); this writes to whichever this Call has.
+    facts = getattr(call, "facts", None)
+    if facts is None:
+        setattr(call, "time_ns", time_ns)  # noqa: B010 (a field only before the rewrite)
+        setattr(call, "self_time_ns", self_time_ns)  # noqa: B010 (same)
+        return
+    for name, value in (("time_ns", time_ns), ("self_time_ns", self_time_ns)):
+        if value is not None or name in facts:
+            facts[name] = value
 
 
 def _median(values: Sequence[int | None]) -> int | None:

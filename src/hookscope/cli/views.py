@@ -170,9 +170,7 @@ def trace_view(trace: Trace, fmt: str, view: TraceView) -> Rendered:
 def structure_view(info: ModelInfo, fmt: str) -> Rendered:
     """The module tree of ``hookscope inspect``, or its JSON document."""
     if fmt == "json":
-        from hookscope.cli.structure import structure_to_json
-
-        return Rendered.of_text(structure_to_json(info))
+        return Rendered.of_text(info.to_json())
     from hookscope.render.table import structure_table
 
     return Rendered.of_tables(lambda ascii: [structure_table(info, ascii=ascii)])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -137,6 +138,22 @@ class ModelInfo:
             param_bytes=self.param_bytes,
             buffer_bytes=self.buffer_bytes,
         )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The structure as a JSON-ready dict (``"kind": "structure"``).
+
+        Field names follow the trace document where they overlap (``model.class``,
+        ``model.params.total``, ``modules[].path``); see ``core/structure_json.py``.
+        """
+        from hookscope.core.structure_json import structure_to_dict
+
+        return structure_to_dict(self)
+
+    def to_json(self, *, indent: int | None = 2) -> str:
+        """:meth:`to_dict` as JSON text with sorted keys (``indent=None``: one line)."""
+        from hookscope.core.structure_json import structure_to_json
+
+        return structure_to_json(self, indent=indent)
 
     def __str__(self) -> str:
         from hookscope.render.table import render_structure_text

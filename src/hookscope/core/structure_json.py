@@ -1,4 +1,8 @@
-"""The JSON form of ``hookscope inspect``: a model's structure, without a forward pass.
+"""The JSON form of :func:`hookscope.inspect`: a model's structure, without a forward pass.
+
+Where it sits: in ``core``, beside ``core/serialize.py`` (the trace document), and
+imports only ``core``. :meth:`ModelInfo.to_dict`/:meth:`ModelInfo.to_json` call it, and
+``hookscope inspect --format json`` prints it.
 
 Field names follow the trace document (``core/serialize.py``) where they overlap, so a
 reader of one understands the other: ``model.class``, ``model.params.total``,
@@ -18,7 +22,14 @@ if TYPE_CHECKING:
 
 
 def structure_to_dict(info: ModelInfo) -> dict[str, Any]:
-    """The JSON-ready dict of :func:`hookscope.inspect`'s result."""
+    """The JSON-ready dict of :func:`hookscope.inspect`'s result.
+
+    Args:
+        info: the model's structure.
+
+    Returns:
+        A dict of plain values (``"kind": "structure"``), ready for :func:`json.dumps`.
+    """
     from importlib.metadata import PackageNotFoundError, version
 
     from hookscope.core.records import SCHEMA_VERSION
@@ -50,7 +61,12 @@ def structure_to_dict(info: ModelInfo) -> dict[str, Any]:
 
 
 def structure_to_json(info: ModelInfo, *, indent: int | None = 2) -> str:
-    """:func:`structure_to_dict` as JSON text with sorted keys."""
+    """:func:`structure_to_dict` as JSON text with sorted keys.
+
+    Args:
+        info: the model's structure.
+        indent: spaces per level; ``None`` for one line.
+    """
     return json.dumps(structure_to_dict(info), indent=indent, sort_keys=True)
 
 
