@@ -25,6 +25,7 @@ if _typing.TYPE_CHECKING:
     from hookscope.core.tracer import Tracer
     from hookscope.errors import HookscopeError, ModelRunError, RenderError, SpecError
     from hookscope.flops import register_flop_formula
+    from hookscope.inventory import HookInventory, hooks
     from hookscope.probes.base import Probe, register_probe
     from hookscope.render.annotate import annotated_repr
     from hookscope.render.summary import Summary
@@ -50,6 +51,8 @@ _EXPORTS: dict[str, str] = {
     "RenderError": "hookscope.errors",
     "SpecError": "hookscope.errors",
     "register_flop_formula": "hookscope.flops",
+    "HookInventory": "hookscope.inventory",
+    "hooks": "hookscope.inventory",
     "Probe": "hookscope.probes.base",
     "register_probe": "hookscope.probes.base",
     "annotated_repr": "hookscope.render.annotate",
@@ -60,6 +63,7 @@ __all__ = [
     "Call",
     "FlopCount",
     "FlopRule",
+    "HookInventory",
     "HookscopeError",
     "ModelInfo",
     "ModelRunError",
@@ -75,6 +79,7 @@ __all__ = [
     "Tracer",
     "__version__",
     "annotated_repr",
+    "hooks",
     "inspect",
     "median_times",
     "register_flop_formula",
