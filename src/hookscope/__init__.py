@@ -10,6 +10,7 @@ import typing as _typing
 
 if _typing.TYPE_CHECKING:
     from hookscope.aggregate import median_times
+    from hookscope.annotate import annotated_repr
     from hookscope.api import summary, trace
     from hookscope.core.records import (
         Call,
@@ -27,12 +28,12 @@ if _typing.TYPE_CHECKING:
     from hookscope.flops import register_flop_formula
     from hookscope.inventory import HookInventory, hooks
     from hookscope.probes.base import Probe, register_probe
-    from hookscope.render.annotate import annotated_repr
     from hookscope.render.summary import Summary
 
 # public name -> the module that defines it
 _EXPORTS: dict[str, str] = {
     "median_times": "hookscope.aggregate",
+    "annotated_repr": "hookscope.annotate",
     "summary": "hookscope.api",
     "trace": "hookscope.api",
     "Call": "hookscope.core.records",
@@ -55,7 +56,6 @@ _EXPORTS: dict[str, str] = {
     "hooks": "hookscope.inventory",
     "Probe": "hookscope.probes.base",
     "register_probe": "hookscope.probes.base",
-    "annotated_repr": "hookscope.render.annotate",
     "Summary": "hookscope.render.summary",
 }
 

@@ -1,56 +1,51 @@
-"""The model's own ``print(model)`` layout, annotated with what a trace recorded.
+"""Per-module notes for the annotated model print: what a trace recorded, as text.
 
-``annotated_repr(model, trace)`` appends to each module's line its output shape,
-parameter count and time (any column of the trace table, by name) through
-``extra_repr``, the hook ``nn.Module.__repr__`` calls for every module. The seeds do
-this with ``model.apply(partial(...))`` and leave the override in place; here it is
-temporary: each module instance gets an ``extra_repr`` attribute for the one
-``repr(model)`` call, and afterwards every instance ``__dict__`` is exactly as before
-(an ``extra_repr`` the user had set on the instance is put back, one they had not
-is removed), also when rendering fails.
+Where it sits: a renderer, so it reads only the trace (``core/records.py``) and never a
+model. :func:`module_notes` turns a trace into one short note per module path (its
+output shape, parameter count and time, or any other column of the trace table by
+name); :func:`hookscope.annotated_repr` (``hookscope/annotate.py``, one layer up) puts
+those notes into the model's own ``print(model)`` layout.
 
-A module shared under several names prints the same note at each place; a module
-called several times shows its first call and ``calls=N``; a module that never ran
-shows ``not called``.
+A module called several times shows its first call and ``calls=N``; a module that
+never ran shows ``not called``. The trace-table column API (``render/columns.py``) is
+used here only, in :func:`module_notes` and :func:`_note`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from rich.text import Text
-from torch import nn
 
 from hookscope.core.records import Call, Trace
 from hookscope.errors import RenderError
 from hookscope.render.columns import Column, View, column
 
-_MISSING = object()
+__all__ = ["NOT_CALLED", "module_notes"]
+
+NOT_CALLED = "not called"
+"""The note of a module that never ran in the trace."""
 
 
-def annotated_repr(
-    model: nn.Module,
-    trace: Trace,
-    *,
-    fields: Sequence[str] = ("output", "params", "time"),
-) -> str:
-    """``repr(model)`` with each module's line annotated from ``trace``.
+def module_notes(trace: Trace, fields: Sequence[str]) -> dict[str, str]:
+    """One note per module path of ``trace``, from the trace-table columns ``fields``.
 
     Args:
-        model: the model the trace was recorded from; it is not changed.
-        trace: its trace (:func:`hookscope.trace`).
+        trace: a trace (:func:`hookscope.trace`).
         fields: trace-table column names to show (see
             :data:`hookscope.render.columns.COLUMNS`), in order.
 
     Returns:
-        The annotated text, e.g. ``Conv2d(3, 16, kernel_size=(3, 3), ... | output=[1,
-        16, 32, 32], params=448, time=41.2 µs)``.
+        Module path -> note, e.g. ``"output=[1, 16, 32, 32], params=448, time=41.2 µs"``;
+        :data:`NOT_CALLED` for a module that never ran. A module registered under
+        several paths has the same note under each.
 
     Raises:
-        RenderError: an unknown field name.
+        RenderError: ``fields`` is a string or empty, or names an unknown column.
 
     Example:
-        >>> print(hookscope.annotated_repr(model, hookscope.trace(model, x)))
+        >>> module_notes(hookscope.trace(model, x), ["output"])["0"]
+        'output=[1, 16, 32, 32]'
     """
     if isinstance(fields, str) or not fields:
         raise RenderError(f"fields= needs a list of column names, got {fields!r}")
@@ -59,24 +54,18 @@ def annotated_repr(
     calls: dict[str, list[Call]] = {}
     for call in trace.calls:
         calls.setdefault(call.path, []).append(call)
-    saved: list[tuple[nn.Module, object]] = []
-    try:
-        for path, module in model.named_modules():
-            note = _note(view, columns, calls.get(path, []))
-            saved.append((module, module.__dict__.get("extra_repr", _MISSING)))
-            module.__dict__["extra_repr"] = _extended(module.extra_repr, note)
-        return repr(model)
-    finally:
-        for module, original in reversed(saved):
-            if original is _MISSING:
-                module.__dict__.pop("extra_repr", None)
-            else:
-                module.__dict__["extra_repr"] = original
+    notes: dict[str, str] = {}
+    for path, info in trace.modules.items():
+        note = _note(view, columns, calls.get(path, []))
+        notes.update(dict.fromkeys((path, *info.aliases), note))
+    for path, path_calls in calls.items():  # NB: a trace without a module table
+        notes.setdefault(path, _note(view, columns, path_calls))
+    return notes
 
 
 def _note(view: View, columns: list[Column], calls: list[Call]) -> str:
     if not calls:
-        return "not called"
+        return NOT_CALLED
     parts = []
     for col in columns:
         cell = col.cell(view, calls[0])
@@ -86,11 +75,3 @@ def _note(view: View, columns: list[Column], calls: list[Call]) -> str:
     if len(calls) > 1:
         parts.append(f"calls={len(calls)}")
     return ", ".join(parts)
-
-
-def _extended(original: Callable[[], str], note: str) -> Callable[[], str]:
-    def extra_repr() -> str:
-        base = original()
-        return f"{base} | {note}" if base else note
-
-    return extra_repr
