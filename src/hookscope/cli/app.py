@@ -296,3 +296,8 @@ def _split(text: str | None) -> list[str] | None:
         return None
     names = [part.strip() for part in text.split(",") if part.strip()]
     return names or None
+
+
+# NB: last, because the command modules reuse the option types above; importing one
+# registers its command on ``app``.
+import hookscope.cli.hooks_command  # noqa: E402, F401

@@ -1,0 +1,67 @@
+"""``hookscope hooks MODEL``: every hook the model's own code attached to it.
+
+For ``file.py:factory`` models whose factory registers hooks (logging, gradient
+clipping, state-dict fix-ups): the command builds the model, lists its hooks with
+:func:`hookscope.hooks` (nothing runs, no input is needed) and prints the tree of
+``render/hooks_tree.py`` or the JSON document of
+:meth:`hookscope.HookInventory.to_json`.
+
+The command is registered on the app of ``cli/app.py`` when that module is imported
+(its last line imports this one) and shares that module's option types, so the
+``hooks`` options read like every other command's.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from hookscope.cli.app import (
+    ConfigOpt,
+    DebugOpt,
+    DeviceOpt,
+    Format,
+    ModelArg,
+    NoColorOpt,
+    OutputOpt,
+    WidthOpt,
+    _model_prints_to_stderr,
+    app,
+)
+from hookscope.cli.failures import failure_boundary
+from hookscope.cli.output import OutputTarget, Rendered
+
+if TYPE_CHECKING:
+    from hookscope.inventory import HookInventory
+
+
+@app.command("hooks")
+def hooks_command(
+    model: ModelArg,
+    device: DeviceOpt = None,
+    config: ConfigOpt = None,
+    fmt: Annotated[Format, typer.Option("--format", "-f", help="table or json.")] = Format.TABLE,
+    output: OutputOpt = None,
+    no_color: NoColorOpt = False,
+    width: WidthOpt = None,
+    debug: DebugOpt = False,
+) -> None:
+    """Every hook attached to the model: per module, parameter and process-wide."""
+    import hookscope
+    from hookscope.cli.running import load
+
+    target = OutputTarget(output, no_color, width)
+    with failure_boundary(debug=debug):
+        with _model_prints_to_stderr():
+            loaded = load(model, config=config, device=device)
+        target.write(hooks_view(hookscope.hooks(loaded.model), fmt.value))
+
+
+def hooks_view(inventory: HookInventory, fmt: str) -> Rendered:
+    """The tree of ``inventory``, or its JSON document."""
+    if fmt == "json":
+        return Rendered.of_text(inventory.to_json())
+    from hookscope.render.hooks_tree import hooks_renderables
+
+    return Rendered.of_tables(lambda ascii: hooks_renderables(inventory, ascii))
