@@ -1,7 +1,7 @@
 """The ``hookscope`` commands: ``summary``, ``trace``, ``inspect`` and ``demo``.
 
 Each command only parses its options, loads the model (``cli/running.py`` through
-``cli/loading.py``), calls the public API (:func:`hookscope.summary`,
+``cli/loading/``), calls the public API (:func:`hookscope.summary`,
 :func:`hookscope.trace`, :func:`hookscope.inspect`), and hands the result to a
 renderer (``cli/views.py``) and a destination (``cli/output.py``). Failures become
 one ``error: ...`` line and exit status 2 (``cli/failures.py``); when the model

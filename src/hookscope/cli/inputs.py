@@ -2,7 +2,7 @@
 
 Input specs: ``1,3,224,224``, ``2x3x32x32:float16``, ``input_ids=1,128:int64`` (a name
 makes a keyword input). Config overrides: ``hidden_size=256,tie_word_embeddings=false``.
-``cli/loading.py`` builds the model; this module makes what it is called with. Every
+``cli/loading/`` builds the model; this module makes what it is called with. Every
 mistake raises :class:`~hookscope.errors.SpecError` naming the bad value and the fix.
 """
 

@@ -1,0 +1,94 @@
+"""Turn command-line strings into a model and example inputs.
+
+Where it sits: the command line (``cli/app.py``) parses its options, then calls
+:func:`load_model` with the model spec, the ``--config`` overrides and the device; with
+no ``--input`` it asks :func:`default_input_specs` for the model's usual inputs, which
+``cli/inputs.py`` turns into tensors, ready for ``hookscope.trace(model, *args,
+**kwargs)``. Nothing here knows about typer, and torchvision/transformers are imported
+only when a spec names them.
+
+Model specs::
+
+    path/to/file.py:factory        a function, nn.Module class or nn.Module instance in a file
+    package.module:factory         the same, in an importable module
+    torchvision:resnet50           torchvision.models.get_model(name, weights=None)
+    transformers:llama[/TASK]      a model type, built from its default config; TASK is one of
+                                   base, causal-lm, masked-lm, seq-cls
+
+Weights are always random: nothing is ever downloaded. On ``device="meta"`` the model is
+built without allocating memory, so a 70B-parameter config builds in a second.
+
+Every mistake in a spec raises :class:`~hookscope.errors.SpecError` with a one-line
+message that names the bad value and says how to fix it.
+
+The package has one module per source: ``files.py`` (the user's files and modules),
+``vision.py`` (torchvision), ``hf.py`` (transformers), and ``common.py`` for what they
+share (the spec forms, :class:`LoadedModel`, building on a device).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hookscope.cli.inputs import parse_device
+from hookscope.cli.loading.common import (
+    LoadedModel,
+    ModelSource,
+    build,
+    default_input_specs,
+    split_spec,
+)
+from hookscope.cli.loading.files import factory, import_file, import_module, user_loaded
+from hookscope.cli.loading.hf import TRANSFORMERS_TASKS, load_transformers
+from hookscope.cli.loading.vision import load_torchvision
+from hookscope.errors import SpecError
+
+__all__ = [
+    "TRANSFORMERS_TASKS",
+    "LoadedModel",
+    "ModelSource",
+    "default_input_specs",
+    "load_model",
+]
+
+
+def load_model(
+    spec: str, *, config: dict[str, object] | None = None, device: str | torch.device | None = None
+) -> LoadedModel:
+    """Build the model that ``spec`` names.
+
+    Args:
+        spec: ``file.py:factory``, ``package.module:factory``, ``torchvision:NAME`` or
+            ``transformers:TYPE[/TASK]``. A factory is called with no arguments; it may
+            also be an ``nn.Module`` class or instance.
+        config: config overrides (see :func:`parse_config_overrides`); only for
+            ``transformers:`` specs. ``attn_implementation`` and ``dtype`` are passed to
+            ``from_config`` rather than set on the config.
+        device: ``None`` (build as the code does), ``"cpu"``, ``"cuda[:N]"`` or ``"meta"``
+            (no memory is allocated).
+
+    Returns:
+        The model with its default inputs and vocabulary size, when known.
+
+    Raises:
+        SpecError: the spec, overrides or device are wrong, or building the model failed.
+
+    Example:
+        >>> loaded = load_model("torchvision:resnet18", device="meta")
+        >>> [str(s) for s in default_input_specs(loaded)]
+        ['1,3,224,224:float32']
+    """
+    source, target, name = split_spec(spec.strip())
+    dev = parse_device(device)
+    if config and source is not ModelSource.TRANSFORMERS:
+        raise SpecError(
+            f"config overrides ({', '.join(config)}) only apply to 'transformers:NAME' models, "
+            f"not to {spec!r}; drop them, or set the values in your factory"
+        )
+    if source is ModelSource.TORCHVISION:
+        return load_torchvision(spec, name, dev)
+    if source is ModelSource.TRANSFORMERS:
+        return load_transformers(spec, name, dict(config or {}), dev)
+    module = import_file(target, spec) if source is ModelSource.FILE else import_module(target)
+    model = build(factory(module, name, target), dev, what=f"factory {name!r} in {target!r}")
+    return user_loaded(model, spec, source)
