@@ -374,4 +374,6 @@ def test_terminal_jupyter_and_repr() -> None:
     page = inventory._repr_html_()
     assert page.startswith("<pre") and page.endswith("</pre>")
     assert "&lt;lambda&gt;" in page and "<lambda>" not in page and "└── forward" in page
-    assert repr(inventory) == "<hookscope.HookInventory of Sequential: 1 hooks on 1 owners>"
+    assert repr(inventory) == "<hookscope.HookInventory of Sequential: 1 hook on 1 owner>"
+    assert repr(hookscope.hooks(user_hooked_model())) == (
+        "<hookscope.HookInventory of Net: 3 hooks on 3 owners>")

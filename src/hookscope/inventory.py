@@ -210,10 +210,10 @@ class HookInventory:
         return self.to_text()
 
     def __repr__(self) -> str:
-        owners = len(self.by_owner())
+        hooks, owners = len(self.records), len(self.by_owner())
         return (
-            f"<hookscope.HookInventory of {self.model_class}: {len(self.records)} hooks"
-            f" on {owners} owners>"
+            f"<hookscope.HookInventory of {self.model_class}: {hooks} hook{_s(hooks)}"
+            f" on {owners} owner{_s(owners)}>"
         )
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
@@ -225,6 +225,10 @@ class HookInventory:
         from hookscope.render.hooks_tree import render_hooks_html
 
         return render_hooks_html(self)
+
+
+def _s(count: int) -> str:
+    return "" if count == 1 else "s"
 
 
 def hooks(model: nn.Module, *, include_hookscope: bool = False) -> HookInventory:
