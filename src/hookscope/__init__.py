@@ -44,8 +44,8 @@ _EXPORTS: dict[str, str] = {
     "TensorStats": "hookscope.core.records",
     "Trace": "hookscope.core.records",
     "Selector": "hookscope.core.selectors",
-    "ModelInfo": "hookscope.core.structure",
-    "inspect": "hookscope.core.structure",
+    "ModelInfo": "hookscope.inspection",  # through the API: it loads the table it prints as
+    "inspect": "hookscope.inspection",
     "Tracer": "hookscope.core.tracer",
     "HookscopeError": "hookscope.errors",
     "ModelRunError": "hookscope.errors",

@@ -6,12 +6,14 @@ and buffer counts, bytes by dtype, and tied (shared) tensors counted once. It on
 reads attributes, so it works on a model on the meta device.
 
 The tracer records the same facts with every trace (``Trace.modules``), so renderers
-can show parameter counts beside the calls.
+can show parameter counts beside the calls. ``str(info)`` is the structure table of
+``render/table.py``, which ``hookscope.render`` registers in :data:`PRESENTERS` (core
+never imports the render layer); :meth:`ModelInfo.to_json` is ``core/structure_json.py``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,9 +158,20 @@ class ModelInfo:
         return structure_to_json(self, indent=indent)
 
     def __str__(self) -> str:
-        from hookscope.render.table import render_structure_text
+        # NB: the table is a renderer's, registered by ``hookscope.render`` when it is
+        # imported (``hookscope.inspect`` does): core does not import the render layer.
+        present = PRESENTERS.get("text")
+        if present is not None:
+            return str(present(self))
+        return (
+            f"{self.class_name} (modules: {len(self.modules)}, params: {self.total_params:,}; "
+            "import hookscope.render to print the structure table)"
+        )
 
-        return render_structure_text(self)
+
+PRESENTERS: dict[str, Callable[..., Any]] = {}
+"""How a :class:`ModelInfo` shows itself (``text``: ``str(info)``), registered by
+``hookscope.render`` when it is imported (importing ``hookscope.inspect`` does)."""
 
 
 def _numel(t: torch.Tensor) -> int:
