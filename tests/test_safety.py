@@ -177,6 +177,7 @@ NO_OPTIONAL = {"time": False, "stats": False, "memory": False}
 
 ENTRIES: list[Entry] = [
     Entry("inspect", lambda m, a, k: hookscope.inspect(m), plain_nothing),
+    Entry("hooks", lambda m, a, k: hookscope.hooks(m), plain_nothing),
     _summary_entry("summary"),
     _summary_entry("summary-depth1-ops", depth=1, ops=True),
     _trace_entry("trace-shapes", **NO_OPTIONAL),
@@ -217,6 +218,7 @@ KNOWN_MODEL_ENTRY_POINTS = {
     "trace": "trace-",
     "Tracer": "tracer-",
     "annotated_repr": "annotated-repr",
+    "hooks": "hooks",
 }
 
 #: Public names that do not observe a model (records, errors, registries).
@@ -224,7 +226,7 @@ NOT_MODEL_ENTRY_POINTS = {
     "Call", "FlopCount", "HookscopeError", "ModelInfo", "ModelRunError", "OpRecord",
     "Probe", "RenderError", "Selector", "SpecError", "Summary", "TensorMeta",
     "TensorStats", "Trace", "__version__", "register_probe", "FlopRule",
-    "register_flop_formula",
+    "register_flop_formula", "HookInventory",
 }
 
 
@@ -431,7 +433,7 @@ def test_tracer_probe_combination_with_user_backward(flags: dict[str, bool]) -> 
 
 # -- the model raises -----------------------------------------------------------------------
 
-RAISING_ENTRIES = [e for e in ENTRIES if e.id != "inspect"] + [
+RAISING_ENTRIES = [e for e in ENTRIES if e.id not in ("inspect", "hooks")] + [  # run nothing
     _trace_entry(f"trace-{_combo_id(f)}-{'bwd' if b else 'fwd'}", backward=b, **f)
     for f in PROBE_COMBOS for b in (False, True)
 ]
