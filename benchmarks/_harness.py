@@ -14,6 +14,10 @@ Paired ratios are much steadier than a ratio of medians on a busy machine. The s
 ratio of process CPU time (``time.process_time``: every thread of this process, not
 other processes) is reported beside it; on a machine shared with other work it is the
 steadier of the two.
+
+A target is a largest acceptable ratio, to the baseline or, with ``target_of``, to
+another contender of the same run (paired per round the same way): "ops+FLOPs no slower
+than ``FlopCounterMode``" is ``target=1.0, target_of="FlopCounterMode"``.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +42,8 @@ class Contender:
 
     name: str
     fn: Callable[[], Any]
-    target: float | None = None  # the largest acceptable ratio to the baseline, if any
+    target: float | None = None  # the largest acceptable ratio, if any
+    target_of: str | None = None  # the contender that ratio is to; None: the baseline
 
 
 @dataclass
@@ -50,6 +55,8 @@ class Result:
     target: float | None = None
     cpu_ratios: list[float] = field(default_factory=list)
     skipped: str | None = None
+    target_of: str | None = None
+    target_ratios: list[float] = field(default_factory=list)  # to target_of, per round
 
     @property
     def median(self) -> float:
@@ -71,17 +78,27 @@ class Result:
         return statistics.median(self.cpu_ratios) if self.cpu_ratios else float("nan")
 
     @property
+    def target_ratio(self) -> float:
+        """The median per-round ratio the target is checked against."""
+        if self.target_of is None:
+            return self.ratio
+        return statistics.median(self.target_ratios) if self.target_ratios else float("nan")
+
+    @property
     def meets_target(self) -> bool | None:
-        return None if self.target is None or not self.ratios else self.ratio <= self.target
+        if self.target is None or not self.ratios:
+            return None
+        return self.target_ratio <= self.target
 
 
 @dataclass
 class Report:
     title: str
     environment: dict[str, str]
-    rounds: int
+    rounds: int | dict[str, int]  # per model where they differ
     warmup: int
     results: list[Result] = field(default_factory=list)
+    baseline: str = "plain forward"  # what the ratios are to, for the table's header
 
 
 def timed(fn: Callable[[], Any]) -> tuple[float, float]:
@@ -122,7 +139,8 @@ def run_interleaved(
     base, cpu_base = times[contenders[0].name], cpu[contenders[0].name]
     return [
         Result(model, c.name, times[c.name], _ratios(times[c.name], base), c.target,
-               _ratios(cpu[c.name], cpu_base))
+               _ratios(cpu[c.name], cpu_base), target_of=c.target_of,
+               target_ratios=_ratios(times[c.name], times[c.target_of]) if c.target_of else [])
         for c in contenders
     ]
 
@@ -161,9 +179,9 @@ def format_seconds(s: float) -> str:
     return f"{s * 1e3:.1f} ms"
 
 
-def markdown_table(results: Sequence[Result]) -> str:
+def markdown_table(results: Sequence[Result], baseline: str = "plain forward") -> str:
     lines = [
-        "| model | contender | median | IQR | × plain forward | × (CPU time) | target |",
+        f"| model | contender | median | IQR | × {baseline} | × (CPU time) | target |",
         "|---|---|---:|---:|---:|---:|---|",
     ]
     for r in results:
@@ -173,6 +191,8 @@ def markdown_table(results: Sequence[Result]) -> str:
         target = ""
         if r.target is not None:
             target = f"≤ {r.target:.2f}× {'met' if r.meets_target else '**missed**'}"
+        if r.target_of is not None:
+            target = f"{r.target_ratio:.3f}× {r.target_of}: {target}"
         lines.append(
             f"| {r.model} | {r.name} | {format_seconds(r.median)} | {format_seconds(r.iqr)} "
             f"| {r.ratio:.3f}× | {r.cpu_ratio:.3f}× | {target} |"
@@ -185,17 +205,44 @@ def environment_line(env: dict[str, str]) -> str:
             f"Python {env['python']}, torch {env['torch']}, {env['date']}")
 
 
-def parse_args(description: str, models: Sequence[str], argv: Sequence[str] | None = None,
-               *, rounds: int = 7) -> argparse.Namespace:
+def parse_args(
+    description: str, models: Sequence[str], argv: Sequence[str] | None = None, *,
+    rounds: int | Mapping[str, int] = 7, warmup: int = 2,
+    default_models: Sequence[str] | None = None,
+    more: Callable[[argparse.ArgumentParser], None] | None = None,
+) -> argparse.Namespace:
+    """The options every script takes. ``rounds`` is the default number of timed
+    rounds, for all models or per model (a short forward needs more rounds for the same
+    steadiness); ``--rounds`` sets it for all. ``opts.rounds`` is then a dict, model ->
+    rounds, over every model in ``models``. ``--models`` chooses among ``models``
+    (default: ``default_models``, else all); ``more`` adds a script's own options."""
+    per_model = rounds if isinstance(rounds, Mapping) else dict.fromkeys(models, rounds)
+    shown = ", ".join(f"{m} {n}" for m, n in per_model.items())
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--rounds", type=int, default=rounds,
-                        help=f"timed rounds (default {rounds})")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed rounds (default 2)")
-    parser.add_argument("--models", nargs="+", default=list(models), choices=list(models))
+    parser.add_argument("--rounds", type=int, default=None,
+                        help=f"timed rounds (default: {shown})")
+    parser.add_argument("--warmup", type=int, default=warmup,
+                        help=f"untimed rounds (default {warmup})")
+    parser.add_argument("--models", nargs="+", default=list(default_models or models),
+                        choices=list(models))
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    return parser.parse_args(argv)
+    if more is not None:
+        more(parser)
+    opts = parser.parse_args(argv)
+    opts.rounds = {m: opts.rounds or per_model[m] for m in models}
+    if opts.threads:
+        import torch
+
+        torch.set_num_threads(opts.threads)
+    return opts
+
+
+def rounds_run(opts: argparse.Namespace) -> int | dict[str, int]:
+    """The rounds of the models run, for the :class:`Report`: one number if they agree."""
+    run = {m: opts.rounds[m] for m in opts.models}
+    return next(iter(run.values())) if len(set(run.values())) == 1 else run
 
 
 def progress_printer(quiet: bool) -> Callable[[str], None] | None:
@@ -211,27 +258,45 @@ def progress_printer(quiet: bool) -> Callable[[str], None] | None:
 def emit(report: Report, json_path: Path | None) -> None:
     print("\r\033[K", end="", file=sys.stderr)
     print(f"## {report.title}\n")
-    print(f"{environment_line(report.environment)}; {report.rounds} interleaved rounds "
+    rounds = report.rounds
+    if isinstance(rounds, dict):
+        rounds = "(" + ", ".join(f"{m}: {n}" for m, n in rounds.items()) + ")"
+    print(f"{environment_line(report.environment)}; {rounds} interleaved rounds "
           f"after {report.warmup} warm-up rounds; ratios are medians of per-round ratios.\n")
-    print(markdown_table(report.results))
+    print(markdown_table(report.results, report.baseline))
     if json_path is not None:
         data = asdict(report)
         for r, d in zip(report.results, data["results"], strict=True):
-            d.update(median=r.median, iqr=r.iqr, ratio=r.ratio, cpu_ratio=r.cpu_ratio)
+            d.update(median=r.median, iqr=r.iqr, ratio=r.ratio, cpu_ratio=r.cpu_ratio,
+                     target_ratio=r.target_ratio, meets_target=r.meets_target)
         json_path.write_text(json.dumps(data, indent=2))
 
 
-def build_model(name: str, *, image_batch: int) -> tuple[Any, tuple[Any, ...]]:
-    """A benchmark model with random weights (nothing downloaded) and its inputs:
-    ``resnet50`` on ``image_batch`` 3x224x224 images, ``gpt2`` (the default 12-layer
-    ``GPT2LMHeadModel``) on 1x128 token ids."""
+IMAGE_MODELS = ("resnet50", "mobilenet_v3_large")
+
+# NB: the Llama configurations are built on the meta device only: their weights would
+# take 28 GB (7B) and 280 GB (70B) of real memory in float32
+LLAMA_CONFIGS: dict[str, dict[str, int]] = {
+    "llama-7b": {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+                 "num_attention_heads": 32, "num_key_value_heads": 32},
+    "llama-70b": {"hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
+                  "num_attention_heads": 64, "num_key_value_heads": 8},
+}
+
+
+def build_model(name: str, *, image_batch: int = 1) -> tuple[Any, tuple[Any, ...]]:
+    """A benchmark model with random weights (nothing downloaded), in eval mode, and its
+    inputs: torchvision ``resnet50`` or ``mobilenet_v3_large`` on ``image_batch``
+    3x224x224 images; ``gpt2`` (the default 12-layer ``GPT2LMHeadModel``) on 1x128
+    token ids; ``llama-7b`` or ``llama-70b`` (``LlamaForCausalLM``, vocabulary 32000,
+    4096 positions) built on the meta device, with 1x128 int64 token ids on meta."""
     import torch
 
     torch.manual_seed(0)
-    if name == "resnet50":
+    if name in IMAGE_MODELS:
         import torchvision
 
-        model = torchvision.models.resnet50(weights=None).eval()
+        model = getattr(torchvision.models, name)(weights=None).eval()
         return model, (torch.randn(image_batch, 3, 224, 224),)
     if name == "gpt2":
         import transformers
@@ -239,4 +304,12 @@ def build_model(name: str, *, image_batch: int) -> tuple[Any, tuple[Any, ...]]:
         config = transformers.GPT2Config()
         model = transformers.GPT2LMHeadModel(config).eval()
         return model, (torch.randint(0, config.vocab_size, (1, 128)),)
-    raise ValueError(name)
+    if name in LLAMA_CONFIGS:
+        import transformers
+
+        config = transformers.AutoConfig.for_model(
+            "llama", vocab_size=32000, max_position_embeddings=4096, **LLAMA_CONFIGS[name])
+        with torch.device("meta"):
+            model = transformers.LlamaForCausalLM(config).eval()
+            return model, (torch.zeros(1, 128, dtype=torch.int64),)
+    raise ValueError(f"unknown benchmark model {name!r}")
