@@ -228,6 +228,9 @@ NOT_MODEL_ENTRY_POINTS = {
     "TensorStats", "Trace", "__version__", "register_probe", "FlopRule",
     "register_flop_formula", "HookInventory",
     "median_times",  # folds traces; it takes no model
+    # records, declarations and exceptions of the engine: they take no model
+    "Column", "Fact", "FailureRecord", "Field", "MissingDependencyError", "ParamGrad",
+    "ProbeError", "RunStopped", "StopRecord", "Unit",
 }
 
 

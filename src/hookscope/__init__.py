@@ -23,10 +23,22 @@ if _typing.TYPE_CHECKING:
     )
     from hookscope.core.selectors import Selector
     from hookscope.core.structure import ModelInfo, inspect
+    from hookscope.core.facts import Column, Fact, Field, Unit
+    from hookscope.core.records import FailureRecord, ParamGrad, StopRecord
     from hookscope.core.tracer import Tracer
-    from hookscope.errors import HookscopeError, ModelRunError, RenderError, SpecError
+    from hookscope.errors import (
+        HookscopeError,
+        MissingDependencyError,
+        ModelRunError,
+        ProbeError,
+        RenderError,
+        RunStopped,
+        SpecError,
+    )
     from hookscope.flops import register_flop_formula
     from hookscope.inventory import HookInventory, hooks
+    from hookscope.lint.findings import Finding, Severity
+    from hookscope.lint.runner import lint
     from hookscope.probes.base import Probe, register_probe
     from hookscope.render.summary import Summary
 
@@ -42,45 +54,71 @@ _EXPORTS: dict[str, str] = {
     "OpRecord": "hookscope.core.records",
     "TensorMeta": "hookscope.core.records",
     "TensorStats": "hookscope.core.records",
-    "Trace": "hookscope.core.records",
+    "Trace": "hookscope.api",  # through the API: it loads the renderers a Trace prints with
+    "FailureRecord": "hookscope.core.records",
+    "ParamGrad": "hookscope.core.records",
+    "StopRecord": "hookscope.core.records",
+    "Column": "hookscope.core.facts",
+    "Fact": "hookscope.core.facts",
+    "Field": "hookscope.core.facts",
+    "Unit": "hookscope.core.facts",
     "Selector": "hookscope.core.selectors",
     "ModelInfo": "hookscope.inspection",  # through the API: it loads the table it prints as
     "inspect": "hookscope.inspection",
-    "Tracer": "hookscope.core.tracer",
+    "Tracer": "hookscope.api",  # through the API: it loads the built-in probes
     "HookscopeError": "hookscope.errors",
+    "MissingDependencyError": "hookscope.errors",
     "ModelRunError": "hookscope.errors",
+    "ProbeError": "hookscope.errors",
+    "RunStopped": "hookscope.errors",
     "RenderError": "hookscope.errors",
     "SpecError": "hookscope.errors",
     "register_flop_formula": "hookscope.flops",
     "HookInventory": "hookscope.inventory",
     "hooks": "hookscope.inventory",
-    "Probe": "hookscope.probes.base",
-    "register_probe": "hookscope.probes.base",
+    "lint": "hookscope.lint",  # the callable package (hookscope/lint/__init__.py says why)
+    "Finding": "hookscope.lint.findings",
+    "Severity": "hookscope.lint.findings",
+    "Probe": "hookscope.api",
+    "register_probe": "hookscope.api",
     "Summary": "hookscope.render.summary",
 }
 
 __all__ = [
     "Call",
+    "Column",
+    "Fact",
+    "FailureRecord",
+    "Field",
+    "Finding",
     "FlopCount",
     "FlopRule",
     "HookInventory",
     "HookscopeError",
+    "MissingDependencyError",
     "ModelInfo",
     "ModelRunError",
     "OpRecord",
+    "ParamGrad",
     "Probe",
+    "ProbeError",
     "RenderError",
+    "RunStopped",
     "Selector",
+    "Severity",
     "SpecError",
+    "StopRecord",
     "Summary",
     "TensorMeta",
     "TensorStats",
     "Trace",
     "Tracer",
+    "Unit",
     "__version__",
     "annotated_repr",
     "hooks",
     "inspect",
+    "lint",
     "median_times",
     "register_flop_formula",
     "register_probe",

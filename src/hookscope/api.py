@@ -16,14 +16,18 @@ from torch import nn
 
 from hookscope.core.inputs import InputSize, make_example_inputs, model_device, parse_device
 from hookscope.core.meta import inputs_to_meta, is_meta_request, is_on_meta, meta_copy
+from hookscope.core.probe import Probe, register_probe
 from hookscope.core.records import Trace
 from hookscope.core.selectors import Selector
 from hookscope.core.tensors import call_input_metas, iter_tensors, metas
-from hookscope.core.tracer import Tracer, describe_failure
-from hookscope.errors import ModelRunError, SpecError
-from hookscope.probes.base import Probe
+from hookscope.core.tracer import ProbeSpec, Tracer, describe_failure
+from hookscope.errors import ModelRunError, ProbeError, RunStopped, SpecError
+from hookscope.probes import PROBES
+import hookscope.render  # noqa: F401  (registers how a Trace prints and exports)
 from hookscope.render.summary import Summary
 from hookscope.render.trace_table import describe_input_stats
+
+__all__ = ["PROBES", "Probe", "Trace", "Tracer", "register_probe", "summary", "trace"]
 
 
 def trace(
@@ -40,7 +44,7 @@ def trace(
     stats: bool = True,
     memory: bool = True,
     ops: bool = False,
-    probes: Iterable[Probe] = (),
+    probes: Iterable[ProbeSpec] = (),
     select: Selector | None = None,
 ) -> Trace:
     """Run one forward pass (and optionally a backward pass) and record every call.
@@ -63,8 +67,9 @@ def trace(
             reports the bytes each call saves for backward, without running a
             backward. Default (``None``): only when ``backward=True``; otherwise the
             forward runs under ``torch.no_grad()``.
-        shapes, time, stats, memory, ops: which probes to run.
-        probes: extra probe instances.
+        shapes, time, stats, memory, ops: which built-in probes to run.
+        probes: more probes: instances, probe classes or registered names, exactly as
+            :class:`~hookscope.Tracer` takes them.
         select: observe only the modules whose path matches.
 
     Returns:
@@ -72,6 +77,8 @@ def trace(
 
     Raises:
         ModelRunError: the model raised; ``.trace`` holds the partial trace.
+        RunStopped: a probe stopped the run early; ``.trace`` holds the partial trace.
+        ProbeError: a probe raised (the model did not); ``.trace`` holds the partial trace.
         SpecError: an option is wrong.
     """
     if backward and grad is False:
@@ -100,6 +107,8 @@ def trace(
             output = model(*args, **kw)
             if backward:
                 _run_backward(tracer, model, output, args, kw)
+    except (RunStopped, ProbeError):
+        raise  # hookscope's own: they carry the partial trace already
     except Exception as e:
         if not started:  # the tracer could not start: nothing of the model ran
             raise

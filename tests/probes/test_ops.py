@@ -261,7 +261,7 @@ def test_a_failing_formula_makes_the_op_uncounted_not_the_run_fail() -> None:
     trace = hookscope.trace(_mlp(), torch.randn(4, 8), probes=[probe],
                             **{**OPS_ONLY, "ops": False})
     assert trace.uncounted_ops == {"aten.addmm.default": 2}
-    assert "cannot count this" in trace.meta["flop_formula_errors"]["aten.addmm.default"]
+    assert "cannot count this" in trace.flop_formula_errors["aten.addmm.default"]
 
 
 def test_higher_order_operator_is_one_uncounted_record() -> None:
@@ -314,11 +314,11 @@ def test_json_round_trip_keeps_ops_and_flops() -> None:
     doc = json.loads(trace.to_json())
     assert doc["totals"]["flops_forward"] == trace.totals_flops.forward  # type: ignore[union-attr]
     assert doc["totals"]["flops_backward"] == 0
-    assert doc["totals"]["uncounted_ops"] == {MIX: 1}
+    assert doc["facts"]["uncounted_ops"] == {MIX: 1}
     root = doc["calls"][0]
     assert root["flops"]["forward"] == trace.calls[0].flops.forward  # type: ignore[union-attr]
     assert root["flops"]["partial"] is True
-    assert {o["rule"] for o in doc["ops"]} >= {"formula", "uncounted"}
+    assert {o["rule"] for o in doc["facts"]["ops"]} >= {"formula", "uncounted"}
     assert hookscope.Trace.from_json(trace.to_json()) == trace
 
 

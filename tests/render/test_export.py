@@ -14,7 +14,6 @@ from torch import nn
 import hookscope
 from hookscope.render.export import (
     FIELDS,
-    MissingDependencyError,
     trace_to_csv,
     trace_to_dataframe,
 )
@@ -68,9 +67,11 @@ def test_csv_fields_follow_the_probes_that_ran() -> None:
                                   memory=False)
     header = trace_to_csv(shapes_only).splitlines()[0].split(",")
     assert header == ["index", "path", "class", "call_index", "depth", "parent", "inputs",
-                      "outputs", "params", "error"]
+                      "outputs", "params", "start_ns", "error"]
     full = trace_to_csv(cnn_trace()).splitlines()[0].split(",")
-    assert full == [name for name in FIELDS if not name.startswith("flops")]
+    assert set(full) == {name for name in FIELDS if not name.startswith("flops")}
+    assert full[:8] == ["index", "path", "class", "call_index", "depth", "parent", "inputs",
+                        "outputs"]
 
 
 def test_csv_columns_and_unknown_column_error() -> None:
@@ -113,9 +114,11 @@ def test_dataframe_without_pandas_says_how_to_install_it(
     monkeypatch.setitem(sys.modules, "pandas", None)  # makes `import pandas` fail
     with pytest.raises(ImportError) as info:
         cnn_trace().to_dataframe()
-    assert isinstance(info.value, MissingDependencyError)
-    assert isinstance(info.value, hookscope.RenderError)
-    assert str(info.value) == "pandas is not installed: pip install 'hookscope[pandas]'"
+    assert isinstance(info.value, hookscope.MissingDependencyError)
+    assert isinstance(info.value, hookscope.HookscopeError)
+    assert str(info.value) == (
+        "pandas is not installed (needed for to_dataframe): pip install 'hookscope[pandas]'"
+    )
 
 
 def assert_round_trip(trace: hookscope.Trace) -> None:

@@ -45,18 +45,23 @@ def module(path: str, cls: str, depth: int, params: int) -> ModuleInfo:
 
 def hand_made_trace() -> Trace:
     """A trace written by hand: a root with a fast conv, a slow act, and a NaN head."""
+    def call(index: int, path: str, cls: str, depth: int, parent: int | None,
+             children: list[int], inp: TensorMeta, out: TensorMeta, time_ns: int,
+             self_ns: int, stat: list[TensorStats], memory: MemoryRecord) -> Call:
+        facts = {"inputs": [inp], "outputs": [out], "time_ns": time_ns,
+                 "self_time_ns": self_ns, "stats": stat, "memory": memory}
+        return Call(index, path, cls, 0, depth, parent, children, facts=facts)
+
     calls = [
-        Call(0, "", "Net", 0, 0, None, [1, 2, 3], [meta("args[0]", 1, 3, 8, 8)],
-             [meta("out", 1, 2)], 9_000_000, 500_000, stats(0.5),
-             MemoryRecord(8, None)),
-        Call(1, "conv", "Conv2d", 0, 1, 0, [], [meta("args[0]", 1, 3, 8, 8)],
-             [meta("out", 1, 4, 8, 8)], 1_500_000, 1_500_000, stats(-0.125),
+        call(0, "", "Net", 0, None, [1, 2, 3], meta("args[0]", 1, 3, 8, 8), meta("out", 1, 2),
+             9_000_000, 500_000, stats(0.5), MemoryRecord(8, None)),
+        call(1, "conv", "Conv2d", 1, 0, [], meta("args[0]", 1, 3, 8, 8),
+             meta("out", 1, 4, 8, 8), 1_500_000, 1_500_000, stats(-0.125),
              MemoryRecord(1024, None)),
-        Call(2, "act", "ReLU", 0, 1, 0, [], [meta("args[0]", 1, 4, 8, 8)],
-             [meta("out", 1, 4, 8, 8)], 7_000_000, 7_000_000, stats(0.25),
-             MemoryRecord(1024, None)),
-        Call(3, "head", "Linear", 0, 1, 0, [], [meta("args[0]", 1, 256)],
-             [meta("out", 1, 2)], 0, 0, stats(math.nan, nan=2), MemoryRecord(8, None)),
+        call(2, "act", "ReLU", 1, 0, [], meta("args[0]", 1, 4, 8, 8), meta("out", 1, 4, 8, 8),
+             7_000_000, 7_000_000, stats(0.25), MemoryRecord(1024, None)),
+        call(3, "head", "Linear", 1, 0, [], meta("args[0]", 1, 256), meta("out", 1, 2), 0, 0,
+             stats(math.nan, nan=2), MemoryRecord(8, None)),
     ]
     modules = {
         "": module("", "Net", 0, 626), "conv": module("conv", "Conv2d", 1, 112),

@@ -1,9 +1,10 @@
 """Plain records that a trace is made of.
 
 The engine (``core/tracer.py``) creates one :class:`Call` per module execution and
-hands it to the probes, which fill in their own fields (shapes, time, statistics,
-memory, FLOPs). When the tracer finishes, the records form a :class:`Trace`: plain
-data that renderers read and that round-trips through JSON (``core/serialize.py``).
+hands it to the probes, which record their own facts in it (``Call.facts``: shapes,
+time, statistics, memory, FLOPs; declared by each probe, see ``core/facts.py``). When
+the tracer finishes, the records form a :class:`Trace`: plain data that renderers read
+and that round-trips through JSON (``core/serialize.py``).
 
 Records never hold live tensors or modules, and never format themselves: strings are
 made by the renderers in ``hookscope.render``.
@@ -14,12 +15,13 @@ read-only once the trace is returned.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""The JSON schema version this hookscope writes (it reads every earlier one)."""
 
 
 class Phase(str, Enum):
@@ -162,10 +164,19 @@ class Call:
     a tree by the runtime call stack (``parent``/``children`` are indices into
     ``Trace.calls``).
 
-    Probes fill the optional fields; a field stays ``None`` when its probe was off.
-    ``time_ns``/``flops`` are inclusive of children, ``self_time_ns``/``self_flops``
-    exclusive. ``input_stats`` is only recorded for a call that raised (statistics
-    probe on), to say what the failing module received.
+    The engine fills the fields below. What probes record is in ``facts``, by name
+    (``core/facts.py``), and reads as an attribute too: ``call.time_ns`` is
+    ``call.facts["time_ns"]``, or the fact's default (``None``, ``[]`` for shapes) when
+    its probe did not run. The built-in probes' facts: ``inputs``/``outputs``
+    (shapes), ``time_ns``/``self_time_ns`` (time, inclusive and exclusive of
+    children), ``stats``/``input_stats`` (statistics; input statistics only for a call
+    that raised), ``memory``, ``flops``/``self_flops`` (ops).
+
+    Attributes:
+        start_ns: when the call started, in nanoseconds since the trace started. For a
+            leaf recorded whole when it ended (``docs/architecture.md``, the leaf fast
+            path), the last moment known before it started.
+        error: ``"TypeName: message"`` when the call raised.
     """
 
     index: int
@@ -175,16 +186,15 @@ class Call:
     depth: int
     parent: int | None
     children: list[int] = field(default_factory=list)
-    inputs: list[TensorMeta] = field(default_factory=list)
-    outputs: list[TensorMeta] = field(default_factory=list)
-    time_ns: int | None = None
-    self_time_ns: int | None = None
-    stats: list[TensorStats] | None = None
-    memory: MemoryRecord | None = None
-    flops: FlopCount | None = None
-    self_flops: FlopCount | None = None
+    start_ns: int | None = None
     error: str | None = None
-    input_stats: list[TensorStats] | None = None
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> Any:
+        # NB: only reached for names that are not fields: the facts of probes
+        if name.startswith("__") or name == "facts":
+            raise AttributeError(name)
+        return _read_fact(self.facts, name, "call")
 
     @property
     def name(self) -> str:
@@ -192,12 +202,29 @@ class Call:
         return f"{self.path}#{self.call_index}" if self.call_index else self.path
 
 
+def _read_fact(facts: dict[str, Any], name: str, kind: str) -> Any:
+    try:
+        return facts[name]
+    except KeyError:
+        pass
+    from hookscope.core.facts import REGISTRY
+
+    spec = (REGISTRY.call_facts if kind == "call" else REGISTRY.trace_facts).get(name)
+    if spec is None:
+        raise AttributeError(
+            f"a {kind} record has no field or fact {name!r}; facts recorded here: "
+            f"{sorted(facts) or 'none'}"
+        )
+    return spec.default_value()
+
+
 def started_call(
     index: int, path: str, module_class: str, call_index: int, depth: int, parent: int | None,
-    _new: Any = object.__new__,
+    start_ns: int | None = None, _new: Any = object.__new__,
 ) -> Call:
-    """``Call(index, path, module_class, call_index, depth, parent)``, made in 60 % of
-    the time: the tracer makes one in a hook per module call, with cold caches.
+    """``Call(index, path, module_class, call_index, depth, parent, start_ns=start_ns)``,
+    made in 60 % of the time: the tracer makes one in a hook per module call, with
+    cold caches.
 
     NB: it sets every field of :class:`Call`; ``tests/core/test_records.py`` checks that
     it equals the dataclass constructor, so a new field cannot be forgotten here.
@@ -205,10 +232,26 @@ def started_call(
     call: Call = _new(Call)
     call.index, call.path, call.module_class = index, path, module_class
     call.call_index, call.depth, call.parent = call_index, depth, parent
-    call.children, call.inputs, call.outputs = [], [], []
-    call.time_ns = call.self_time_ns = call.stats = call.memory = None
-    call.flops = call.self_flops = call.error = call.input_stats = None
+    call.children, call.start_ns, call.error, call.facts = [], start_ns, None, {}
     return call
+
+
+@dataclass(frozen=True, slots=True)
+class ParamGrad:
+    """A parameter's gradient, as the engine hands it to probes (``on_param_grad``).
+
+    Attributes:
+        path: the parameter's path (its first one when tied).
+        param: the parameter itself (live: read it, never keep it).
+        grad: ``param.grad`` after accumulation (``accumulated``), or the gradient
+            ``torch.autograd.grad`` computed for it.
+        accumulated: True for ``.backward()`` (the gradient is in ``param.grad``).
+    """
+
+    path: str
+    param: Any
+    grad: Any
+    accumulated: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,13 +281,42 @@ class OpRecord:
 
 
 @dataclass(frozen=True, slots=True)
-class TraceError:
-    """Where the observed model raised."""
+class FailureRecord:
+    """Where the observed model raised (``Trace.error``).
+
+    Attributes:
+        call: index of the innermost call where the exception started (``None``:
+            outside any module call).
+        path: that call's module path.
+        exception_type: the exception's class name.
+        message: its message.
+    """
 
     call: int | None
     path: str | None
     exception_type: str
     message: str
+
+
+TraceError = FailureRecord
+"""The earlier name of :class:`FailureRecord` (it is a record, not an exception)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StopRecord:
+    """Why and where a probe stopped the run early (``Trace.stop``).
+
+    Attributes:
+        probe: the name of the probe that stopped it.
+        reason: its one-line reason.
+        call: index of the call running when it stopped (``None``: outside any call).
+        path: that call's module path.
+    """
+
+    probe: str
+    reason: str
+    call: int | None
+    path: str | None
 
 
 @dataclass(slots=True)
@@ -301,20 +373,40 @@ class ModelSummary:
 class Trace:
     """Everything recorded while a model ran under a :class:`~hookscope.Tracer`.
 
-    Iterating a trace yields its calls in the order they started.
+    Iterating a trace yields its calls in the order they started. What probes record
+    per trace is in ``facts`` and reads as an attribute (``trace.ops``,
+    ``trace.totals_flops``, ``trace.uncounted_ops`` of the ops probe), like a call's.
+
+    Attributes:
+        model: model-level counts.
+        modules: the module tree, by path.
+        calls: every call, in the order they started.
+        inputs, outputs: the tensors the model was called with and returned
+            (``hookscope.trace`` only).
+        error: where the model raised, if it did.
+        stop: why a probe stopped the run early, if one did.
+        probes: the names of the probes that ran.
+        meta: facts about the run: ``torch_version``, ``hookscope_version``, ``device``,
+            ``rank``/``world_size`` (when ``torch.distributed`` is initialised),
+            ``started_at_ns`` (wall clock, for merging traces), ...
+        facts: what probes recorded per trace.
     """
 
     model: ModelSummary
     modules: dict[str, ModuleInfo]
     calls: list[Call] = field(default_factory=list)
-    ops: list[OpRecord] = field(default_factory=list)
     inputs: list[TensorMeta] = field(default_factory=list)
     outputs: list[TensorMeta] = field(default_factory=list)
-    error: TraceError | None = None
+    error: FailureRecord | None = None
+    stop: StopRecord | None = None
     probes: list[str] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
-    totals_flops: FlopCount | None = None
-    uncounted_ops: dict[str, int] = field(default_factory=dict)
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "facts":
+            raise AttributeError(name)
+        return _read_fact(self.facts, name, "trace")
 
     def __iter__(self) -> Iterator[Call]:
         return iter(self.calls)
@@ -357,12 +449,13 @@ class Trace:
 
     @property
     def total_time_ns(self) -> int | None:
-        times = [c.time_ns for c in self.roots]
+        times = [c.facts.get("time_ns") for c in self.roots]
         if not times or any(t is None for t in times):
             return None
         return sum(t for t in times if t is not None)
 
-    # Exporters live in hookscope.render; these are thin conveniences.
+    # JSON lives in core; tables and flat exports in ``hookscope.render``, which
+    # registers them here (``PRESENTERS``): core does not import the render layer.
     def to_json(self, *, indent: int | None = 2) -> str:
         from hookscope.core.serialize import trace_to_json
 
@@ -376,17 +469,34 @@ class Trace:
 
     def to_csv(self, *, columns: Sequence[str] | None = None) -> str:
         """One CSV row per call (see :func:`hookscope.render.export.trace_to_csv`)."""
-        from hookscope.render.export import trace_to_csv
-
-        return trace_to_csv(self, columns=columns)
+        return str(_presenter("csv")(self, columns=columns))
 
     def to_dataframe(self, *, columns: Sequence[str] | None = None) -> Any:
         """A pandas ``DataFrame``, one row per call (needs ``hookscope[pandas]``)."""
-        from hookscope.render.export import trace_to_dataframe
-
-        return trace_to_dataframe(self, columns=columns)
+        return _presenter("dataframe")(self, columns=columns)
 
     def __str__(self) -> str:
-        from hookscope.render.table import render_trace_text
+        return str(_presenter("text")(self))
 
-        return render_trace_text(self)
+    def __repr__(self) -> str:
+        stopped = f", stopped by {self.stop.probe}" if self.stop is not None else ""
+        failed = f", failed in {self.error.path!r}" if self.error is not None else ""
+        return (
+            f"<hookscope.Trace of {self.model.class_name}: {len(self.calls)} calls, "
+            f"probes {self.probes}{failed}{stopped}>"
+        )
+
+
+PRESENTERS: dict[str, Callable[..., Any]] = {}
+"""How a trace shows itself (``text``, ``csv``, ``dataframe``), registered by
+``hookscope.render`` when it is imported (``import hookscope`` does, lazily)."""
+
+
+def _presenter(kind: str) -> Callable[..., Any]:
+    found = PRESENTERS.get(kind)
+    if found is None:
+        raise RuntimeError(
+            f"no {kind} renderer is registered: import hookscope.render (importing "
+            "hookscope.trace, hookscope.Tracer or hookscope.Trace from hookscope does)"
+        )
+    return found

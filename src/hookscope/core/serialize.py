@@ -8,19 +8,31 @@ document stays standard JSON.
 
 Top-level keys: ``schema_version``, ``hookscope_version``, ``model`` (``class``,
 ``params.total``, ``params.trainable``, ``buffers.total``, bytes), ``modules[]``,
-``calls[]``, ``ops[]``, ``inputs[]``, ``outputs[]``, ``error``, ``totals``, ``probes``,
-``meta``. Bump ``SCHEMA_VERSION`` in ``records.py`` on any incompatible change.
+``calls[]``, ``inputs[]``, ``outputs[]``, ``error``, ``stop``, ``probes``, ``meta``,
+``facts`` (what probes recorded per trace), and ``totals``. A call has the engine's keys
+(``index``, ``path``, ``class``, ``call_index``, ``depth``, ``parent``, ``children``,
+``start_ns``, ``error``) and one key per fact its probes recorded (``inputs``,
+``time_ns``, ``stats``, ...), encoded as the probe declared (``core/facts.py``): the
+serializer knows no probe.
+
+Evolution: a document of an earlier schema version is read (version 1: every fact was
+a call key, the ops probe's ``ops[]`` and totals top-level); a key this hookscope does
+not know (a newer version's, or the fact of a probe not defined in this process) is
+kept as the raw JSON value, with one warning, and written back as it was.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import warnings
 from typing import Any
 
+from hookscope.core.facts import REGISTRY, Fact
 from hookscope.core.records import (
     SCHEMA_VERSION,
     Call,
+    FailureRecord,
     FlopCount,
     FlopRule,
     MemoryRecord,
@@ -28,27 +40,40 @@ from hookscope.core.records import (
     ModuleInfo,
     OpRecord,
     Phase,
+    StopRecord,
     TensorMeta,
     TensorStats,
     Trace,
-    TraceError,
 )
 from hookscope.errors import RenderError
 
+_CALL_KEYS = ("index", "path", "class", "call_index", "depth", "parent", "children",
+              "start_ns", "error")
+
+
+class UnknownFieldsWarning(UserWarning):
+    """A trace document has fields this hookscope does not know; they were kept as is."""
+
 
 def _version() -> str:
-    from hookscope import __version__
+    from importlib.metadata import PackageNotFoundError, version
 
-    return str(__version__)
+    try:
+        return version("hookscope")
+    except PackageNotFoundError:  # running from a source checkout
+        return "0.0.0+unknown"
 
 
-def _float_out(x: float | None) -> float | str | None:
+# -- encoders of the shared value records (probes name them in their Fact declarations)
+
+
+def float_out(x: float | None) -> float | str | None:
     if x is None or math.isfinite(x):
         return x
     return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
 
 
-def _float_in(x: float | str | None) -> float | None:
+def float_in(x: float | str | None) -> float | None:
     if x == "nan":
         # NB: the one ``math.nan`` object, which the stats probe also records: containers
         # compare identical objects as equal, so a trace with NaN statistics still
@@ -57,97 +82,160 @@ def _float_in(x: float | str | None) -> float | None:
     return float(x) if isinstance(x, str) else x
 
 
-def _meta_out(m: TensorMeta) -> dict[str, Any]:
+def meta_out(m: TensorMeta) -> dict[str, Any]:
     return {
         "path": m.path, "shape": list(m.shape), "dtype": m.dtype, "device": m.device,
         "requires_grad": m.requires_grad, "layout": m.layout,
     }
 
 
-def _meta_in(d: dict[str, Any]) -> TensorMeta:
+def meta_in(d: dict[str, Any]) -> TensorMeta:
     return TensorMeta(
         d["path"], tuple(d["shape"]), d["dtype"], d["device"], d["requires_grad"], d["layout"]
     )
 
 
+def metas_out(ms: list[TensorMeta]) -> list[dict[str, Any]]:
+    return [meta_out(m) for m in ms]
+
+
+def metas_in(ds: list[dict[str, Any]]) -> list[TensorMeta]:
+    return [meta_in(d) for d in ds]
+
+
 _STAT_FLOATS = ("mean", "std", "min", "max", "absmax", "zero_fraction")
 
 
-def _stats_out(s: TensorStats) -> dict[str, Any]:
-    out: dict[str, Any] = {"path": s.path, "numel": s.numel}
-    out.update({k: _float_out(getattr(s, k)) for k in _STAT_FLOATS})
-    out.update(nan_count=s.nan_count, inf_count=s.inf_count)
+def stats_out(stats: list[TensorStats]) -> list[dict[str, Any]]:
+    out = []
+    for s in stats:
+        d: dict[str, Any] = {"path": s.path, "numel": s.numel}
+        d.update({k: float_out(getattr(s, k)) for k in _STAT_FLOATS})
+        d.update(nan_count=s.nan_count, inf_count=s.inf_count)
+        out.append(d)
     return out
 
 
-def _stats_in(d: dict[str, Any]) -> TensorStats:
-    floats = {k: _float_in(d[k]) for k in _STAT_FLOATS}
-    return TensorStats(
-        path=d["path"], numel=d["numel"], nan_count=d["nan_count"],
-        inf_count=d["inf_count"], **floats,
-    )
+def stats_in(ds: list[dict[str, Any]]) -> list[TensorStats]:
+    return [
+        TensorStats(
+            path=d["path"], numel=d["numel"], nan_count=d["nan_count"],
+            inf_count=d["inf_count"], **{k: float_in(d[k]) for k in _STAT_FLOATS},
+        )
+        for d in ds
+    ]
 
 
-def _flops_out(f: FlopCount | None) -> dict[str, Any] | None:
-    if f is None:
-        return None
+def flops_out(f: FlopCount) -> dict[str, Any]:
     return {
         "forward": f.forward, "backward": f.backward, "partial": f.partial,
         "macs_forward": f.macs_forward, "macs_backward": f.macs_backward,
     }
 
 
-def _flops_in(d: dict[str, Any] | None) -> FlopCount | None:
-    return None if d is None else FlopCount(d["forward"], d["backward"], d["partial"])
+def flops_in(d: dict[str, Any]) -> FlopCount:
+    return FlopCount(d["forward"], d["backward"], d["partial"])
 
 
-def _memory_out(m: MemoryRecord | None) -> dict[str, Any] | None:
-    if m is None:
-        return None
+def memory_out(m: MemoryRecord) -> dict[str, Any]:
     return {
         "output_bytes": m.output_bytes, "saved_bytes": m.saved_bytes,
         "allocated_delta": m.allocated_delta, "peak_bytes": m.peak_bytes,
     }
 
 
-def _memory_in(d: dict[str, Any] | None) -> MemoryRecord | None:
-    return None if d is None else MemoryRecord(**d)
+def memory_in(d: dict[str, Any]) -> MemoryRecord:
+    return MemoryRecord(**d)
+
+
+def ops_out(ops: list[OpRecord]) -> list[dict[str, Any]]:
+    return [
+        {
+            "index": o.index, "name": o.name, "call": o.call, "phase": o.phase.value,
+            "inputs": metas_out(list(o.inputs)), "outputs": metas_out(list(o.outputs)),
+            "flops": o.flops, "counted": o.counted, "rule": o.rule.value,
+        }
+        for o in ops
+    ]
+
+
+def ops_in(ds: list[dict[str, Any]]) -> list[OpRecord]:
+    return [
+        OpRecord(
+            index=d["index"], name=d["name"], call=d["call"], phase=Phase(d["phase"]),
+            inputs=tuple(metas_in(d["inputs"])), outputs=tuple(metas_in(d["outputs"])),
+            flops=d["flops"], counted=d["counted"], rule=FlopRule(d["rule"]),
+        )
+        for d in ds
+    ]
+
+
+# -- facts -----------------------------------------------------------------------------
+
+
+def _facts_out(facts: dict[str, Any], table: dict[str, Fact]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in facts.items():
+        spec = table.get(name)
+        out[name] = value.raw if isinstance(value, RawValue) else (
+            value if spec is None else spec.to_json(value)
+        )
+    return out
+
+
+class RawValue:
+    """A fact read from a document that this process has no declaration for: kept as
+    its JSON value and written back unchanged."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RawValue) and other.raw == self.raw
+
+    def __hash__(self) -> int:  # pragma: no cover - unhashable payloads are common
+        return id(self)
+
+    def __repr__(self) -> str:
+        return f"RawValue({self.raw!r})"
+
+
+def _facts_in(doc: dict[str, Any], table: dict[str, Fact], unknown: set[str]) -> dict[str, Any]:
+    facts: dict[str, Any] = {}
+    for name, value in doc.items():
+        spec = table.get(name)
+        if spec is None:
+            unknown.add(name)
+            facts[name] = RawValue(value)
+        else:
+            facts[name] = spec.from_json(value)
+    return facts
+
+
+# -- records -----------------------------------------------------------------------------
 
 
 def _call_out(c: Call) -> dict[str, Any]:
-    return {
+    out = _facts_out(c.facts, REGISTRY.call_facts)
+    out.update({
         "index": c.index, "path": c.path, "class": c.module_class,
         "call_index": c.call_index, "depth": c.depth, "parent": c.parent,
-        "children": list(c.children),
-        "inputs": [_meta_out(m) for m in c.inputs],
-        "outputs": [_meta_out(m) for m in c.outputs],
-        "time_ns": c.time_ns, "self_time_ns": c.self_time_ns,
-        "stats": None if c.stats is None else [_stats_out(s) for s in c.stats],
-        "memory": _memory_out(c.memory),
-        "flops": _flops_out(c.flops), "self_flops": _flops_out(c.self_flops),
-        "error": c.error,
-        "input_stats": (
-            None if c.input_stats is None else [_stats_out(s) for s in c.input_stats]
-        ),
-    }
+        "children": list(c.children), "start_ns": c.start_ns, "error": c.error,
+    })
+    return out
 
 
-def _call_in(d: dict[str, Any]) -> Call:
+def _call_in(d: dict[str, Any], unknown: set[str]) -> Call:
+    facts = {k: v for k, v in d.items() if k not in _CALL_KEYS}
+    # NB: schema 1 wrote every fact of the built-in probes, None when the probe was off
+    facts = {k: v for k, v in facts.items() if v is not None}
     return Call(
         index=d["index"], path=d["path"], module_class=d["class"],
         call_index=d["call_index"], depth=d["depth"], parent=d["parent"],
-        children=list(d["children"]),
-        inputs=[_meta_in(m) for m in d["inputs"]],
-        outputs=[_meta_in(m) for m in d["outputs"]],
-        time_ns=d["time_ns"], self_time_ns=d["self_time_ns"],
-        stats=None if d["stats"] is None else [_stats_in(s) for s in d["stats"]],
-        memory=_memory_in(d["memory"]),
-        flops=_flops_in(d["flops"]), self_flops=_flops_in(d["self_flops"]),
-        error=d["error"],
-        input_stats=(
-            None if d.get("input_stats") is None
-            else [_stats_in(s) for s in d["input_stats"]]
-        ),
+        children=list(d["children"]), start_ns=d.get("start_ns"), error=d["error"],
+        facts=_facts_in(facts, REGISTRY.call_facts, unknown),
     )
 
 
@@ -171,24 +259,6 @@ def _module_in(d: dict[str, Any]) -> ModuleInfo:
     )
 
 
-def _op_out(o: OpRecord) -> dict[str, Any]:
-    return {
-        "index": o.index, "name": o.name, "call": o.call, "phase": o.phase.value,
-        "inputs": [_meta_out(m) for m in o.inputs],
-        "outputs": [_meta_out(m) for m in o.outputs],
-        "flops": o.flops, "counted": o.counted, "rule": o.rule.value,
-    }
-
-
-def _op_in(d: dict[str, Any]) -> OpRecord:
-    return OpRecord(
-        index=d["index"], name=d["name"], call=d["call"], phase=Phase(d["phase"]),
-        inputs=tuple(_meta_in(m) for m in d["inputs"]),
-        outputs=tuple(_meta_in(m) for m in d["outputs"]),
-        flops=d["flops"], counted=d["counted"], rule=FlopRule(d["rule"]),
-    )
-
-
 def _model_out(m: ModelSummary) -> dict[str, Any]:
     return {
         "class": m.class_name,
@@ -207,77 +277,120 @@ def _model_in(d: dict[str, Any]) -> ModelSummary:
 
 
 def _totals_out(t: Trace) -> dict[str, Any]:
-    flops = t.totals_flops
+    """Derived totals, for readers of the JSON (never read back)."""
+    flops = t.facts.get("totals_flops")
     return {
         "time_ns": t.total_time_ns,
         "calls": len(t.calls),
         "flops_forward": None if flops is None else flops.forward,
         "flops_backward": None if flops is None else flops.backward,
         "flops_partial": None if flops is None else flops.partial,
-        "uncounted_ops": dict(sorted(t.uncounted_ops.items())),
     }
 
 
 def trace_to_dict(trace: Trace) -> dict[str, Any]:
     """The JSON-ready dict of ``trace`` (see the module docstring for the schema)."""
-    err = trace.error
+    err, stop = trace.error, trace.stop
     return {
         "schema_version": SCHEMA_VERSION,
         "hookscope_version": _version(),
         "model": _model_out(trace.model),
         "modules": [_module_out(m) for m in trace.modules.values()],
         "calls": [_call_out(c) for c in trace.calls],
-        "ops": [_op_out(o) for o in trace.ops],
-        "inputs": [_meta_out(m) for m in trace.inputs],
-        "outputs": [_meta_out(m) for m in trace.outputs],
+        "inputs": metas_out(trace.inputs),
+        "outputs": metas_out(trace.outputs),
         "error": None if err is None else {
             "call": err.call, "path": err.path, "type": err.exception_type,
             "message": err.message,
         },
-        "totals": _totals_out(trace),
+        "stop": None if stop is None else {
+            "probe": stop.probe, "reason": stop.reason, "call": stop.call, "path": stop.path,
+        },
         "probes": list(trace.probes),
         "meta": dict(trace.meta),
+        "facts": _facts_out(trace.facts, REGISTRY.trace_facts),
+        "totals": _totals_out(trace),
     }
 
 
+def _upgrade_v1(doc: dict[str, Any]) -> dict[str, Any]:
+    """A schema-1 document in the schema-2 layout: the ops probe's ``ops[]``, totals
+    and uncounted ops move into ``facts``."""
+    doc = dict(doc)
+    facts: dict[str, Any] = {}
+    totals = doc.get("totals") or {}
+    if totals.get("flops_forward") is not None:
+        facts["ops"] = doc.get("ops", [])
+        facts["totals_flops"] = {
+            "forward": totals["flops_forward"], "backward": totals["flops_backward"],
+            "partial": totals["flops_partial"],
+        }
+        facts["uncounted_ops"] = totals.get("uncounted_ops", {})
+    meta = dict(doc.get("meta") or {})
+    if "flop_formula_errors" in meta:
+        facts["flop_formula_errors"] = meta.pop("flop_formula_errors")
+    doc.pop("ops", None)
+    doc["meta"], doc["facts"], doc["stop"] = meta, facts, None
+    return doc
+
+
+_TOP_KEYS = frozenset({
+    "schema_version", "hookscope_version", "model", "modules", "calls", "inputs",
+    "outputs", "error", "stop", "probes", "meta", "facts", "totals",
+})
+
+
 def trace_from_dict(doc: dict[str, Any]) -> Trace:
-    """Rebuild a :class:`Trace` from :func:`trace_to_dict`'s output.
+    """Rebuild a :class:`Trace` from :func:`trace_to_dict`'s output (any schema version
+    up to this one).
 
     Raises:
-        RenderError: when the document is of another schema version or malformed.
+        RenderError: when the document is not a hookscope trace, or is malformed.
     """
     version = doc.get("schema_version") if isinstance(doc, dict) else None
-    if version != SCHEMA_VERSION:
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise RenderError(
-            f"expected a hookscope trace with schema_version {SCHEMA_VERSION}, "
-            f"got schema_version {version!r}; re-create it with this hookscope version"
+            f"expected a hookscope trace document with a schema_version, got "
+            f"schema_version {version!r}; is this a file written by Trace.to_json()?"
         )
+    if version == 1:
+        doc = _upgrade_v1(doc)
+    unknown: set[str] = {f"top-level {k!r}" for k in doc if k not in _TOP_KEYS}
     try:
-        err = doc["error"]
-        totals = doc["totals"]
-        flops = None
-        if totals.get("flops_forward") is not None:
-            flops = FlopCount(
-                totals["flops_forward"], totals["flops_backward"], totals["flops_partial"]
-            )
-        modules = [_module_in(m) for m in doc["modules"]]
-        return Trace(
-            model=_model_in(doc["model"]),
-            modules={m.path: m for m in modules},
-            calls=[_call_in(c) for c in doc["calls"]],
-            ops=[_op_in(o) for o in doc["ops"]],
-            inputs=[_meta_in(m) for m in doc["inputs"]],
-            outputs=[_meta_in(m) for m in doc["outputs"]],
-            error=None if err is None else TraceError(
-                err["call"], err["path"], err["type"], err["message"]
-            ),
-            probes=list(doc["probes"]),
-            meta=dict(doc["meta"]),
-            totals_flops=flops,
-            uncounted_ops=dict(totals["uncounted_ops"]),
-        )
-    except (KeyError, TypeError) as e:
+        trace = _trace_in(doc, unknown)
+    except (KeyError, TypeError, ValueError) as e:
         raise RenderError(f"malformed hookscope trace document: missing or bad field {e}") from e
+    if unknown:
+        newer = f" (written by schema version {version}, this is {SCHEMA_VERSION})" if (
+            version > SCHEMA_VERSION) else ""
+        warnings.warn(
+            f"hookscope: the trace document has fields this hookscope does not know{newer}: "
+            f"{', '.join(sorted(unknown))}; they are kept as they are",
+            UnknownFieldsWarning,
+            stacklevel=3,
+        )
+    return trace
+
+
+def _trace_in(doc: dict[str, Any], unknown: set[str]) -> Trace:
+    err, stop = doc["error"], doc.get("stop")
+    modules = [_module_in(m) for m in doc["modules"]]
+    return Trace(
+        model=_model_in(doc["model"]),
+        modules={m.path: m for m in modules},
+        calls=[_call_in(c, unknown) for c in doc["calls"]],
+        inputs=metas_in(doc["inputs"]),
+        outputs=metas_in(doc["outputs"]),
+        error=None if err is None else FailureRecord(
+            err["call"], err["path"], err["type"], err["message"]
+        ),
+        stop=None if stop is None else StopRecord(
+            stop["probe"], stop["reason"], stop["call"], stop["path"]
+        ),
+        probes=list(doc["probes"]),
+        meta=dict(doc["meta"]),
+        facts=_facts_in(doc.get("facts") or {}, REGISTRY.trace_facts, unknown),
+    )
 
 
 def trace_to_json(trace: Trace, *, indent: int | None = 2) -> str:

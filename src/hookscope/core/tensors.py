@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -136,3 +136,21 @@ def call_input_metas(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Tens
     for k, v in kwargs.items():
         out.extend(metas(v, f"kwargs[{_quote(k)}]"))
     return out
+
+
+#: Paths shown without their name: the one positional input, the one output.
+BARE_PATHS = frozenset({"args[0]", "out"})
+
+
+def shape_text(m: TensorMeta) -> str:
+    """``[1, 3, 224, 224]``, with the dtype when it is not float32: ``[1, 128] int64``."""
+    text = "[" + ", ".join(str(d) for d in m.shape) + "]"
+    return text if m.dtype == "float32" else f"{text} {m.dtype}"
+
+
+def shapes_text(metas: Sequence[TensorMeta], *, sep: str = "\n") -> str:
+    """One shape per tensor, its path first unless it is a bare root (``args[0]``,
+    ``out``): ``[1, 10]``, ``out["logits"]: [1, 128, 50257]``."""
+    return sep.join(
+        shape_text(m) if m.path in BARE_PATHS else f"{m.path}: {shape_text(m)}" for m in metas
+    )

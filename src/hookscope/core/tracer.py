@@ -4,51 +4,69 @@
 model, a forward pre-hook and a forward hook (``with_kwargs=True``,
 ``always_call=True``, so it also runs when ``forward`` raises), keeps the runtime call
 stack, creates a :class:`~hookscope.core.records.Call` per module execution and hands
-it to the probes (``hookscope.probes``). On exit, in a ``finally``, it removes every
+it to the probes (``core/probe.py``). On exit, in a ``finally``, it removes every
 handle it registered (with ``restore_state=True``, as ``hookscope.trace`` uses it, it
 also puts ``training`` flags and ``requires_grad`` back), and lets the probes finalise
 the :class:`~hookscope.core.records.Trace`.
 
-The hooks return ``None``, so the model computes exactly what it computes without
+What it installs follows what the probes declare: no pre-hook on plain ``torch.nn``
+leaves when no probe needs a call's start (``core/fast_path.py``), backward hooks only
+for probes with backward events (``core/backward.py``). Hooks return ``None`` unless a
+probe replaces a value, so the model computes exactly what it computes without
 hookscope: outputs are bit-identical.
 
-``trace()`` (in ``hookscope/api.py``) is the one-call form: it runs a forward (and
-optionally a backward) under a tracer and returns the trace.
+Control: a probe stops the run with :meth:`Tracer.stop` (the caller gets
+:class:`~hookscope.errors.RunStopped` with the partial trace); a probe that raises is
+reported as :class:`~hookscope.errors.ProbeError`, never as the model's failure.
+Failure attribution is in ``core/failures.py``, process-wide settings in
+``core/process.py``, every private torch API in ``core/torch_private.py``.
+
+``trace()`` (in ``hookscope/api.py``) is the one-call form.
 """
 
 from __future__ import annotations
 
 import inspect
+import os
 import sys
 import threading
+import time as _time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from enum import Enum
 from time import perf_counter_ns
 from types import TracebackType
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from torch import nn
-from torch.nn.modules.module import register_module_forward_hook
-from torch.utils.hooks import RemovableHandle
 
+from hookscope.core.backward import BackwardWatch, NodeOwners
+from hookscope.core.failures import FailureTracker, add_note, describe_failure
+from hookscope.core.fast_path import failure_detection_works, install_leaf_hook, is_fast_leaf
 from hookscope.core.handles import CallbackHandle, HandleGroup
-from hookscope.core.records import Call, Trace, TraceError, started_call
+from hookscope.core.probe import PROBES, Probe, overrides
+from hookscope.core.process import PROCESS
+from hookscope.core.records import Call, StopRecord, Trace, started_call
 from hookscope.core.selectors import Selector, compile_selector
 from hookscope.core.structure import ModuleTable, module_table
-from hookscope.errors import HookscopeError, SpecError
-from hookscope.probes.base import PROBES, Probe, overrides
+from hookscope.core.torch_private import global_module_hooks_present
+from hookscope.errors import HookscopeError, ProbeError, RunStopped, SpecError
 
-EnterFn = Callable[[Call, nn.Module, tuple[Any, ...], dict[str, Any]], None]
-ExitFn = Callable[[Call, nn.Module, tuple[Any, ...], dict[str, Any], Any, bool], None]
+__all__ = ["ProbeSpec", "Tracer", "describe_failure", "internal_work"]
+
+ProbeSpec = Probe | type[Probe] | str
+"""What ``probes=`` takes: a probe instance, a probe class, or a registered name."""
+
+_CONTROL = (ProbeError, RunStopped)
 
 
 class _SharedState(threading.local):
     """What every tracer in this thread must see, so that nested tracers (two tracers on
     one model, or one on a submodule) do not record each other's work as the model's.
 
-    ``internal`` > 0 while any tracer's probe computes on tensors; ``watchers`` counts
+    ``internal`` > 0 while any probe works on tensors itself (the engine sets it around
+    every probe callback, on whichever thread the event arrives); ``watchers`` counts
     the active tracers with a probe that watches dispatched ops.
     """
 
@@ -57,6 +75,22 @@ class _SharedState(threading.local):
 
 
 _shared = _SharedState()
+
+
+@contextmanager
+def internal_work() -> Iterator[None]:
+    """Mark tensor work a probe does outside an engine event (a saved-tensor hook, say)
+    as hookscope's: the ops probe does not record it, on this thread."""
+    _shared.internal += 1
+    try:
+        yield
+    finally:
+        _shared.internal -= 1
+
+
+def is_internal() -> bool:
+    """Whether probe work is running on this thread (see :func:`internal_work`)."""
+    return _shared.internal > 0
 
 
 # One entry of the runtime call stack: the call, its module, and the exception already
@@ -95,7 +129,7 @@ class Tracer:
         stats: record activation statistics of every output tensor.
         memory: record output bytes, saved-for-backward bytes and CUDA memory.
         ops: record every aten op with its FLOPs.
-        probes: extra :class:`~hookscope.probes.Probe` instances.
+        probes: more probes: instances, probe classes, or names of registered probes.
         select: only observe modules whose path matches (glob string, list of globs,
             or ``fn(path: str) -> bool``); ``None`` observes every module.
         restore_state: on exit, put every module's ``training`` flag and every
@@ -103,12 +137,13 @@ class Tracer:
             hookscope itself changes neither, and what your own code inside the
             ``with`` block changes (``model.eval()``, freezing a layer) is yours to
             keep. ``hookscope.trace`` turns it on, so the forward it runs leaves no trace.
+        **options: ``NAME=True`` switches on the registered probe ``NAME``.
 
     NB: while the tracer is active, ``torch.compile``d code runs eagerly (compiled code
     skips the hooks of the modules it inlined), TorchScript submodules run unobserved
     (their work counts as their caller's), and a forward pre-hook you register inside
-    the block runs after hookscope's (probes that measure on entry, such as timing,
-    include it; the inputs recorded are those ``forward`` received).
+    the block runs after hookscope's. Backward events are delivered for a backward run
+    inside the block.
 
     Raises:
         SpecError: ``model`` is not an ``nn.Module`` or is a TorchScript module, or an
@@ -130,23 +165,14 @@ class Tracer:
         stats: bool = False,
         memory: bool = False,
         ops: bool = False,
-        probes: Iterable[Probe] = (),
+        probes: Iterable[ProbeSpec] = (),
         select: Selector | None = None,
         restore_state: bool = False,
         **options: bool,
     ) -> None:
-        if not isinstance(model, nn.Module):
-            raise SpecError(
-                f"hookscope expects a torch.nn.Module, got {type(model).__name__}; "
-                "pass the model object, not its output or its class"
-            )
-        if isinstance(model, torch.jit.ScriptModule):
-            raise SpecError(
-                f"hookscope cannot observe the TorchScript module {type(model).__name__} "
-                "(torch.jit.script/trace): it runs compiled code that calls no module hooks; "
-                "pass the nn.Module you scripted instead"
-            )
+        _check_model(model)
         flags = {"shapes": shapes, "time": time, "stats": stats, "memory": memory, "ops": ops}
+        _load_builtin_probes()
         for key, value in options.items():
             if key not in PROBES:
                 known = ", ".join(sorted({*PROBES, *flags}))
@@ -159,31 +185,25 @@ class Tracer:
                     f"write {key}=True to record it or {key}=False to skip it"
                 )
         self.model = model
-        self.probes: list[Probe] = _build_probes(flags, probes)
+        self.probes: list[Probe] = build_probes(flags, probes)
         self._matches = compile_selector(select) if select is not None else None
-        self._enters: list[EnterFn] = [
-            p.on_enter for p in self.probes if overrides(p, "on_enter")
-        ]
-        self._exits: list[ExitFn] = [
-            _exit_callback(p) for p in reversed(self.probes) if overrides(p, "on_exit")
-        ]
-        # Hot-path switches: keep the overhead clock only for probes that subtract it
-        # (timing), and mark probe work as internal only while a probe that watches the
-        # dispatched ops (ops) is active, in this tracer or in one it is nested in: with
-        # neither, a hook does only the call bookkeeping.
-        self._clocked = any(p.uses_overhead_clock for p in self.probes)
-        self._guarded = any(p.watches_ops for p in self.probes)
+        self._plan_dispatch()
         self._handles = HandleGroup()
         self._stack: list[_Frame] = []
         self._restore_state = restore_state
         #: Set by ``trace()``/``summary()``, which run nothing but the model inside the
-        #: tracer: no user code can add a hook between two calls. See ``_make_leaf_hook``.
+        #: tracer: no user code can add a hook between two calls (``core/fast_path.py``).
         self._exclusive = False
         self._state: _ModelState | None = None
         self._lazy = False
-        # Innermost call where the exception now propagating started, and that exception.
-        self._failure: tuple[Call, BaseException] | None = None
+        self._failures = FailureTracker([])
+        self._control: HookscopeError | None = None  # a stop or probe error, once raised
+        self._control_types = _CONTROL
+        self._backward: BackwardWatch | None = None
+        self._owners: NodeOwners | None = None
         self._active = False
+        self._t0 = 0
+        self._clock = [0]  # the last hook event, ns since the trace started
         #: Bookkeeping clock (``time.perf_counter_ns``): when the running hook began, and
         #: the total time spent in finished hooks (tracer and probe work). The timing
         #: probe subtracts it, so hookscope's own work is not timed as the model's; a
@@ -192,6 +212,30 @@ class Tracer:
         self.chain_start_ns = 0
         self.overhead_ns = 0
         self.trace: Trace | None = None
+
+    def _plan_dispatch(self) -> None:
+        """Which probe callbacks run for which event, from what the probes declare."""
+        probes = self.probes
+        self._enters: list[Callable[..., Any]] = [
+            p.on_enter for p in probes if overrides(p, "on_enter") and not p.replaces
+        ]
+        self._enter_replacers: list[Callable[..., Any]] = [
+            p.on_enter for p in probes if overrides(p, "on_enter") and p.replaces
+        ]
+        self._exit_replacers: list[Callable[..., Any]] = [
+            _exit_callback(p) for p in probes if overrides(p, "on_exit") and p.replaces
+        ]
+        self._exits: list[Callable[..., Any]] = [
+            _exit_callback(p) for p in reversed(probes)
+            if overrides(p, "on_exit") and not p.replaces
+        ]
+        self._backward_probes = [p for p in probes if type(p).needs_backward()]
+        self._needs_start = any(type(p).needs_start() for p in probes)
+        # Hot-path switches: keep the overhead clock only for probes that subtract it
+        # (timing), and mark probe work as internal only while a probe that watches the
+        # dispatched ops (ops) is active, in this tracer or in one it is nested in.
+        self._clocked = any(p.uses_overhead_clock for p in probes)
+        self._guarded = any(p.watches_ops for p in probes)
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -203,28 +247,45 @@ class Tracer:
         # 0 elements): count them again on exit, once materialised.
         self._lazy = table.lazy
         self.trace = Trace(
-            model=table.summary,
-            modules=table.modules,
-            probes=[p.name for p in self.probes],
-            meta={"torch_version": torch.__version__},
+            model=table.summary, modules=table.modules, probes=[p.name for p in self.probes],
+            meta=_run_facts(table),
         )
         self._stack.clear()
-        self._failure = None
+        self._failures = FailureTracker(self.trace.calls)
+        self._control = None
         self._state = _ModelState(table) if self._restore_state else None
+        self._t0 = perf_counter_ns()
+        self._clock[0] = 0
         try:
-            self._register_module_hooks(table.members)
-            for probe in self.probes:
-                self._handles.extend(probe.install(self))
-            if self._guarded:
-                _shared.watchers += 1
-                self._handles.add(CallbackHandle(_unwatch))
-            depth = max((m.depth for m in table.modules.values()), default=0)
-            self._handles.add(_process.acquire(depth + 1))
+            self._install(table)
         except BaseException:
             self._handles.remove()
             raise
         self._active = True
         return self
+
+    def _install(self, table: ModuleTable) -> None:
+        handles = self._handles
+        if self._backward_probes:
+            grad_handles = HandleGroup()  # hooks on parameters and on the graph's tensors
+            handles.add(grad_handles)
+            self._backward = BackwardWatch(self._dispatch_backward, grad_handles)
+            self._backward.watch_parameters(_named_parameters(table))
+        self._owners = NodeOwners() if self._guarded else None
+        self._register_module_hooks(table.members)
+        for probe in self.probes:
+            try:
+                installed = probe.install(self)
+            except _CONTROL:
+                raise
+            except Exception as e:
+                raise _probe_error(probe, "install", None, e) from e
+            handles.extend(installed)
+        if self._guarded:
+            _shared.watchers += 1
+            handles.add(CallbackHandle(_unwatch))
+        depth = max((m.depth for m in table.modules.values()), default=0)
+        handles.add(PROCESS.acquire(depth + 1))
 
     def __exit__(
         self,
@@ -240,57 +301,151 @@ class Tracer:
                 self._state.restore()
             # Calls still on the stack never finished: a BaseException (KeyboardInterrupt)
             # skips torch's always-call hooks.
-            if exc is not None:
+            if exc is not None and not isinstance(exc, _CONTROL):
                 for call, _, _ in reversed(self._stack):
-                    self._record_failure(call, exc)
+                    self._failures.record(call, exc)
             self._stack.clear()
+            self._backward = None
+            self._owners = None
         trace = self.trace
         assert trace is not None
-        if exc is not None and trace.error is None:
-            # The block failed: name the innermost call where this exception started.
-            origin = self._failure
-            if origin is not None and _caused_by(exc, origin[1]):
-                call = origin[0]
-                trace.error = TraceError(call.index, call.path, type(exc).__name__, _message(exc))
-            else:
-                trace.error = TraceError(None, None, type(exc).__name__, _message(exc))
+        control = exc if isinstance(exc, _CONTROL) else self._control
+        if isinstance(control, RunStopped):
+            trace.stop = _stop_record(trace, control)
+        elif exc is not None and control is None and trace.error is None:
+            trace.error = self._failures.failure_of(exc)
         if self._lazy:
             table = module_table(self.model, extra_repr=False)
             trace.model, trace.modules = table.summary, table.modules
-        for probe in self.probes:
-            probe.finalize(trace)
+        self._finalize_probes(trace)
+        if isinstance(control, (ProbeError, RunStopped)):
+            control.trace = trace
+            if exc is None:  # the model swallowed it: the run still stopped
+                raise control
         if exc is not None and trace.error is not None and trace.error.call is not None:
-            _add_note(exc, f"hookscope: {describe_failure(trace)}")
+            add_note(exc, f"hookscope: {describe_failure(trace)}")
+
+    def _finalize_probes(self, trace: Trace) -> None:
+        error: ProbeError | None = None
+        for probe in self.probes:
+            try:
+                probe.finalize(trace)
+            except Exception as e:  # finalise the others, then report the first
+                error = error or _probe_error(probe, "finalize", None, e)
+        if error is not None:
+            error.trace = trace
+            raise error
 
     @property
     def active(self) -> bool:
         return self._active
 
     @property
-    def internal(self) -> int:
-        """> 0 while a probe computes on tensors itself; the ops probe ignores those ops.
-
-        Shared by every tracer of the thread: a tracer's ops probe also ignores the work
-        of the probes of a tracer nested in it."""
-        return _shared.internal
-
-    @internal.setter
-    def internal(self, value: int) -> None:
-        _shared.internal = value
-
-    @property
     def current_call(self) -> Call | None:
         """The innermost module call running now (``None`` outside any module)."""
         return self._stack[-1][0] if self._stack else None
 
-    @contextmanager
-    def internal_work(self) -> Iterator[None]:
-        """Mark tensor work done by a probe itself, so it is not recorded as the model's."""
-        self.internal += 1
+    @property
+    def internal(self) -> int:
+        """> 0 while probe work runs on this thread; the ops probe ignores those ops."""
+        return _shared.internal
+
+    def internal_work(self) -> Any:
+        """:func:`internal_work`, for probes that hold a tracer."""
+        return internal_work()
+
+    def node_owner(self, node: Any) -> int | None:
+        """Index of the call whose forward created autograd ``node`` (``None``: no call,
+        or no probe watching ops, the only ones for which the tracer keeps track)."""
+        return None if self._owners is None else self._owners.owner(node)
+
+    def stop(self, reason: str) -> NoReturn:
+        """Stop the run now: raise :class:`~hookscope.errors.RunStopped`, which leaves the
+        model as before and reaches the caller with the partial trace. Call it from a
+        probe's event."""
+        raise RunStopped(reason)
+
+    # -- dispatch: the one path from an event to the probes ----------------------------
+
+    def _dispatch_enter(
+        self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        replaced = None
+        fn: Callable[..., Any] | None = None
+        shared = _shared
+        guarded = shared.watchers
+        if guarded:
+            shared.internal += 1
         try:
-            yield
+            for fn in self._enter_replacers:
+                result = fn(call, module, args, kwargs)
+                if result is not None:
+                    args, kwargs = replaced = _as_inputs(result)
+            for fn in self._enters:
+                fn(call, module, args, kwargs)
+        except Exception as e:
+            raise self._failed(e, fn, "on_enter", call) from e
         finally:
-            self.internal -= 1
+            if guarded:
+                shared.internal -= 1
+        if self._backward is not None:
+            self._backward.watch_inputs(call, args, kwargs)
+        return replaced
+
+    def _dispatch_exit(
+        self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+        output: Any, failed: bool,
+    ) -> Any:
+        replaced = None
+        fn: Callable[..., Any] | None = None
+        shared = _shared
+        guarded = shared.watchers
+        if guarded:
+            shared.internal += 1
+        try:
+            for fn in self._exit_replacers:
+                result = fn(call, module, args, kwargs, output, failed)
+                if result is not None and not failed:
+                    output = replaced = result
+            for fn in self._exits:
+                fn(call, module, args, kwargs, output, failed)
+        except Exception as e:
+            raise self._failed(e, fn, "on_exit", call) from e
+        finally:
+            if guarded:
+                shared.internal -= 1
+        if self._backward is not None and not failed:
+            self._backward.watch_outputs(call, output)
+        return replaced
+
+    def _dispatch_backward(self, event: str, call: Call | None, payload: Any) -> None:
+        probe: Probe | None = None
+        _shared.internal += 1
+        try:
+            for probe in self._backward_probes:
+                handler = getattr(probe, event)
+                if call is None:  # on_param_grad
+                    handler(payload)
+                else:
+                    handler(call, payload)
+        except Exception as e:
+            raise self._failed(e, probe, event, call) from e
+        finally:
+            _shared.internal -= 1
+
+    def _failed(self, error: Exception, fn: Any, event: str, call: Call | None) -> Exception:
+        """The exception to raise when a probe's callback raised ``error``."""
+        probe = fn if isinstance(fn, Probe) else getattr(fn, "__self__", None)
+        probe = probe if isinstance(probe, Probe) else getattr(fn, "probe", None)
+        if isinstance(error, RunStopped):
+            error.locate(probe.name if isinstance(probe, Probe) else "", call)
+            self._control = error
+            return error
+        if isinstance(error, ProbeError):
+            return error
+        found = _probe_error(probe, event, call, error)
+        self._control = found
+        return found
 
     # -- hooks -------------------------------------------------------------------
 
@@ -298,11 +453,11 @@ class Tracer:
         post_hook = self._make_post_hook()  # one function: it finds its call on the stack
         add, matches = self._handles.add, self._matches
         kinds: dict[type, _Kind] = {}
-        # When no probe needs to see a call start and nothing but the model runs, a
-        # plain torch.nn leaf module gets only a forward hook (see ``_make_leaf_hook``).
-        leaf_exits = self._exclusive and not self._enters and not _global_module_hooks()
+        fast = (
+            self._exclusive and not self._needs_start and not self._backward_probes
+            and not global_module_hooks_present() and failure_detection_works()
+        )
         leaves: dict[int, list[Any]] = {}  # id(module) -> [path, class name, calls so far]
-        leaf_hook = self._make_leaf_hook(leaves) if leaf_exits else None
         for path, module in members:
             if matches is not None and not matches(path):
                 continue
@@ -312,80 +467,66 @@ class Tracer:
                 kind = kinds[cls] = _kind_of(cls)
             if kind is _Kind.SCRIPTED:
                 continue  # NB: TorchScript runs no module hooks; its work is its caller's
-            if (
-                leaf_hook is not None and kind is _Kind.TORCH_NN and not module._modules
-                and not module._forward_hooks and not module._forward_pre_hooks
-                and "forward" not in module.__dict__  # NB: a forward patched on the instance
-            ):
+            if fast and is_fast_leaf(module, kind is _Kind.TORCH_NN):
                 leaves[id(module)] = [path, cls.__name__, 0]
                 continue
             post = module.register_forward_hook(post_hook, with_kwargs=True, always_call=True)
             add(post)
             pre_hook = self._make_pre_hook(path, cls.__name__, post.id)
             add(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
-        if leaf_hook is not None and leaves:
+        if leaves:
             # NB: one global forward hook serves every leaf: one registration instead of
-            # one per leaf (a ResNet-50 has 126). Global forward hooks run before a
-            # module's own, and these leaves have none (nor can get any: the run is
-            # exclusive); other modules, in this model or elsewhere, are not in
-            # ``leaves`` and return at once.
-            handle = register_module_forward_hook(leaf_hook, with_kwargs=True, always_call=True)
-            add(CallbackHandle(lambda: _remove_global_forward_hook(handle)))
+            # one per leaf (a ResNet-50 has 126); see core/fast_path.py.
+            add(install_leaf_hook(self, leaves))
 
-    def _make_pre_hook(
-        self, path: str, cls: str, post_id: int
-    ) -> Callable[[nn.Module, tuple[Any, ...], dict[str, Any]], None]:
-        stack, enters = self._stack, self._enters
-        clocked, shared, exc_info = self._clocked, _shared, sys.exc_info
+    def _make_pre_hook(self, path: str, cls: str, post_id: int) -> Callable[..., Any]:
+        stack, clocked, exc_info = self._stack, self._clocked, sys.exc_info
         trace = self.trace
         assert trace is not None
-        calls = trace.calls
+        calls, owners, origin, clock = trace.calls, self._owners, self._t0, self._clock
+        dispatch = self._dispatch_enter if (
+            self._enters or self._enter_replacers or self._backward_probes
+        ) else None
         count = 0  # calls of this module so far (a module is registered once)
 
-        def pre_hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        def pre_hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             nonlocal count
+            start = perf_counter_ns()
             if clocked:
-                start = self.chain_start_ns = perf_counter_ns()
+                self.chain_start_ns = start
             hooks = module._forward_hooks
             if next(reversed(hooks), post_id) != post_id and post_id in hooks:
                 # A forward hook registered after ours (inside the ``with`` block) may
                 # replace the output: run ours last, to record what the caller receives.
                 # The order of the user's own hooks is unchanged.
-                _move_to_end(hooks, post_id)
+                hooks[post_id] = hooks.pop(post_id)
             index = len(calls)
+            clock[0] = begun = start - origin
             if stack:
                 parent = stack[-1][0]
                 parent.children.append(index)
-                call = started_call(index, path, cls, count, len(stack), parent.index)
+                call = started_call(index, path, cls, count, len(stack), parent.index, begun)
             else:
-                call = started_call(index, path, cls, count, 0, None)
+                call = started_call(index, path, cls, count, 0, None, begun)
             count += 1
             calls.append(call)
             stack.append((call, module, exc_info()[1]))
-            if not enters:
-                pass
-            elif shared.watchers:  # an ops probe (of this tracer or another) is on
-                shared.internal += 1
-                try:
-                    for fn in enters:
-                        fn(call, module, args, kwargs)
-                finally:
-                    shared.internal -= 1
-            else:
-                for fn in enters:
-                    fn(call, module, args, kwargs)
+            if owners is not None:
+                owners.mark(index)
+            result = None if dispatch is None else dispatch(call, module, args, kwargs)
             if clocked:
                 self.overhead_ns += perf_counter_ns() - start
+            return result
 
         return pre_hook
 
-    def _make_post_hook(self) -> Callable[[nn.Module, tuple[Any, ...], dict[str, Any], Any], None]:
-        stack, exits = self._stack, self._exits
-        clocked, shared, exc_info = self._clocked, _shared, sys.exc_info
+    def _make_post_hook(self) -> Callable[..., Any]:
+        stack, clocked, exc_info = self._stack, self._clocked, sys.exc_info
+        dispatch, failures, clock = self._dispatch_exit, self._failures, self._clock
 
         def post_hook(
             module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
-        ) -> None:
+        ) -> Any:
             if clocked:
                 start = self.chain_start_ns = perf_counter_ns()
             if stack and stack[-1][1] is module:
@@ -393,96 +534,25 @@ class Tracer:
             else:
                 frame = self._unwind(module)
                 if frame is None:
-                    return
+                    return None
                 call, _, outer_exc = frame
             exc = exc_info()[1]
             failed = exc is not None and exc is not outer_exc
             if failed:
-                self._record_failure(call, exc)
-            if not exits:
-                pass
-            elif shared.watchers:
-                shared.internal += 1
-                try:
-                    for fn in exits:
-                        fn(call, module, args, kwargs, output, failed)
-                finally:
-                    shared.internal -= 1
-            else:
-                for fn in exits:
-                    fn(call, module, args, kwargs, output, failed)
+                if isinstance(exc, _CONTROL):
+                    return None  # hookscope's own stop or error passing through
+                failures.record(call, exc)
+            owners = self._owners
+            if owners is not None:
+                owners.mark(call.parent)
+            result = dispatch(call, module, args, kwargs, output, failed)
+            now = perf_counter_ns()
+            clock[0] = now - self._t0
             if clocked:
-                self.overhead_ns += perf_counter_ns() - start
+                self.overhead_ns += now - start
+            return result
 
         return post_hook
-
-    def _make_leaf_hook(self, leaves: dict[int, list[Any]]) -> Callable[..., None]:
-        """The one hook of the leaf modules of ``torch.nn`` (``Linear``, ``Conv2d``,
-        ``ReLU``, ...) in an exclusive run where no probe has ``on_enter``: a call is
-        recorded whole when it ends, saving a pre-hook per call (a quarter of hookscope's
-        cost on a ResNet-50 at batch 1). ``leaves`` maps ``id(module)`` to the module's
-        ``[path, class name, calls so far]``: one function for every leaf, not a closure
-        each, is registered once, globally, and stays in the cache.
-
-        This is exact because such a module's ``forward`` calls no other module, so no
-        call can start between its start and its end: the index it gets at the end is
-        the one it would have got at the start, and its parent is the call on top of
-        the stack. A module with hooks of its own (which may call modules), a user
-        subclass, or any module when global module hooks exist, keeps both hooks.
-        """
-        stack, exits = self._stack, self._exits
-        shared, exc_info, caller = _shared, sys.exc_info, sys._getframe
-        trace = self.trace
-        assert trace is not None and not self._clocked
-        calls = trace.calls
-
-        # NB: the pre-hook's call bookkeeping and the post-hook's exit dispatch, inlined
-        # on purpose: one more Python call per module call is measurable at batch 1
-        # (benchmarks/README.md), and these hooks are the whole hot path.
-        def leaf_hook(module: nn.Module, args: tuple[Any, ...], *rest: Any) -> None:
-            leaf = leaves.get(id(module))
-            if leaf is None:  # not one of this model's leaves
-                return
-            if len(rest) == 2:
-                kwargs, output = rest
-            else:
-                # NB: when forward raised, torch calls global always-call hooks without
-                # the kwargs; they are a local of the frame that calls this hook
-                output = rest[0]
-                found = caller(1).f_locals.get("kwargs")
-                kwargs = found if isinstance(found, dict) else {}
-            path, cls, count = leaf
-            leaf[2] = count + 1
-            index = len(calls)
-            if stack:
-                parent = stack[-1][0]
-                parent.children.append(index)
-                call = started_call(index, path, cls, count, len(stack), parent.index)
-            else:
-                call = started_call(index, path, cls, count, 0, None)
-            calls.append(call)
-            exc = exc_info()[1]
-            # With no pre-hook there is no record of an exception already being handled
-            # when the call started (the model calling it in an ``except`` block). The
-            # call raised exactly when the exception was caught by the frame that runs
-            # this hook: torch runs always-call hooks in the ``except`` of its call.
-            tb = None if exc is None else exc.__traceback__
-            failed = tb is not None and tb.tb_frame is caller(1)
-            if failed:
-                assert exc is not None
-                self._record_failure(call, exc)
-            if shared.watchers:  # an ops probe of an enclosing tracer is on
-                shared.internal += 1
-                try:
-                    for fn in exits:
-                        fn(call, module, args, kwargs, output, failed)
-                finally:
-                    shared.internal -= 1
-            else:
-                for fn in exits:
-                    fn(call, module, args, kwargs, output, failed)
-
-        return leaf_hook
 
     def _unwind(self, module: nn.Module) -> _Frame | None:
         """The frame of ``module``'s call when it is not on top of the stack: a pre-hook
@@ -496,31 +566,92 @@ class Tracer:
                 return frame
         return None
 
-    def _record_failure(self, call: Call, exc: BaseException | None) -> None:
-        """Mark ``call`` failed. ``trace.error`` is set on exit, and only if the exception
-        left the block: one that the model catches itself does not fail the trace."""
-        assert exc is not None
-        if call.error is None:
-            call.error = f"{type(exc).__name__}: {_message(exc)}"
-        failure = self._failure
-        if failure is not None and failure[1] is exc:
-            return  # the same exception propagating outwards: keep the innermost call
-        if failure is not None and _caused_by(exc, failure[1]) and self._encloses(call, failure[0]):
-            return  # re-raised by an enclosing call (``raise ... from e``): keep the origin
-        self._failure = (call, exc)
 
-    def _encloses(self, outer: Call, inner: Call) -> bool:
-        assert self.trace is not None
-        calls = self.trace.calls
-        parent = inner.parent
-        while parent is not None:
-            if parent == outer.index:
-                return True
-            parent = calls[parent].parent
-        return False
+# -- helpers --------------------------------------------------------------------------
 
 
-def _exit_callback(probe: Probe) -> ExitFn:
+def _check_model(model: Any) -> None:
+    if not isinstance(model, nn.Module):
+        raise SpecError(
+            f"hookscope expects a torch.nn.Module, got {type(model).__name__}; "
+            "pass the model object, not its output or its class"
+        )
+    if isinstance(model, torch.jit.ScriptModule):
+        raise SpecError(
+            f"hookscope cannot observe the TorchScript module {type(model).__name__} "
+            "(torch.jit.script/trace): it runs compiled code that calls no module hooks; "
+            "pass the nn.Module you scripted instead"
+        )
+
+
+def _as_inputs(result: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    if (
+        isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], tuple)
+        and isinstance(result[1], dict)
+    ):
+        return result[0], result[1]
+    raise TypeError(
+        f"on_enter must return None or (args, kwargs) with args a tuple and kwargs a dict, "
+        f"got {type(result).__name__}"
+    )
+
+
+def _probe_error(probe: Any, event: str, call: Call | None, error: BaseException) -> ProbeError:
+    name = probe.name if isinstance(probe, Probe) else "?"
+    cls = type(probe).__name__ if probe is not None else "unknown probe"
+    return ProbeError(
+        probe=name, probe_class=cls, event=event, path=None if call is None else call.path,
+        call_index=None if call is None else call.call_index, error=error,
+    )
+
+
+def _stop_record(trace: Trace, stop: RunStopped) -> StopRecord:
+    return StopRecord(stop.probe, stop.reason, stop.call, stop.path)
+
+
+def _named_parameters(table: ModuleTable) -> list[tuple[str, nn.Parameter]]:
+    """Each parameter once, at its first path."""
+    seen: set[int] = set()
+    out: list[tuple[str, nn.Parameter]] = []
+    for path, module in table.members:
+        for name, p in module._parameters.items():
+            if p is not None and id(p) not in seen:
+                seen.add(id(p))
+                out.append((f"{path}.{name}" if path else name, p))
+    return out
+
+
+def _run_facts(table: ModuleTable) -> dict[str, Any]:
+    """What a merged or timeline view needs to know about the process of this run."""
+    facts: dict[str, Any] = {
+        "torch_version": torch.__version__,
+        "hookscope_version": _hookscope_version(),
+        "started_at_ns": _time.time_ns(),
+        "pid": os.getpid(),
+    }
+    first = table.parameters[0] if table.parameters else None
+    facts["device"] = str(first.device) if first is not None else "cpu"
+    dist = getattr(torch, "distributed", None)
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        facts["rank"], facts["world_size"] = dist.get_rank(), dist.get_world_size()
+    return facts
+
+
+_VERSION: list[str] = []
+
+
+def _hookscope_version() -> str:
+    if not _VERSION:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            _VERSION.append(version("hookscope"))
+        except PackageNotFoundError:  # running from a source checkout
+            _VERSION.append("0.0.0+unknown")
+    return _VERSION[0]
+
+
+def _exit_callback(probe: Probe) -> Callable[..., Any]:
     """``probe.on_exit``; one written as ``on_exit(call, module, output, failed)`` (the
     signature before the exit event carried ``args``/``kwargs``) is adapted to it."""
     fn = probe.on_exit
@@ -534,19 +665,16 @@ def _exit_callback(probe: Probe) -> ExitFn:
     ]
     if len(positional) != 4 or any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params):
         return fn
-    old: Callable[[Call, nn.Module, Any, bool], None] = fn  # type: ignore[assignment]
+    old: Callable[[Call, nn.Module, Any, bool], Any] = fn  # type: ignore[assignment]
 
     def adapted(
         call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
         output: Any, failed: bool,
-    ) -> None:
-        old(call, module, output, failed)
+    ) -> Any:
+        return old(call, module, output, failed)
 
+    adapted.probe = probe  # type: ignore[attr-defined]  # named in a ProbeError
     return adapted
-
-
-def _move_to_end(hooks: dict[int, Any], key: int) -> None:
-    hooks[key] = hooks.pop(key)
 
 
 class _Kind(Enum):
@@ -565,145 +693,55 @@ def _kind_of(cls: type) -> _Kind:
     return _Kind.OTHER
 
 
-def _remove_global_forward_hook(handle: RemovableHandle) -> None:
-    handle.remove()
-    # NB: torch's handle of a global forward hook registered ``with_kwargs=True`` leaves
-    # its id in ``_global_forward_hooks_with_kwargs`` (the handle's extra dicts omit
-    # it, torch 2.14): take it out too, so the registries are exactly as before.
-    from torch.nn.modules import module as torch_module
-
-    torch_module._global_forward_hooks_with_kwargs.pop(handle.id, None)
-
-
-def _global_module_hooks() -> bool:
-    """Whether module hooks registered for every module exist (``register_module_*``):
-    they run inside every call and may call other modules."""
-    from torch.nn.modules import module as torch_module
-
-    return bool(
-        torch_module._global_forward_pre_hooks or torch_module._global_forward_hooks
-    )
-
-
 def _unwatch() -> None:
     _shared.watchers -= 1
 
 
-class _ProcessSettings:
-    """Interpreter and compiler settings hookscope changes while any tracer is active.
+def build_probes(flags: dict[str, bool], extra: Iterable[ProbeSpec]) -> list[Probe]:
+    """The probes of a tracer: those switched on by name, then ``extra``, by ``order``.
 
-    They are process-wide, so they are set when the first tracer starts and put back
-    when the last one ends, whatever order tracers end in:
-
-    - the recursion limit: torch runs a module that has hooks through one more inner
-      function, so a model nested ``n`` deep needs ``n`` more frames when observed;
-      the limit is raised by the depth of the deepest model observed (and room for the
-      probes' own frames), so a deep model that runs unobserved runs observed;
-    - ``torch.compile``'s stance, ``force_eager``: compiled code skips the hooks of the
-      modules it inlined (and, when it compiles, traces hookscope's own hooks), so
-      compiled models and submodules run eagerly and every module call is seen. Only
-      when dynamo was imported (nothing can have been compiled otherwise), and not
-      inside a compiled region.
+    Raises:
+        SpecError: an unknown probe name, something that is not a probe, or two probes
+            of one name (both would write the same facts).
     """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._active = 0
-        self._limit_before = 0
-        self._limit_set = 0
-        self._stance: Any = None
-
-    def acquire(self, depth: int) -> CallbackHandle:
-        with self._lock:
-            if self._active == 0:
-                self._limit_before = sys.getrecursionlimit()
-            self._active += 1
-            needed = self._limit_before + depth + 64
-            if sys.getrecursionlimit() < needed:
-                sys.setrecursionlimit(needed)
-                self._limit_set = needed
-            if self._stance is None and "torch._dynamo" in sys.modules:
-                with suppress(RuntimeError):  # inside a compiled region: leave it alone
-                    self._stance = torch.compiler.set_stance("force_eager")
-        return CallbackHandle(self._release)
-
-    def _release(self) -> None:
-        with self._lock:
-            self._active -= 1
-            if self._active:
-                return
-            stance, self._stance = self._stance, None
-            if stance is not None:
-                stance.__exit__(None, None, None)
-            if self._limit_set and sys.getrecursionlimit() == self._limit_set:
-                sys.setrecursionlimit(self._limit_before)  # unless someone changed it since
-            self._limit_set = 0
-
-
-_process = _ProcessSettings()
-
-
-def _message(exc: BaseException) -> str:
-    """``str(exc)``, also for an exception whose ``__str__`` raises (as ``traceback`` does)."""
-    try:
-        return str(exc)
-    except Exception:
-        return f"<exception str() failed: {type(exc).__name__} object>"
-
-
-def _caused_by(exc: BaseException, origin: BaseException) -> bool:
-    """Whether ``exc`` is ``origin`` or was raised while handling it (``raise ... from``)."""
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        if cur is origin:
-            return True
-        seen.add(id(cur))
-        cur = cur.__cause__ or cur.__context__
-    return False
-
-
-def _build_probes(flags: dict[str, bool], extra: Iterable[Probe]) -> list[Probe]:
-    _load_builtin_probes()
     probes: list[Probe] = [PROBES[name]() for name, on in flags.items() if on and name in PROBES]
     missing = [name for name, on in flags.items() if on and name not in PROBES]
     if missing:
         raise SpecError(f"probe(s) {missing} are not available in this version of hookscope")
-    for p in extra:
-        if not isinstance(p, Probe):
-            raise SpecError(f"probes= expects hookscope.probes.Probe instances, got {p!r}")
-        if p.name in PROBES and any(q.name == p.name for q in probes):
-            # both would write the same fields of every call (``Call.stats`` twice over)
+    if isinstance(extra, (str, Probe)) or (isinstance(extra, type) and issubclass(extra, Probe)):
+        extra = [extra]
+    for spec in extra:
+        p = _make_probe(spec)
+        if any(q.name == p.name for q in probes):
             raise SpecError(
-                f"two {p.name} probes in one tracer ({p.name}=True and a "
-                f"{type(p).__name__} in probes=, or two in probes=); pass only one of them"
+                f"two {p.name} probes in one tracer (a {p.name}=True option and a probe "
+                f"in probes=, or two in probes=); pass only one of them"
             )
         probes.append(p)
     return sorted(probes, key=lambda p: p.order)
 
 
-def _load_builtin_probes() -> None:
-    import hookscope.probes  # noqa: F401  (registers the built-in probes)
-
-
-def _add_note(exc: BaseException, note: str) -> None:
-    """``exc.add_note(note)`` where Python has it (3.11+)."""
-    add_note = getattr(exc, "add_note", None)
-    if add_note is not None:
-        add_note(note)
-
-
-def describe_failure(trace: Trace) -> str:
-    """One line naming the failing module call and its input shapes."""
-    err = trace.error
-    if err is None:
-        return "no failure recorded"
-    if err.call is None:
-        return f"{err.exception_type}: {err.message} (outside any module call)"
-    call = trace.calls[err.call]
-    shapes = ", ".join(f"{m.path}={list(m.shape)}" for m in call.inputs) or "no tensor inputs"
-    where = call.path or "<root>"
-    return (
-        f"{err.exception_type} in module {where!r} ({call.module_class}, call {call.call_index}) "
-        f"with inputs {shapes}: {err.message}"
+def _make_probe(spec: Any) -> Probe:
+    if isinstance(spec, Probe):
+        return spec
+    if isinstance(spec, type) and issubclass(spec, Probe):
+        return spec()
+    if isinstance(spec, str):
+        cls = PROBES.get(spec)
+        if cls is None:
+            raise SpecError(
+                f"probes= names an unknown probe {spec!r}; registered probes: "
+                f"{', '.join(sorted(PROBES))} (register one with @hookscope.register_probe)"
+            )
+        return cls()
+    raise SpecError(
+        f"probes= expects hookscope.Probe instances, Probe classes or registered probe "
+        f"names, got {spec!r}"
     )
+
+
+def _load_builtin_probes() -> None:
+    # NB: the built-in probes register themselves when hookscope.probes is imported,
+    # which hookscope.api (behind hookscope.Tracer and hookscope.trace) does; the engine
+    # itself never imports the layer above it.
+    return None

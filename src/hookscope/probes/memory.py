@@ -43,10 +43,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from hookscope.core import torch_private
+from hookscope.core.facts import Column, Fact, Field, Unit
 from hookscope.core.handles import CallbackHandle
+from hookscope.core.probe import Probe, register_probe
 from hookscope.core.records import Call, MemoryRecord, Trace
+from hookscope.core.serialize import memory_in, memory_out
 from hookscope.core.tensors import iter_tensors
-from hookscope.probes.base import Probe, register_probe
+from hookscope.core.tracer import internal_work
 
 if TYPE_CHECKING:
     from hookscope.core.handles import Removable
@@ -120,12 +124,36 @@ def output_bytes(output: Any) -> int:
     return tensor_bytes(t for _, t in iter_tensors(output, "out"))
 
 
+def _memory(attr: str) -> Any:
+    def value(call: Call, trace: Trace) -> int | None:
+        m = call.facts.get("memory")
+        return None if m is None else getattr(m, attr)
+
+    return value
+
+
 @register_probe
 class MemoryProbe(Probe):
-    """Record ``Call.memory``: output bytes, saved-for-backward bytes, CUDA memory."""
+    """Record ``memory``: output bytes, saved-for-backward bytes, CUDA memory."""
 
     name = "memory"
     order = 80
+    column_rank = 40
+    facts = (
+        Fact("memory", "output, saved-for-backward and CUDA bytes (MemoryRecord)",
+             memory_out, memory_in),
+    )
+    columns = (
+        Column("out_bytes", "Out bytes", _memory("output_bytes"), Unit.BYTES),
+        Column("saved_bytes", "Saved", _memory("saved_bytes"), Unit.BYTES, when_present=True),
+        Column("alloc_delta", "Alloc Δ", _memory("allocated_delta"), Unit.BYTES,
+               when_present=True),
+        Column("peak", "Peak", _memory("peak_bytes"), Unit.BYTES, when_present=True),
+    )
+    fields = tuple(
+        Field(name, _memory(name), "Int64")
+        for name in ("output_bytes", "saved_bytes", "allocated_delta", "peak_bytes")
+    )
 
     def __init__(self) -> None:
         self._tracer: Tracer | None = None
@@ -188,7 +216,7 @@ class MemoryProbe(Probe):
         if opened is not None and self._cuda_device is not None:
             delta, peak = _cuda_change(self._cuda_device, *opened)
         size = 0 if failed else output_bytes(output)
-        call.memory = MemoryRecord(size, saved, delta, peak)
+        call.facts["memory"] = MemoryRecord(size, saved, delta, peak)
         if self._context is not None and self._context[0] == call.index:
             self._close()
 
@@ -204,17 +232,16 @@ class MemoryProbe(Probe):
         if tracer is None:  # pragma: no cover - hooks live only while the tracer does
             return (t.detach(), t._version) if keep else None
         start = perf_counter_ns()
-        tracer.internal += 1  # detach() is an aten op, not the model's
         try:
-            call = tracer.current_call
-            if call is not None:
-                counter = self._saved.get(call.index)
-                if counter is None:
-                    counter = self._saved[call.index] = ByteCounter()
-                counter.add(t)
-            return (t.detach(), t._version) if keep else None
+            with internal_work():  # detach() is an aten op, not the model's
+                call = tracer.current_call
+                if call is not None:
+                    counter = self._saved.get(call.index)
+                    if counter is None:
+                        counter = self._saved[call.index] = ByteCounter()
+                    counter.add(t)
+                return (t.detach(), t._version) if keep else None
         finally:
-            tracer.internal -= 1
             tracer.overhead_ns += perf_counter_ns() - start  # not the model's time
 
 
@@ -252,11 +279,7 @@ def _chain_hooks(pack: Callable[[torch.Tensor, bool], Any]) -> tuple[PackHook, U
 
 def _active_saved_tensor_hooks() -> tuple[PackHook, UnpackHook] | None:
     """The saved-tensor hooks the user has active now, if any."""
-    top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
-    if top is None:  # pragma: no cover - older or newer torch without it
-        return None
-    hooks = top(False)
-    return None if hooks is None else (hooks[0], hooks[1])
+    return torch_private.saved_tensor_default_hooks()
 
 
 def _cuda_device(model: nn.Module) -> torch.device | None:

@@ -6,56 +6,51 @@ overload name, input and output shapes, phase, FLOPs (``hookscope/flops.py``), a
 call it is attributed to:
 
 - forward ops: the innermost module call running (``tracer.current_call``);
-- backward ops: the call whose forward created the autograd node that runs them.
-  Autograd numbers nodes in creation order (``Node._sequence_nr()``); the probe notes
-  the next number at every call enter and exit, so the call that was innermost when a
-  node was created is found by bisection. Only integers are kept: no graph node or
-  tensor outlives its use. The phase is backward while an autograd graph task runs.
+- backward ops: the call whose forward created the autograd node that runs them
+  (``Tracer.node_owner``: the engine notes autograd's node numbers at every call enter
+  and exit while a probe watches ops). The phase is backward while an autograd graph
+  task runs.
 
-Ops that other probes run on tensors (``tracer.internal > 0``) are not recorded. Ops
+Ops that probes run on tensors themselves (``core.tracer.internal_work``, which the
+engine sets around every probe event) are not recorded. Ops
 without a FLOP formula that have a ``CompositeImplicitAutograd`` decomposition are
 decomposed and their parts recorded, as ``FlopCounterMode`` does (except on nested
 tensors, which have kernels of their own for such ops). ``finalize`` fills
-``Call.self_flops``/``Call.flops``, ``Trace.totals_flops`` and ``Trace.uncounted_ops``.
+the facts ``self_flops``/``flops`` of every call and ``totals_flops``, ``uncounted_ops``,
+``ops`` (and ``flop_formula_errors``) of the trace.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch import nn
-from torch._C import DispatchKey
 from torch._ops import HigherOrderOperator
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from hookscope._flop_rules import FlopFormula, rule_without_formula
+from hookscope.core import torch_private
+from hookscope.core.facts import Column, Fact, Field, Unit
 from hookscope.core.handles import CallbackHandle
+from hookscope.core.probe import Probe, register_probe
 from hookscope.core.records import Call, FlopCount, FlopRule, OpRecord, Phase, TensorMeta, Trace
+from hookscope.core.serialize import flops_in, flops_out, ops_in, ops_out
 from hookscope.core.tensors import tensor_meta
+from hookscope.core.tracer import is_internal
 from hookscope.errors import SpecError
 from hookscope.flops import OpTarget, find_formula, normalize_formulas
-from hookscope.probes.base import Probe, register_probe
 
 if TYPE_CHECKING:
     from hookscope.core.handles import Removable
     from hookscope.core.tracer import Tracer
 
-_current_node = torch._C._current_autograd_node
-_graph_task_id = torch._C._current_graph_task_id
-_next_sequence_nr: Callable[[], int] | None = getattr(
-    torch._C._autograd, "_get_sequence_nr", None
-)
 #: NB: not recorded. ``detach`` is a free alias that autograd itself dispatches while
 #: saving tensors for backward, more or fewer times depending on whether saved-tensor
 #: hooks (the memory probe's, or the user's ``save_on_cpu``) are active: recording it
 #: would make the op log depend on which probes ran.
 _DETACH = torch.ops.aten.detach.default
-#: ``AccumulateGrad`` nodes carry this sequence number: they belong to no call.
-_NO_SEQUENCE_NR = 2**63
 
 
 class _OpInfo:
@@ -77,45 +72,7 @@ class _OpInfo:
 
 
 def _has_decomposition(func: torch._ops.OpOverload) -> bool:
-    key = DispatchKey.CompositeImplicitAutograd
-    return key in func.py_kernels or torch._C._dispatch_has_kernel_for_dispatch_key(
-        func._name, key
-    )
-
-
-class _NodeOwners:
-    """Which call was innermost when an autograd node with a given sequence number was made."""
-
-    __slots__ = ("_cache", "_calls", "_starts")
-
-    def __init__(self) -> None:
-        self._starts: list[int] = []
-        self._calls: list[int | None] = []
-        self._cache: dict[int, int | None] = {}
-
-    def mark(self, call: int | None) -> None:
-        """From now on, new nodes belong to ``call``."""
-        if _next_sequence_nr is not None:
-            self._starts.append(_next_sequence_nr())
-            self._calls.append(call)
-
-    def owner(self, node: Any) -> int | None:
-        if node is None or not self._starts:
-            return None
-        seq: int = node._sequence_nr()
-        if seq >= _NO_SEQUENCE_NR:
-            return None
-        found = self._cache.get(seq, -1)
-        if found == -1:
-            i = bisect_right(self._starts, seq) - 1
-            found = self._calls[i] if i >= 0 else None
-            self._cache[seq] = found
-        return found
-
-    def clear(self) -> None:
-        self._starts.clear()
-        self._calls.clear()
-        self._cache.clear()
+    return torch_private.dispatch_has_composite_kernel(func)
 
 
 def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, torch.Tensor]]:
@@ -187,7 +144,7 @@ class _OpsMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch: un
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
-        if self._tracer.internal or func is _DETACH:
+        if func is _DETACH or is_internal():
             return func(*args, **kwargs)
         info = self._infos.get(func)
         if info is None:
@@ -218,11 +175,38 @@ class OpsProbe(Probe):
     name = "ops"
     watches_ops = True
     order = 40
+    column_rank = 50
+    facts = (
+        Fact("flops", "FLOPs of the call's subtree, forward and backward (FlopCount)",
+             flops_out, flops_in),
+        Fact("self_flops", "FLOPs of the call's own ops (FlopCount)", flops_out, flops_in),
+    )
+    trace_facts = (
+        Fact("ops", "every aten op, in order (OpRecord)", ops_out, ops_in,
+             default_factory=list),
+        Fact("totals_flops", "FLOPs of the whole run (FlopCount)", flops_out, flops_in),
+        Fact("uncounted_ops", "op name -> executions without a FLOP formula",
+             default_factory=dict),
+        Fact("flop_formula_errors", "op name -> why its formula failed", default_factory=dict),
+    )
+    columns = (
+        Column("flops_fwd", "FLOPs", lambda c, t: _flops(c, False), Unit.COUNT,
+               text=lambda c, t: _flops_text(c.facts.get("flops"), False),
+               footer=lambda t: _flops_text(t.facts.get("totals_flops"), False)),
+        Column("flops_bwd", "FLOPs bwd", lambda c, t: _flops(c, True), Unit.COUNT,
+               text=lambda c, t: _flops_text(c.facts.get("flops"), True),
+               footer=lambda t: _flops_text(t.facts.get("totals_flops"), True),
+               when_present=True),
+    )
+    fields = (
+        Field("flops_forward", lambda c, t: _flops(c, False), "Int64"),
+        Field("flops_backward", lambda c, t: _flops(c, True), "Int64"),
+        Field("flops_partial", lambda c, t: _flop_attr(c, "partial"), "boolean"),
+    )
 
     def __init__(self, *, formulas: Mapping[OpTarget, Callable[..., int]] | None = None) -> None:
         self.formulas = normalize_formulas(formulas)
         self._ops: list[OpRecord] = []
-        self._owners = _NodeOwners()
         self._errors: dict[str, str] = {}
         self._tracer: Tracer | None = None
 
@@ -236,33 +220,23 @@ class OpsProbe(Probe):
         self._tracer = tracer
         self._ops = []
         self._errors = {}
-        self._owners.clear()
-        self._owners.mark(None)
         mode = _OpsMode(self, tracer)
         mode.__enter__()  # type: ignore[no-untyped-call]  # torch leaves it untyped
         return [CallbackHandle(lambda: _exit_mode(mode))]
-
-    def on_enter(
-        self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> None:
-        self._owners.mark(call.index)
-
-    def on_exit(
-        self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
-        output: Any, failed: bool,
-    ) -> None:
-        self._owners.mark(call.parent)
 
     def record(
         self, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
     ) -> None:
         """Append the record of one executed op (called by the dispatch mode)."""
-        if _graph_task_id() == -1:  # no autograd graph task is running
+        tracer = self._tracer
+        assert tracer is not None
+        if not torch_private.graph_task_running():
             phase = Phase.FORWARD
-            current = self._tracer.current_call if self._tracer is not None else None
+            current = tracer.current_call
             call = None if current is None else current.index
         else:
-            phase, call = Phase.BACKWARD, self._owners.owner(_current_node())
+            node = torch_private.current_autograd_node()
+            phase, call = Phase.BACKWARD, tracer.node_owner(node)
         rule, flops = info.rule, None
         if info.formula is not None:
             flops = self._flops(info, args, kwargs, out)
@@ -287,15 +261,14 @@ class OpsProbe(Probe):
             return None
 
     def finalize(self, trace: Trace) -> None:
-        self._owners.clear()
         self._tracer = None
-        trace.ops = self._ops
-        self._ops = []
+        facts = trace.facts
+        facts["ops"], self._ops = self._ops, []
         totals, uncounted = _aggregate(trace)
-        trace.totals_flops = totals
-        trace.uncounted_ops = dict(sorted(uncounted.items()))
+        facts["totals_flops"] = totals
+        facts["uncounted_ops"] = dict(sorted(uncounted.items()))
         if self._errors:
-            trace.meta["flop_formula_errors"] = dict(sorted(self._errors.items()))
+            facts["flop_formula_errors"] = dict(sorted(self._errors.items()))
 
 
 def _exit_mode(mode: _OpsMode) -> None:
@@ -308,7 +281,7 @@ def _aggregate(trace: Trace) -> tuple[FlopCount, Counter[str]]:
     own = [FlopCount() for _ in calls]
     total = FlopCount()
     uncounted: Counter[str] = Counter()
-    for op in trace.ops:
+    for op in trace.facts["ops"]:
         target = own[op.call] if op.call is not None else None
         if op.flops is None:
             uncounted[op.name] += 1
@@ -325,11 +298,27 @@ def _aggregate(trace: Trace) -> tuple[FlopCount, Counter[str]]:
                 count.forward += op.flops
     inclusive = [FlopCount(f.forward, f.backward, f.partial) for f in own]
     for call in reversed(calls):  # children start after, so have larger indices
-        call.self_flops = own[call.index]
-        call.flops = inclusive[call.index]
+        mine = inclusive[call.index]
+        call.facts["self_flops"], call.facts["flops"] = own[call.index], mine
         if call.parent is not None:
             parent = inclusive[call.parent]
-            parent.forward += call.flops.forward
-            parent.backward += call.flops.backward
-            parent.partial = parent.partial or call.flops.partial
+            parent.forward += mine.forward
+            parent.backward += mine.backward
+            parent.partial = parent.partial or mine.partial
     return total, uncounted
+
+
+def _flop_attr(call: Call, attr: str) -> Any:
+    f = call.facts.get("flops")
+    return None if f is None else getattr(f, attr)
+
+
+def _flops(call: Call, backward: bool) -> int | None:
+    return _flop_attr(call, "backward" if backward else "forward")
+
+
+def _flops_text(f: FlopCount | None, backward: bool) -> str:
+    """Exact count; ``+`` when an op without a formula ran inside (a lower bound)."""
+    if f is None:
+        return ""
+    return f"{f.backward if backward else f.forward:,}" + ("+" if f.partial else "")

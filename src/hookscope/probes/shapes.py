@@ -24,9 +24,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from hookscope.core.facts import Column, Fact, Field, Unit
+from hookscope.core.probe import Probe, register_probe
 from hookscope.core.records import Call, TensorMeta, Trace
-from hookscope.core.tensors import call_input_metas, meta_from_fields, metas
-from hookscope.probes.base import Probe, register_probe
+from hookscope.core.serialize import metas_in, metas_out
+from hookscope.core.tensors import call_input_metas, meta_from_fields, metas, shapes_text
 
 if TYPE_CHECKING:
     from hookscope.core.handles import Removable
@@ -38,10 +40,39 @@ _Fields = tuple[Any, ...]
 _Tensor = torch.Tensor
 
 
+def _numel(metas: list[TensorMeta]) -> float | None:
+    counts = [m.numel for m in metas]
+    return float(sum(counts)) if counts and min(counts) >= 0 else None
+
+
+def _shapes_column(name: str, header: str, fact: str) -> Column:
+    return Column(
+        name, header, lambda c, t: c.facts.get(fact, []), Unit.SHAPES,
+        key=lambda c, t: _numel(c.facts.get(fact, [])), wrap=True, numeric=False,
+    )
+
+
 @register_probe
 class ShapeProbe(Probe):
+    """Record ``inputs`` and ``outputs``: a :class:`TensorMeta` per tensor, with its path."""
+
     name = "shapes"
     order = 10
+    column_rank = 10
+    facts = (
+        Fact("inputs", "tensors the call received: args[i]..., kwargs[\"k\"]...",
+             metas_out, metas_in, default_factory=list),
+        Fact("outputs", "tensors the call returned: out, out[0], out[\"logits\"]...",
+             metas_out, metas_in, default_factory=list),
+    )
+    columns = (
+        _shapes_column("input", "Input shape", "inputs"),
+        _shapes_column("output", "Output shape", "outputs"),
+    )
+    fields = (
+        Field("inputs", lambda c, t: shapes_text(c.facts.get("inputs", []), sep="; ")),
+        Field("outputs", lambda c, t: shapes_text(c.facts.get("outputs", []), sep="; ")),
+    )
 
     def __init__(self) -> None:
         # (call, input fields..., output fields...) of calls of one plain tensor in and
@@ -69,9 +100,10 @@ class ShapeProbe(Probe):
                 o.shape, o.dtype, o.device, o.requires_grad, o.layout,
             ))
             return
-        call.inputs = call_input_metas(args, kwargs)
+        facts = call.facts
+        facts["inputs"] = call_input_metas(args, kwargs)
         if not failed:
-            call.outputs = metas(output, "out")
+            facts["outputs"] = metas(output, "out")
 
     def finalize(self, trace: Trace) -> None:
         inputs: dict[_Fields, TensorMeta] = {}
@@ -82,10 +114,11 @@ class ShapeProbe(Probe):
             meta = inputs.get(fields)
             if meta is None:
                 meta = inputs[fields] = meta_from_fields("args[0]", *fields)
-            call.inputs = [meta]
+            facts = call.facts
+            facts["inputs"] = [meta]
             fields = entry[6:11]
             meta = outputs.get(fields)
             if meta is None:
                 meta = outputs[fields] = meta_from_fields("out", *fields)
-            call.outputs = [meta]
+            facts["outputs"] = [meta]
         self._plain.clear()

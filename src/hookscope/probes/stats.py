@@ -45,9 +45,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from hookscope.core import torch_private
+from hookscope.core.facts import Column, Fact, Field, Unit
+from hookscope.core.probe import Probe, register_probe
 from hookscope.core.records import Call, TensorStats, Trace
+from hookscope.core.serialize import stats_in, stats_out
 from hookscope.core.tensors import iter_call_inputs, iter_tensors
-from hookscope.probes.base import Probe, register_probe
 
 if TYPE_CHECKING:
     from hookscope.core.handles import Removable
@@ -80,12 +83,59 @@ class _Entry:
         self.is_input = is_input
 
 
+def _first(call: Call, attr: str) -> Any:
+    stats = call.facts.get("stats")
+    return getattr(stats[0], attr) if stats else None
+
+
+def _count(call: Call, attr: str) -> int | None:
+    known = [n for s in call.facts.get("stats") or () if (n := getattr(s, attr)) is not None]
+    return sum(known) if known else None
+
+
+def _stat_column(name: str, header: str, attr: str, *, default: bool = True) -> Column:
+    unit = Unit.PERCENT if attr == "zero_fraction" else Unit.STAT
+    return Column(name, header, lambda c, t: _first(c, attr), unit, default=default)
+
+
+def _count_column(name: str, header: str, attr: str) -> Column:
+    return Column(
+        name, header, lambda c, t: _count(c, attr), Unit.COUNT, when_present=True, alert=True
+    )
+
+
+def _stat_field(name: str) -> Field:
+    return Field(name, lambda c, t: _first(c, name))
+
+
 @register_probe
 class StatsProbe(Probe):
-    """Record ``Call.stats`` for every output tensor (``Call.input_stats`` on failure)."""
+    """Record ``stats`` for every output tensor (``input_stats`` when the call raised)."""
 
     name = "stats"
     order = 60
+    column_rank = 30
+    facts = (
+        Fact("stats", "statistics of every output tensor (TensorStats, with its path)",
+             stats_out, stats_in),
+        Fact("input_stats", "statistics of every input tensor of a call that raised",
+             stats_out, stats_in),
+    )
+    columns = (
+        _stat_column("mean", "Mean", "mean"),
+        _stat_column("std", "Std", "std"),
+        _stat_column("min", "Min", "min", default=False),
+        _stat_column("max", "Max", "max", default=False),
+        _stat_column("absmax", "Max |x|", "absmax", default=False),
+        _stat_column("zeros", "Zeros", "zero_fraction"),
+        _count_column("nan", "NaN", "nan_count"),
+        _count_column("inf", "Inf", "inf_count"),
+    )
+    fields = (
+        *(_stat_field(n) for n in ("mean", "std", "min", "max", "absmax", "zero_fraction")),
+        Field("nan_count", lambda c, t: _count(c, "nan_count"), "Int64"),
+        Field("inf_count", lambda c, t: _count(c, "inf_count"), "Int64"),
+    )
 
     def __init__(self) -> None:
         self._pending: list[_Entry] = []
@@ -103,10 +153,10 @@ class StatsProbe(Probe):
         output: Any, failed: bool,
     ) -> None:
         if failed:
-            call.input_stats = []
+            call.facts["input_stats"] = []
             self._measure(call, iter_call_inputs(args, kwargs), is_input=True)
             return
-        call.stats = []
+        call.facts["stats"] = []
         self._measure(call, iter_tensors(output, "out"), is_input=False)
 
     def _measure(
@@ -133,9 +183,7 @@ class StatsProbe(Probe):
         values = _to_host([e.moments for e in pending])
         for entry, moments in zip(pending, values, strict=True):
             stats = make_stats(entry.path, entry.numel, entry.kind, moments)
-            target = entry.call.input_stats if entry.is_input else entry.call.stats
-            assert target is not None
-            target.append(stats)
+            entry.call.facts["input_stats" if entry.is_input else "stats"].append(stats)
 
 
 def make_stats(path: str, numel: int, kind: str, moments: list[float] | None) -> TensorStats:
@@ -195,7 +243,7 @@ def _readable(t: torch.Tensor) -> bool:
         return False
     if type(t) is not torch.Tensor and type(t).__torch_dispatch__ is not _PLAIN_DISPATCH:
         return False  # a wrapper subclass (fake, functional, distributed): no local data
-    return not torch._C._functorch.is_functorch_wrapped_tensor(t)
+    return not torch_private.is_functorch_wrapped(t)
 
 
 # Elements per block of the CPU sweep over a large tensor: each reduction of the sweep

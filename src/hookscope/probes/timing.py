@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from hookscope.core.facts import Column, Fact, Field, Unit
+from hookscope.core.probe import Probe, register_probe
 from hookscope.core.records import Call, Trace
-from hookscope.probes.base import Probe, register_probe
 
 if TYPE_CHECKING:
     from hookscope.core.handles import Removable
@@ -50,6 +51,21 @@ class TimingProbe(Probe):
     name = "time"
     uses_overhead_clock = True
     order = 90
+    column_rank = 20
+    facts = (
+        Fact("time_ns", "inclusive time of the call, in nanoseconds"),
+        Fact("self_time_ns", "time of the call minus its children's, in nanoseconds"),
+    )
+    columns = (
+        Column("time", "Time", lambda c, t: c.facts.get("time_ns"), Unit.TIME_NS,
+               footer=lambda t: t.total_time_ns),
+        Column("self_time", "Self time", lambda c, t: c.facts.get("self_time_ns"), Unit.TIME_NS),
+        Column("time_pct", "Time %", lambda c, t: _share(c, t), Unit.PERCENT, default=False),
+    )
+    fields = (
+        Field("time_ns", lambda c, t: c.facts.get("time_ns"), "Int64"),
+        Field("self_time_ns", lambda c, t: c.facts.get("self_time_ns"), "Int64"),
+    )
 
     def __init__(self, *, cuda: bool | None = None) -> None:
         self._cuda_option = cuda
@@ -103,7 +119,7 @@ class TimingProbe(Probe):
         tracer = self._tracer
         assert tracer is not None
         overhead = tracer.overhead_ns + now - tracer.chain_start_ns - opened[1]
-        call.time_ns = max(0, now - opened[0] - overhead)
+        call.facts["time_ns"] = max(0, now - opened[0] - overhead)
 
     def finalize(self, trace: Trace) -> None:
         if self._events:
@@ -114,14 +130,20 @@ class TimingProbe(Probe):
         set_self_times(trace)
 
 
+def _share(call: Call, trace: Trace) -> float | None:
+    total, time = trace.total_time_ns, call.facts.get("time_ns")
+    return None if not total or time is None else time / total
+
+
 def set_self_times(trace: Trace) -> None:
     """``self_time_ns`` of every timed call: its time minus its children's (at least 0)."""
     calls = trace.calls
     for call in calls:
-        if call.time_ns is None:
+        time = call.facts.get("time_ns")
+        if time is None:
             continue
-        children = sum(calls[i].time_ns or 0 for i in call.children)
-        call.self_time_ns = max(0, call.time_ns - children)
+        children = sum(calls[i].facts.get("time_ns") or 0 for i in call.children)
+        call.facts["self_time_ns"] = max(0, time - children)
 
 
 def _read_events(
@@ -131,7 +153,7 @@ def _read_events(
         torch.cuda.synchronize(device)  # once per device, for every event pair of the run
     for index, (start, end) in events.items():
         if end is not None:
-            trace.calls[index].time_ns = max(0, round(start.elapsed_time(end) * 1e6))
+            trace.calls[index].facts["time_ns"] = max(0, round(start.elapsed_time(end) * 1e6))
 
 
 def _timing_event() -> Any:

@@ -1,9 +1,16 @@
-"""Renderers: turn records into terminal tables, JSON, CSV and HTML. They never touch a model."""
+"""Renderers: turn records into terminal tables, JSON, CSV and HTML. They never touch a model.
 
-# How a ModelInfo prints (``str(hookscope.inspect(model))``): the records live in
-# ``hookscope.core``, which does not import the render layer.
+Importing this package registers how a :class:`~hookscope.core.records.Trace` shows
+itself (``print(trace)``, ``trace.to_csv()``, ``trace.to_dataframe()``): the records
+live in ``hookscope.core``, which does not import the render layer.
+"""
 
+from hookscope.core.records import PRESENTERS as _PRESENTERS
 from hookscope.core.structure import PRESENTERS as _STRUCTURE_PRESENTERS
+from hookscope.render.export import trace_to_csv as _trace_to_csv
+from hookscope.render.export import trace_to_dataframe as _trace_to_dataframe
 from hookscope.render.table import render_structure_text as _render_structure_text
+from hookscope.render.table import render_trace_text as _render_trace_text
 
+_PRESENTERS.update(text=_render_trace_text, csv=_trace_to_csv, dataframe=_trace_to_dataframe)
 _STRUCTURE_PRESENTERS.update(text=_render_structure_text)

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from hookscope.core.records import Call, Trace
 from hookscope.errors import RenderError
-from hookscope.render.columns import Column, View, column
+from hookscope.render.columns import Column, View, column, render_cell
 
 __all__ = ["NOT_CALLED", "module_notes"]
 
@@ -33,7 +33,7 @@ def module_notes(trace: Trace, fields: Sequence[str]) -> dict[str, str]:
     Args:
         trace: a trace (:func:`hookscope.trace`).
         fields: trace-table column names to show (see
-            :data:`hookscope.render.columns.COLUMNS`), in order.
+            :func:`hookscope.render.columns.columns`), in order.
 
     Returns:
         Module path -> note, e.g. ``"output=[1, 16, 32, 32], params=448, time=41.2 µs"``;
@@ -68,10 +68,16 @@ def _note(view: View, columns: list[Column], calls: list[Call]) -> str:
         return NOT_CALLED
     parts = []
     for col in columns:
-        cell = col.cell(view, calls[0])
+        cell = _plain_cell(col, view, calls[0])
         text = (cell.plain if isinstance(cell, Text) else cell).strip().replace("\n", "; ")
         if text:
             parts.append(f"{col.name}={text}")
     if len(calls) > 1:
         parts.append(f"calls={len(calls)}")
     return ", ".join(parts)
+
+
+def _plain_cell(col: Column, view: View, call: Call) -> str | Text:
+    if col.name == "layer":
+        return call.name or view.trace.model.class_name
+    return render_cell(col, view, call)

@@ -1,49 +1,35 @@
 """The named columns of the trace table, and which are shown by default.
 
-The trace table's columns come from :data:`COLUMNS`, a registry of named
-columns, each filled by one probe; without ``columns=`` the table shows
-:func:`default_columns`, those of every probe that ran:
+Every column but three is declared by the probe that fills it (``Probe.columns``,
+``core/facts.py``): its name, header, raw value, unit, sort key and footer. This module
+only formats them, by unit (``render/units.py``), and adds the columns that come from
+the trace itself: ``layer`` (module name and class, an indented tree, or the path when
+rows are sorted), ``class`` and ``params`` (the module subtree's parameters, on its
+first call). :func:`columns` lists them all, so a probe defined anywhere, in a test
+file or a notebook, shows up in ``columns=`` and ``sort=`` with no file here edited.
 
-=============  ==========  =====================================================
-name           probe       shows
-=============  ==========  =====================================================
-layer          (always)    module name and class (indented tree; path if sorted)
-class          (always)    module class
-input          shapes      input shapes (dtype when not float32)
-output         shapes      output shapes
-params         (always)    parameters of the module's subtree (first call only)
-time           time        inclusive time of the call
-self_time      time        time minus the children's time
-time_pct       time        inclusive time as a share of the whole run
-mean, std      stats       of the first output tensor
-min, max       stats       of the first output tensor
-absmax         stats       largest magnitude of the first output tensor
-zeros          stats       share of exact zeros in the first output tensor
-nan, inf       stats       NaN / Inf count over all output tensors
-out_bytes      memory      bytes of the outputs
-saved_bytes    memory      bytes saved for backward by the call itself
-alloc_delta    memory      CUDA allocated-memory change
-peak           memory      CUDA peak allocated memory during the call
-flops_fwd      ops         forward FLOPs of the call's subtree (``+``: lower bound)
-flops_bwd      ops         backward FLOPs attributed to the call's subtree
-=============  ==========  =====================================================
-
-Each column knows its sort key and its cell; renderers (the trace table, the
-annotated model print) only pick columns by name.
+Without ``columns=`` the table shows :func:`default_columns`: ``layer`` and the default
+columns of every probe that ran (``Column.default``; ``when_present`` ones only when
+some call has a value other than ``None`` and 0), probes ordered by ``column_rank``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from rich.text import Text
 
-from hookscope.core.records import Call, TensorStats, Trace
+from hookscope.core.facts import REGISTRY, Column, Unit, probe_columns
+from hookscope.core.probe import PROBES
+from hookscope.core.records import Call, TensorMeta, Trace
+from hookscope.core.tensors import shapes_text
 from hookscope.errors import RenderError
-from hookscope.render.table import format_count, format_shapes, tree_label
 from hookscope.render.units import format_bytes, format_percent, format_stat, format_time
+
+__all__ = ["COLUMNS", "Column", "View", "column", "columns", "default_columns", "render_cell",
+           "render_footer", "sort_key"]
 
 
 @dataclass(frozen=True)
@@ -55,198 +41,109 @@ class View:
     flat: bool = False  # rows are sorted: show full paths instead of the tree
 
 
-Cell = Callable[[View, Call], "str | Text"]
-Key = Callable[[View, Call], "float | str | None"]
+def format_count(n: int | None) -> str:
+    """``1234567`` -> ``1,234,567``; ``None`` -> empty."""
+    return "" if n is None else f"{n:,}"
 
 
-@dataclass(frozen=True)
-class Column:
-    """One named column of the trace table.
-
-    Attributes:
-        name: the name ``columns=``/``sort=`` select it by.
-        header: the column title.
-        probe: the probe whose records fill it (``None``: always available).
-        key: the value a call is sorted by (``None``: no value, sorts last).
-        cell: the cell a call shows.
-        numeric: numbers (right-justified, sorted descending) or names.
-        footer: the footer cell (a total), if any.
-    """
-
-    name: str
-    header: str
-    probe: str | None
-    key: Key
-    cell: Cell
-    numeric: bool = True
-    footer: Callable[[View], str] | None = None
-
-
-def _first(call: Call) -> TensorStats | None:
-    return call.stats[0] if call.stats else None
-
-
-def _stat_column(name: str, header: str, attr: str) -> Column:
-    def key(view: View, call: Call) -> float | None:
-        s = _first(call)
-        return None if s is None else getattr(s, attr)
-
-    def cell(view: View, call: Call) -> str:
-        value = key(view, call)
-        if attr == "zero_fraction":
-            return format_percent(value)
+def format_value(value: Any, unit: Unit, *, ascii: bool = False) -> str:
+    """A raw value as its unit shows it; ``None`` is empty, a ``str`` is shown as is."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if unit is Unit.COUNT:
+        return format_count(int(value))
+    if unit is Unit.TIME_NS:
+        return format_time(int(value), ascii=ascii)
+    if unit is Unit.BYTES:
+        return format_bytes(int(value))
+    if unit is Unit.STAT:
         return format_stat(value, digits=3)
-
-    return Column(name, header, "stats", key, cell)
-
-
-def _count_column(name: str, header: str, attr: str) -> Column:
-    def key(view: View, call: Call) -> float | None:
-        counts = [getattr(s, attr) for s in call.stats or ()]
-        known = [c for c in counts if c is not None]
-        return float(sum(known)) if known else None
-
-    def cell(view: View, call: Call) -> str | Text:
-        value = key(view, call)
-        if value is None:
-            return ""
-        text = format_count(int(value))
-        return Text(text, style="bold red") if value and not view.ascii else text
-
-    return Column(name, header, "stats", key, cell)
+    if unit is Unit.PERCENT:
+        return format_percent(value)
+    if unit is Unit.SHAPES:
+        metas: Sequence[TensorMeta] = value
+        return shapes_text(metas)
+    return str(value)
 
 
-def _memory_column(name: str, header: str, attr: str) -> Column:
-    def key(view: View, call: Call) -> float | None:
-        return None if call.memory is None else getattr(call.memory, attr)
-
-    def cell(view: View, call: Call) -> str:
-        value = key(view, call)
-        return format_bytes(None if value is None else int(value))
-
-    return Column(name, header, "memory", key, cell)
-
-
-def _layer_cell(view: View, call: Call) -> str | Text:
-    if not view.flat:
-        return tree_label(view.trace, call, ascii=view.ascii)
-    label = Text(call.name or view.trace.model.class_name)
-    if call.path:
-        label.append(f" ({call.module_class})", style="cyan")
-    return label
+def render_cell(col: Column, view: View, call: Call) -> str | Text:
+    """The cell of ``call`` in column ``col``."""
+    if col.text is not None:
+        text = col.text(call, view.trace)
+    else:
+        text = format_value(col.value(call, view.trace), col.unit, ascii=view.ascii)
+    if col.alert and text and not view.ascii and col.value(call, view.trace):
+        return Text(text, style="bold red")
+    return text
 
 
-def _params(view: View, call: Call) -> float | None:
-    info = view.trace.modules.get(call.path)
+def render_footer(col: Column, view: View) -> str:
+    if col.footer is None:
+        return ""
+    return format_value(col.footer(view.trace), col.unit, ascii=view.ascii)
+
+
+def sort_key(col: Column, view: View, call: Call) -> float | str | None:
+    """What rows are sorted by: the column's key, else its value when that is a number."""
+    if col.key is not None:
+        key: float | str | None = col.key(call, view.trace)
+        return key
+    value = col.value(call, view.trace)
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    return value
+
+
+# -- the columns that come from the trace, not from a probe ----------------------------
+
+
+def _layer_text(call: Call, trace: Trace) -> str:
+    return call.name or trace.model.class_name
+
+
+def _params(call: Call, trace: Trace) -> int | None:
+    info = trace.modules.get(call.path)
     return None if info is None or call.call_index else info.total_params
 
 
-def _params_cell(view: View, call: Call) -> str:
-    if call.call_index and call.path in view.trace.modules:
+def _params_text(call: Call, trace: Trace) -> str:
+    if call.call_index and call.path in trace.modules:
         return "(reused)"
-    value = _params(view, call)
-    return format_count(None if value is None else int(value))
+    return format_count(_params(call, trace))
 
 
-def _time_pct(view: View, call: Call) -> float | None:
-    total = view.trace.total_time_ns
-    return None if not total or call.time_ns is None else call.time_ns / total
-
-
-def _numel(metas: Sequence[Any]) -> float | None:
-    counts = [m.numel for m in metas]
-    return float(sum(counts)) if counts and min(counts) >= 0 else None
-
-
-def _flops(view: View, call: Call, backward: bool) -> float | None:
-    f = call.flops
-    return None if f is None else float(f.backward if backward else f.forward)
-
-
-def _flops_cell(view: View, call: Call, backward: bool) -> str:
-    value = _flops(view, call, backward)
-    if value is None:
-        return ""
-    partial = call.flops is not None and call.flops.partial
-    return format_count(int(value)) + ("+" if partial else "")
-
-
-def _totals_flops(view: View, backward: bool) -> str:
-    f = view.trace.totals_flops
-    if f is None:
-        return ""
-    return format_count(f.backward if backward else f.forward) + ("+" if f.partial else "")
-
-
-_BUILTIN: tuple[Column, ...] = (
-    Column("layer", "Layer (type)", None, lambda v, c: c.path, _layer_cell, numeric=False,
-           footer=lambda v: "Total"),
-    Column("class", "Class", None, lambda v, c: c.module_class, lambda v, c: c.module_class,
-           numeric=False),
-    Column("input", "Input shape", "shapes", lambda v, c: _numel(c.inputs),
-           lambda v, c: format_shapes(c.inputs, root="args[0]"), numeric=False),
-    Column("output", "Output shape", "shapes", lambda v, c: _numel(c.outputs),
-           lambda v, c: format_shapes(c.outputs, root="out"), numeric=False),
-    Column("params", "Params", None, _params, _params_cell,
-           footer=lambda v: format_count(v.trace.model.params_total)),
-    Column("time", "Time", "time", lambda v, c: c.time_ns,
-           lambda v, c: format_time(c.time_ns, ascii=v.ascii),
-           footer=lambda v: format_time(v.trace.total_time_ns, ascii=v.ascii)),
-    Column("self_time", "Self time", "time", lambda v, c: c.self_time_ns,
-           lambda v, c: format_time(c.self_time_ns, ascii=v.ascii)),
-    Column("time_pct", "Time %", "time", _time_pct,
-           lambda v, c: format_percent(_time_pct(v, c))),
-    _stat_column("mean", "Mean", "mean"),
-    _stat_column("std", "Std", "std"),
-    _stat_column("min", "Min", "min"),
-    _stat_column("max", "Max", "max"),
-    _stat_column("absmax", "Max |x|", "absmax"),
-    _stat_column("zeros", "Zeros", "zero_fraction"),
-    _count_column("nan", "NaN", "nan_count"),
-    _count_column("inf", "Inf", "inf_count"),
-    _memory_column("out_bytes", "Out bytes", "output_bytes"),
-    _memory_column("saved_bytes", "Saved", "saved_bytes"),
-    _memory_column("alloc_delta", "Alloc Δ", "allocated_delta"),
-    _memory_column("peak", "Peak", "peak_bytes"),
-    Column("flops_fwd", "FLOPs", "ops", lambda v, c: _flops(v, c, False),
-           lambda v, c: _flops_cell(v, c, False), footer=lambda v: _totals_flops(v, False)),
-    Column("flops_bwd", "FLOPs bwd", "ops", lambda v, c: _flops(v, c, True),
-           lambda v, c: _flops_cell(v, c, True), footer=lambda v: _totals_flops(v, True)),
+TRACE_COLUMNS: tuple[Column, ...] = (
+    Column("layer", "Layer (type)", _layer_text, Unit.TEXT, key=lambda c, t: c.path,
+           footer=lambda t: "Total", numeric=False),
+    Column("class", "Class", lambda c, t: c.module_class, Unit.TEXT, numeric=False),
+    Column("params", "Params", _params, Unit.COUNT, text=_params_text,
+           footer=lambda t: t.model.params_total),
 )
-
-#: Every column of the trace table, by name (see the module docstring).
-COLUMNS: dict[str, Column] = {c.name: c for c in _BUILTIN}
-
-_DEFAULTS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("shapes", ("input", "output")),
-    ("time", ("time", "self_time")),
-    ("stats", ("mean", "std", "zeros", "nan", "inf")),
-    ("memory", ("out_bytes", "saved_bytes", "alloc_delta", "peak")),
-    ("ops", ("flops_fwd", "flops_bwd")),
-)
-# Shown by default only when some call has a value other than None and 0.
-_WHEN_PRESENT = frozenset({"nan", "inf", "saved_bytes", "alloc_delta", "peak", "flops_bwd"})
+_TRACE_COLUMNS = {c.name: c for c in TRACE_COLUMNS}
 
 
-def default_columns(trace: Trace) -> list[str]:
-    """The columns shown without ``columns=``: ``layer`` and the columns of each probe
-    that ran. ``params`` only when no measuring probe ran (it is the model's structure,
-    which :func:`hookscope.summary` shows), to keep the table within 120 characters.
-    Columns no call has a value for are left out (``nan``/``inf`` when there are none,
-    ``saved_bytes`` without grad mode, CUDA memory on the CPU, backward FLOPs without a
-    backward)."""
-    names = ["layer"]
-    for probe, extra in _DEFAULTS:
-        if probe in trace.probes:
-            names.extend(n for n in extra if n not in _WHEN_PRESENT or _any_value(trace, n))
-    if not set(trace.probes) & {probe for probe, _ in _DEFAULTS[1:]}:
-        names.append("params")
-    return names
+def columns() -> dict[str, Column]:
+    """Every column, by name: the trace's own and those of every probe defined so far."""
+    return {**_TRACE_COLUMNS, **REGISTRY.columns}
 
 
-def _any_value(trace: Trace, name: str) -> bool:
-    col, view = COLUMNS[name], View(trace)
-    return any(col.key(view, c) not in (None, 0) for c in trace.calls)
+class _LiveColumns(Mapping[str, Column]):
+    """:func:`columns` as a mapping that stays current as probe classes are defined."""
+
+    def __getitem__(self, name: str) -> Column:
+        return columns()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(columns())
+
+    def __len__(self) -> int:
+        return len(columns())
+
+
+COLUMNS: Mapping[str, Column] = _LiveColumns()
+"""Every column by name, as :func:`columns` (kept for code written for hookscope 0.1)."""
 
 
 def column(name: str) -> Column:
@@ -255,9 +152,41 @@ def column(name: str) -> Column:
     Raises:
         RenderError: no such column (the message lists the valid names).
     """
-    found = COLUMNS.get(name) if isinstance(name, str) else None
+    found = columns().get(name) if isinstance(name, str) else None
     if found is None:
         raise RenderError(
-            f"unknown trace column {name!r}; valid columns: {', '.join(COLUMNS)}"
+            f"unknown trace column {name!r}; valid columns: {', '.join(columns())}"
         )
     return found
+
+
+# Without ``columns=``, the parameters column only fits beside this many probe columns.
+_PARAMS_FIT = 3
+
+
+def default_columns(trace: Trace) -> list[str]:
+    """The columns shown without ``columns=`` (see the module docstring); ``params``
+    too when the probes' columns leave room for it (a trace of shapes only)."""
+    ranked = sorted(trace.probes, key=_rank)
+    names = ["layer"]
+    for probe in ranked:
+        names.extend(
+            c.name for c in probe_columns(probe)
+            if c.default and (not c.when_present or _any_value(trace, c))
+        )
+    if len(names) - 1 <= _PARAMS_FIT - 1:
+        names.append("params")
+    return names
+
+
+def _rank(probe: str) -> int:
+    cls = PROBES.get(probe)
+    return cls.column_rank if cls is not None else 50
+
+
+def _any_value(trace: Trace, col: Column) -> bool:
+    view = View(trace)
+    return any(sort_key(col, view, c) not in (None, 0) for c in trace.calls)
+
+
+Cell = Callable[[View, Call], "str | Text"]

@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hookscope.core.records import Call, TensorMeta, Trace
+from hookscope.core.tensors import shapes_text
 
 if TYPE_CHECKING:
     from hookscope.core.structure import ModelInfo
@@ -64,15 +65,10 @@ def format_count(n: int | None) -> str:
     return "" if n is None else f"{n:,}"
 
 
-def format_shapes(metas: Sequence[TensorMeta], *, root: str) -> str:
-    """One line per tensor; the path is shown unless it is the bare root."""
-    lines = []
-    for m in metas:
-        shape = "[" + ", ".join(str(d) for d in m.shape) + "]"
-        if m.dtype not in ("float32",):
-            shape += f" {m.dtype}"
-        lines.append(shape if m.path == root else f"{m.path}: {shape}")
-    return "\n".join(lines)
+def format_shapes(metas: Sequence[TensorMeta], *, root: str = "out") -> str:
+    """One line per tensor; the path is shown unless it is a bare root (``args[0]``,
+    ``out``); see :func:`hookscope.core.tensors.shapes_text`."""
+    return shapes_text(metas)
 
 
 def separator(ascii: bool) -> str:
@@ -91,6 +87,8 @@ def tree_label(trace: Trace, call: Call, *, ascii: bool = False) -> Text:
         label.append(f" ({call.module_class})", style="cyan")
     if call.error:
         label.append("  x raised" if ascii else "  ✗ raised", style="bold red")
+    elif trace.stop is not None and trace.stop.call == call.index:
+        label.append("  stopped" if ascii else "  ■ stopped", style="bold yellow")
     return label
 
 

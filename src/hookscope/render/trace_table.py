@@ -1,8 +1,8 @@
 """The trace table: one row per module call, columns chosen by name, sortable.
 
 ``print(trace)`` shows this table. Columns are chosen by name from
-:data:`hookscope.render.columns.COLUMNS` (the list is there); without ``columns=``
-the table shows :func:`~hookscope.render.columns.default_columns`.
+:func:`hookscope.render.columns.columns` (the trace's own and every probe's); without
+``columns=`` the table shows :func:`~hookscope.render.columns.default_columns`.
 
 ``sort=`` orders rows by a column: numbers descending (``"time"``: slowest first,
 a NaN counts as largest), names ascending; rows without a value go last. ``top=``
@@ -17,10 +17,22 @@ from collections.abc import Sequence
 from rich import box
 from rich.table import Table
 
+from rich.text import Text
+
 from hookscope.core.records import Call, Trace
 from hookscope.errors import RenderError
-from hookscope.render.columns import COLUMNS, Column, View, column, default_columns
-from hookscope.render.table import DEFAULT_WIDTH, separator, to_text, visible_calls
+from hookscope.render.columns import (
+    COLUMNS,
+    Column,
+    View,
+    column,
+    columns,
+    default_columns,
+    render_cell,
+    render_footer,
+    sort_key,
+)
+from hookscope.render.table import DEFAULT_WIDTH, separator, to_text, tree_label, visible_calls
 from hookscope.render.units import format_stat, format_time
 
 __all__ = [
@@ -28,6 +40,7 @@ __all__ = [
     "Column",
     "View",
     "column",
+    "columns",
     "default_columns",
     "describe_input_stats",
     "render_trace",
@@ -35,8 +48,6 @@ __all__ = [
     "trace_table",
 ]
 
-# Only shape cells wrap (at ", "): names and numbers stay on one line.
-_WRAPPING = frozenset({"input", "output"})
 # Rules under the header and above the footer only: no vertical lines, to fit more columns.
 _ASCII_BOX = box.Box("    \n    \n -- \n    \n    \n -- \n    \n    \n", ascii=True)
 
@@ -80,7 +91,7 @@ def trace_table(
         calls = sort_calls(view, calls, order)
         # NB: e.g. CUDA memory on the CPU, saved bytes without grad: say so, or the
         # rows look sorted when they are in call order
-        unsorted = all(order.key(view, c) is None for c in calls)
+        unsorted = all(sort_key(order, view, c) is None for c in calls)
     shown = calls if top is None else calls[:top]
     table = Table(
         box=_ASCII_BOX if ascii else box.SIMPLE, show_footer=True, collapse_padding=True,
@@ -90,12 +101,12 @@ def trace_table(
         table.add_column(
             col.header,
             justify="right" if col.numeric else "left",
-            footer=col.footer(view) if col.footer is not None else "",
-            no_wrap=col.name not in _WRAPPING,
-            min_width=10 if col.name in _WRAPPING else None,
+            footer=render_footer(col, view),
+            no_wrap=not col.wrap,
+            min_width=10 if col.wrap else None,
         )
     for call in shown:
-        table.add_row(*(col.cell(view, call) for col in chosen))
+        table.add_row(*(_cell(col, view, call) for col in chosen))
     table.caption = _caption(
         trace, shown=len(shown), total=len(calls), order=order, ascii=ascii, unsorted=unsorted
     )
@@ -117,9 +128,20 @@ def render_trace(
     return to_text(table, width=width)
 
 
+def _cell(col: Column, view: View, call: Call) -> str | Text:
+    if col.name != "layer":
+        return render_cell(col, view, call)
+    if not view.flat:
+        return tree_label(view.trace, call, ascii=view.ascii)
+    label = Text(call.name or view.trace.model.class_name)
+    if call.path:
+        label.append(f" ({call.module_class})", style="cyan")
+    return label
+
+
 def sort_calls(view: View, calls: Sequence[Call], order: Column) -> list[Call]:
     """``calls`` ordered by ``order``'s key; calls without a value last, ties stable."""
-    keyed = [(order.key(view, c), c) for c in calls]
+    keyed = [(sort_key(order, view, c), c) for c in calls]
     present = [(_sortable(k), c) for k, c in keyed if k is not None]
     present.sort(key=lambda kc: kc[0], reverse=order.numeric)
     return [c for _, c in present] + [c for k, c in keyed if k is None]
@@ -157,10 +179,11 @@ def _caption(
 
 def describe_input_stats(call: Call) -> str:
     """``"; input statistics: args[0] mean=... nan=0 inf=0"`` for a failed call, or ``""``."""
-    if not call.input_stats:
+    stats = call.facts.get("input_stats")
+    if not stats:
         return ""
     parts = []
-    for s in call.input_stats:
+    for s in stats:
         if s.mean is None:
             parts.append(f"{s.path} numel={s.numel}")
             continue

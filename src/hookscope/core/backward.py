@@ -1,0 +1,167 @@
+"""Backward events: the gradients of each call's outputs and inputs, and of each parameter.
+
+The tracer (``core/tracer.py``) hands every module call to :class:`BackwardWatch` when a
+probe receives backward events (``Probe.needs_backward``):
+
+- when the call starts, its inputs that require grad get one
+  ``torch.autograd.graph.register_multi_grad_hook``: it fires once autograd has the
+  gradient of all of them, the end of that call's backward (``on_backward_exit``);
+- when the call ends, its outputs that require grad get another: it fires once the
+  gradient of all of them is known, the start of its backward (``on_backward_enter``).
+
+This is how ``torch.utils.module_tracker`` follows the backward, and unlike full
+backward module hooks it works with in-place ops (torchvision's
+``ReLU(inplace=True)``): the input hook is attached before the op modifies the tensor.
+A call whose inputs need no gradient (the first layer, an embedding of token ids)
+exits when the backward pass ends.
+
+Parameters get a gradient hook (fires for ``.backward()`` and ``torch.autograd.grad``)
+and a post-accumulate-grad hook (``.backward()`` only): a parameter's event is sent
+once per backward, after accumulation when there is one (``ParamGrad.accumulated``),
+else at the end of the backward with the computed gradient.
+
+Every hook is a handle in the tracer's ``HandleGroup``: removed when the tracer ends
+(the backward it watches has run by then; one run after the ``with`` block is not
+observed). :class:`NodeOwners` answers which call's forward made an autograd node,
+from autograd's sequence numbers: the engine's knowledge, for every probe.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch.autograd.graph import register_multi_grad_hook
+
+from hookscope.core import torch_private
+from hookscope.core.handles import HandleGroup
+from hookscope.core.records import Call, ParamGrad
+from hookscope.core.tensors import iter_call_inputs, iter_tensors
+
+Dispatch = Callable[[str, Call | None, Any], None]
+"""``dispatch(event, call, payload)``: the tracer's delivery of one backward event."""
+
+
+def _needing_grad(tensors: Iterable[tuple[str, torch.Tensor]]) -> list[torch.Tensor]:
+    return [t for _, t in tensors if t.requires_grad]
+
+
+class BackwardWatch:
+    """Registers the backward hooks of module calls and parameters; delivers events."""
+
+    def __init__(self, dispatch: Dispatch, handles: HandleGroup) -> None:
+        self._dispatch = dispatch
+        self._handles = handles
+        self._open: dict[int, Call] = {}  # calls whose backward started and has not ended
+        self._pending: dict[int, ParamGrad] = {}  # id(param) -> not yet accumulated
+        self._end_queued = False
+
+    # -- module calls ----------------------------------------------------------------
+
+    def watch_inputs(self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if not torch.is_grad_enabled():
+            return
+        tensors = _needing_grad(iter_call_inputs(args, kwargs))
+        if tensors:
+            self._handles.add(
+                register_multi_grad_hook(tensors, lambda grads: self._exit(call, tuple(grads)))
+            )
+
+    def watch_outputs(self, call: Call, output: Any) -> None:
+        if not torch.is_grad_enabled():
+            return
+        tensors = _needing_grad(iter_tensors(output, "out"))
+        if tensors:
+            self._handles.add(
+                register_multi_grad_hook(tensors, lambda grads: self._enter(call, tuple(grads)))
+            )
+
+    def _enter(self, call: Call, grads: tuple[Any, ...]) -> None:
+        self._queue_end()
+        self._open[call.index] = call
+        self._dispatch("on_backward_enter", call, grads)
+
+    def _exit(self, call: Call, grads: tuple[Any, ...]) -> None:
+        self._queue_end()
+        self._open.pop(call.index, None)
+        self._dispatch("on_backward_exit", call, grads)
+
+    # -- parameters --------------------------------------------------------------------
+
+    def watch_parameters(self, named: Iterable[tuple[str, torch.nn.Parameter]]) -> None:
+        for path, p in named:
+            if not p.requires_grad:
+                continue
+            self._handles.add(p.register_hook(self._grad_hook(path, p)))
+            self._handles.add(p.register_post_accumulate_grad_hook(self._accumulated_hook(path)))
+
+    def _grad_hook(self, path: str, p: torch.Tensor) -> Callable[[torch.Tensor], None]:
+        def hook(grad: torch.Tensor) -> None:
+            self._queue_end()
+            self._pending[id(p)] = ParamGrad(path, p, grad, False)
+
+        return hook
+
+    def _accumulated_hook(self, path: str) -> Callable[[torch.Tensor], None]:
+        def hook(p: torch.Tensor) -> None:
+            self._pending.pop(id(p), None)
+            self._dispatch("on_param_grad", None, ParamGrad(path, p, p.grad, True))
+
+        return hook
+
+    # -- the end of a backward pass ---------------------------------------------------
+
+    def _queue_end(self) -> None:
+        if not self._end_queued:
+            self._end_queued = torch_private.queue_end_of_backward(self._end)
+
+    def _end(self) -> None:
+        """Calls whose inputs needed no gradient end here, and parameters whose
+        gradient was computed but not accumulated (``torch.autograd.grad``)."""
+        self._end_queued = False
+        pending, self._pending = self._pending, {}
+        for grad in pending.values():
+            self._dispatch("on_param_grad", None, grad)
+        still_open, self._open = self._open, {}
+        for call in sorted(still_open.values(), key=lambda c: -c.index):
+            self._dispatch("on_backward_exit", call, ())
+
+
+class NodeOwners:
+    """Which call was innermost when an autograd node with a given sequence number was made.
+
+    The tracer calls :meth:`mark` at every call start (with the call) and end (with its
+    parent): nodes made from then on belong to that call. Only integers are kept, never
+    graph nodes or tensors.
+    """
+
+    __slots__ = ("_cache", "_calls", "_starts")
+
+    def __init__(self) -> None:
+        self._starts: list[int] = []
+        self._calls: list[int | None] = []
+        self._cache: dict[int, int | None] = {}
+        self.mark(None)
+
+    def mark(self, call: int | None) -> None:
+        """From now on, new nodes belong to ``call``."""
+        seq = torch_private.next_sequence_nr()
+        if seq is not None:
+            self._starts.append(seq)
+            self._calls.append(call)
+
+    def owner(self, node: Any) -> int | None:
+        """The index of the call whose forward made ``node`` (``None``: no call)."""
+        if node is None or not self._starts:
+            return None
+        seq = torch_private.node_sequence_nr(node)
+        if seq is None:
+            return None
+        found = self._cache.get(seq, -1)
+        if found == -1:
+            i = bisect_right(self._starts, seq) - 1
+            found = self._calls[i] if i >= 0 else None
+            self._cache[seq] = found
+        return found

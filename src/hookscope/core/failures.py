@@ -1,0 +1,95 @@
+"""Which module call a failure started in, and how a failure is described.
+
+The tracer (``core/tracer.py``) sees a failing call through torch's always-call forward
+hooks: they run inside ``Module._call_impl``'s ``except`` block while the exception is
+being handled. :class:`FailureTracker` keeps the innermost call an exception started
+in, so that an exception re-raised by an enclosing call (``raise ... from e``) is still
+attributed to where it began; the tracer turns it into ``Trace.error`` (a
+:class:`~hookscope.core.records.FailureRecord`) when the exception leaves the block.
+"""
+
+from __future__ import annotations
+
+from hookscope.core.records import Call, FailureRecord, Trace
+
+
+def message(exc: BaseException) -> str:
+    """``str(exc)``, also for an exception whose ``__str__`` raises (as ``traceback`` does)."""
+    try:
+        return str(exc)
+    except Exception:
+        return f"<exception str() failed: {type(exc).__name__} object>"
+
+
+def caused_by(exc: BaseException, origin: BaseException) -> bool:
+    """Whether ``exc`` is ``origin`` or was raised while handling it (``raise ... from``)."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if cur is origin:
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
+def add_note(exc: BaseException, note: str) -> None:
+    """``exc.add_note(note)`` where Python has it (3.11+)."""
+    add = getattr(exc, "add_note", None)
+    if add is not None:
+        add(note)
+
+
+class FailureTracker:
+    """The innermost call where the exception now propagating started."""
+
+    __slots__ = ("_calls", "origin")
+
+    def __init__(self, calls: list[Call]) -> None:
+        self._calls = calls
+        self.origin: tuple[Call, BaseException] | None = None
+
+    def record(self, call: Call, exc: BaseException) -> None:
+        """Mark ``call`` failed with ``exc``. A failure the model catches itself does
+        not fail the trace: :meth:`failure_of` decides when the block ends."""
+        if call.error is None:
+            call.error = f"{type(exc).__name__}: {message(exc)}"
+        origin = self.origin
+        if origin is not None and origin[1] is exc:
+            return  # the same exception propagating outwards: keep the innermost call
+        if origin is not None and caused_by(exc, origin[1]) and self._encloses(call, origin[0]):
+            return  # re-raised by an enclosing call (``raise ... from e``): keep the origin
+        self.origin = (call, exc)
+
+    def failure_of(self, exc: BaseException) -> FailureRecord:
+        """The record of ``exc``, which left the traced block."""
+        origin = self.origin
+        if origin is not None and caused_by(exc, origin[1]):
+            call = origin[0]
+            return FailureRecord(call.index, call.path, type(exc).__name__, message(exc))
+        return FailureRecord(None, None, type(exc).__name__, message(exc))
+
+    def _encloses(self, outer: Call, inner: Call) -> bool:
+        parent = inner.parent
+        while parent is not None:
+            if parent == outer.index:
+                return True
+            parent = self._calls[parent].parent
+        return False
+
+
+def describe_failure(trace: Trace) -> str:
+    """One line naming the failing module call and its input shapes."""
+    err = trace.error
+    if err is None:
+        return "no failure recorded"
+    if err.call is None:
+        return f"{err.exception_type}: {err.message} (outside any module call)"
+    call = trace.calls[err.call]
+    inputs = call.facts.get("inputs") or ()
+    shapes = ", ".join(f"{m.path}={list(m.shape)}" for m in inputs) or "no tensor inputs"
+    where = call.path or "<root>"
+    return (
+        f"{err.exception_type} in module {where!r} ({call.module_class}, call {call.call_index}) "
+        f"with inputs {shapes}: {err.message}"
+    )

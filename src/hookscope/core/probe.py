@@ -1,0 +1,171 @@
+"""The probe protocol and the probe registry.
+
+A probe measures one kind of fact. The tracer (``core/tracer.py``) delivers events to
+it; the probe writes its own facts into the :class:`~hookscope.core.records.Call` it
+is handed (``call.facts[name] = value``) and never calls another probe. Events, in
+the order they happen:
+
+- ``install(tracer) -> list[Removable]`` once, when the tracer starts: register any
+  extra instrumentation (a dispatch mode, saved-tensor hooks) and return handles
+  that undo it. Module and tensor hooks are the tracer's job; a probe never
+  registers them.
+- ``on_enter(call, module, args, kwargs)`` before a module's ``forward`` runs. A probe
+  with ``replaces = True`` may return ``(args, kwargs)`` to replace what ``forward``
+  receives.
+- ``on_exit(call, module, args, kwargs, output, failed)`` after it returned or raised
+  (``failed=True``, ``output=None``). ``args``/``kwargs`` are what ``forward`` was
+  called with (after every forward pre-hook). A probe with ``replaces = True`` may
+  return a replacement output. Replacing probes run first, in probe order; then the
+  recording probes see the final output: **the trace records what the caller
+  received.** (A probe written with the earlier signature, ``on_exit(call, module,
+  output, failed)``, still works: the tracer adapts it.)
+- ``on_backward_enter(call, grad_outputs)`` when autograd has computed the gradient of
+  the call's outputs (a tuple, ``None`` where an output got none), and
+  ``on_backward_exit(call, grad_inputs)`` when it has computed the gradient of the
+  call's inputs that require grad (``()`` when none does: then at the end of the
+  backward pass).
+- ``on_param_grad(grad)`` with a :class:`~hookscope.core.records.ParamGrad` when a
+  parameter's gradient is ready: after accumulation into ``.grad`` for
+  ``.backward()``, the computed gradient for ``torch.autograd.grad``.
+- ``finalize(trace)`` once, after every handle was removed: move device values to the
+  host in one transfer, derive totals.
+
+A probe declares what it records (``facts``, ``trace_facts``, ``columns``,
+``fields``: see ``core/facts.py``) and what it needs; the tracer installs only what
+the probes need (no pre-hook when no probe has ``on_enter``, no backward hooks when
+none has a backward event). A probe that does not override an event costs nothing
+for it. A probe's exception is reported as :class:`~hookscope.errors.ProbeError`;
+a probe stops the run early with ``tracer.stop(reason)``.
+
+Enter callbacks run in probe order and exit callbacks in reverse order, so the probe
+listed last (timing) is closest to the module's own work.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+from torch import nn
+
+from hookscope.core.facts import Column, Fact, Field, register_declarations
+
+if TYPE_CHECKING:
+    from hookscope.core.handles import Removable
+    from hookscope.core.records import Call, ParamGrad, Trace
+    from hookscope.core.tracer import Tracer
+
+_BACKWARD_EVENTS = ("on_backward_enter", "on_backward_exit", "on_param_grad")
+
+
+class Probe:
+    """Base class of probes: override only the events you need.
+
+    Class attributes declare the probe; defining a subclass registers its facts,
+    columns and fields (``core/facts.py``).
+    """
+
+    #: Registry key and the name of the tracer option that turns the probe on
+    #: (``Tracer(model, time=True)``); also the name ``Trace.probes`` lists. A subclass
+    #: that sets none is named after its class.
+    name: ClassVar[str] = ""
+    #: Position among probes: lower enters first and exits last.
+    order: ClassVar[int] = 50
+    #: Position of the probe's columns in the default table (lower: further left).
+    column_rank: ClassVar[int] = 50
+    #: Facts recorded per call (``call.facts``) and per trace (``trace.facts``).
+    facts: ClassVar[tuple[Fact, ...]] = ()
+    trace_facts: ClassVar[tuple[Fact, ...]] = ()
+    #: Table columns and export fields of those facts.
+    columns: ClassVar[tuple[Column, ...]] = ()
+    fields: ClassVar[tuple[Field, ...]] = ()
+    #: ``on_enter``/``on_exit`` may return replacement inputs/outputs.
+    replaces: ClassVar[bool] = False
+    #: True for a probe that reads ``tracer.chain_start_ns``/``overhead_ns`` (timing):
+    #: only then does the tracer time its own hooks.
+    uses_overhead_clock: ClassVar[bool] = False
+    #: True for a probe that observes dispatched aten ops (ops): only then does the
+    #: tracer mark the other probes' callbacks as internal work, and note which call
+    #: owns each autograd node (``Tracer.node_owner``).
+    watches_ops: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" not in cls.__dict__ and not cls.name:
+            cls.name = cls.__name__
+        declared = any(k in cls.__dict__ for k in ("facts", "trace_facts", "columns", "fields"))
+        if declared:
+            owner = f"{cls.__module__}.{cls.__qualname__}"
+            named = register_declarations(
+                cls.name, owner, facts=cls.facts, trace_facts=cls.trace_facts,
+                columns=cls.columns, fields=cls.fields,
+            )
+            cls.facts, cls.trace_facts = tuple(named["facts"]), tuple(named["trace_facts"])
+            cls.columns, cls.fields = tuple(named["columns"]), tuple(named["fields"])
+
+    # -- what the probe needs, derived from what it overrides -------------------
+
+    @classmethod
+    def needs_start(cls) -> bool:
+        """Whether the probe must see a call start (it overrides ``on_enter``)."""
+        return cls.on_enter is not Probe.on_enter or cls.replaces or cls.watches_ops
+
+    @classmethod
+    def needs_backward(cls) -> bool:
+        """Whether the probe receives backward events."""
+        return any(getattr(cls, e) is not getattr(Probe, e) for e in _BACKWARD_EVENTS)
+
+    # -- events -------------------------------------------------------------------
+
+    def install(self, tracer: Tracer) -> list[Removable]:
+        return []
+
+    def on_enter(
+        self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        return None
+
+    def on_exit(
+        self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+        output: Any, failed: bool,
+    ) -> Any:
+        return None
+
+    def on_backward_enter(self, call: Call, grad_outputs: tuple[Any, ...]) -> None:
+        return None
+
+    def on_backward_exit(self, call: Call, grad_inputs: tuple[Any, ...]) -> None:
+        return None
+
+    def on_param_grad(self, grad: ParamGrad) -> None:
+        return None
+
+    def finalize(self, trace: Trace) -> None:
+        return None
+
+
+P = TypeVar("P", bound=type[Probe])
+
+PROBES: dict[str, type[Probe]] = {}
+"""Probes that can be switched on by name (``Tracer(model, time=True)``)."""
+
+
+def register_probe(cls: P) -> P:
+    """Class decorator adding a probe to the registry under ``cls.name``, so that
+    ``Tracer(model, NAME=True)``, ``hookscope.trace(model, x, probes=["NAME"])`` and
+    the command line can switch it on.
+
+    Raises:
+        ValueError: when the name is already registered by another class.
+    """
+    previous = PROBES.get(cls.name)
+    if previous is not None and previous.__qualname__ != cls.__qualname__:
+        raise ValueError(
+            f"a probe named {cls.name!r} is already registered ({previous.__name__})"
+        )
+    PROBES[cls.name] = cls
+    return cls
+
+
+def overrides(probe: Probe, method: str) -> bool:
+    """Whether ``probe`` overrides ``Probe.<method>`` (else the tracer skips it)."""
+    return getattr(type(probe), method) is not getattr(Probe, method)
