@@ -1,0 +1,96 @@
+"""HS1xx: modules and parameters kept in plain Python containers.
+
+``nn.Module.__setattr__`` registers a value only when it is itself a module or a
+parameter; a ``list``, ``tuple``, ``dict`` or ``set`` of them is stored as a plain
+attribute, and what it holds is invisible to ``parameters()``, ``state_dict()``,
+``.to()``, ``.train()``/``.eval()`` and ``print(model)``. The rules look into plain
+containers, nested too, and report only objects the model does not register anywhere
+else (a list of references to registered modules is harmless).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from torch import nn
+
+from hookscope.lint.context import LintContext
+from hookscope.lint.findings import Hit, Severity
+from hookscope.lint.rules import register_rule
+
+PLAIN = (list, tuple, dict, set, frozenset)
+MAX_DEPTH = 4  # NB: deeper nesting is not searched
+MAX_ITEMS = 10_000  # NB: only the first items of a huge container (a vocabulary) are read
+
+
+def contents(value: Any, depth: int = 0) -> Iterator[Any]:
+    """Every non-container value inside a plain container, nested up to ``MAX_DEPTH``."""
+    if not isinstance(value, PLAIN) or depth >= MAX_DEPTH:
+        return
+    items = value.values() if isinstance(value, dict) else value
+    for i, item in enumerate(items):
+        if i >= MAX_ITEMS:
+            return
+        if isinstance(item, PLAIN):
+            yield from contents(item, depth + 1)
+        else:
+            yield item
+
+
+def _kind(value: Any) -> str:
+    return f"plain {type(value).__name__}"
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")
+
+
+@register_rule(
+    "HS101", "module-in-plain-container", severity=Severity.ERROR,
+    why="""A module kept in a plain list, tuple, dict or set attribute is not registered as
+    a submodule: its parameters are not in model.parameters() (the optimizer never trains
+    them), not in state_dict() (they are never saved or loaded), .to()/.cuda() does not
+    move them and .eval() does not switch them. The model runs, but those layers keep
+    their random initial weights.""",
+    fix="hold them in nn.ModuleList (list, tuple) or nn.ModuleDict (dict), nested as needed",
+)
+def module_in_plain_container(ctx: LintContext) -> Iterator[Hit]:
+    for path, _, name, value in ctx.plain_attributes():
+        lost = {id(m): m for m in contents(value)
+                if isinstance(m, nn.Module) and id(m) not in ctx.module_ids}
+        if not lost:
+            continue
+        params = {id(p): p.numel() for m in lost.values() for p in m.parameters()}
+        classes = sorted({type(m).__name__ for m in lost.values()})
+        yield Hit(path, name, (
+            f"self.{name} is a {_kind(value)} holding {_count(len(lost), 'module')} "
+            f"({', '.join(classes)}) that the model does not register: their "
+            f"{sum(params.values()):,} parameters are not in parameters() (never trained), "
+            "not in state_dict() (never saved), and .to() does not move them"
+        ))
+
+
+@register_rule(
+    "HS102", "parameter-in-plain-container", severity=Severity.ERROR,
+    why="""An nn.Parameter kept in a plain list, tuple, dict or set attribute (or set on
+    the instance dict directly) is not registered: it is not in model.parameters(), so
+    the optimizer never updates it, not in state_dict(), so it is never saved, and
+    .to()/.cuda() does not move it.""",
+    fix="hold them in nn.ParameterList (list, tuple) or nn.ParameterDict (dict)",
+)
+def parameter_in_plain_container(ctx: LintContext) -> Iterator[Hit]:
+    for path, _, name, value in ctx.plain_attributes():
+        items = [value] if isinstance(value, nn.Parameter) else list(contents(value))
+        lost = {id(p): p for p in items
+                if isinstance(p, nn.Parameter) and id(p) not in ctx.tensor_ids}
+        if not lost:
+            continue
+        numel = sum(p.numel() for p in lost.values())
+        what = "an unregistered Parameter" if value is next(iter(lost.values())) else (
+            f"a {_kind(value)} holding {_count(len(lost), 'Parameter')}")
+        yield Hit(path, name, (
+            f"self.{name} is {what} ({numel:,} values) that the model does not register: "
+            "not in parameters() (never trained), not in state_dict() (never saved), "
+            "and .to() does not move it"
+        ))

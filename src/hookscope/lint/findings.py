@@ -1,0 +1,171 @@
+"""What the linter reports: :class:`Severity`, :class:`Finding` and :class:`LintReport`.
+
+Rules (``lint/checks/*.py``) yield :class:`Hit`\\ s: where (module path, attribute) and
+what (a message). The runner (``lint/runner.py``) turns each hit into a
+:class:`Finding` by adding the rule's code, name, severity and fix, and the source
+location of the attribute (``lint/source.py``). A :class:`LintReport` holds the
+findings of one run and renders them in the linters' text convention or as JSON.
+
+Findings are plain data; only :class:`LintReport` produces strings.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from enum import Enum
+from typing import Any, NamedTuple
+
+SCHEMA_VERSION = 1
+
+
+class Severity(str, Enum):
+    """How sure a rule is that the model is wrong (the same scale for ``--fail-on``).
+
+    - ``ERROR``: the model is certainly wrong (a module in a plain list is not trained).
+    - ``WARNING``: very likely wrong (a plain tensor attribute, a layer never called).
+    - ``INFO``: a fact worth knowing (tied or frozen parameters).
+    """
+
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+    @property
+    def rank(self) -> int:
+        """2 for error, 1 for warning, 0 for info: ``a.rank >= b.rank`` is "at least"."""
+        return {"error": 2, "warning": 1, "info": 0}[self.value]
+
+
+class Hit(NamedTuple):
+    """What a rule found, before the runner adds the rule's fields and the location.
+
+    Attributes:
+        path: fully qualified name of the module (``""`` for the root).
+        attribute: the attribute of that module concerned, or ``None``.
+        message: one sentence saying what is wrong and what goes wrong because of it.
+    """
+
+    path: str
+    attribute: str | None
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One problem (or fact) found in a model.
+
+    Attributes:
+        code: the rule's stable code, e.g. ``HS101``.
+        name: the rule's short name, e.g. ``module-in-plain-container``.
+        severity: error, warning or info.
+        path: fully qualified name of the module (``""`` for the root).
+        attribute: the attribute concerned (``layers``), or ``None``.
+        message: what is wrong and what goes wrong because of it.
+        fix: how to fix it, in one line.
+        file: the source file where the attribute is assigned, when found.
+        line: 1-based line of that assignment, when found.
+        col: 1-based column of that assignment, when found.
+    """
+
+    code: str
+    name: str
+    severity: Severity
+    path: str
+    attribute: str | None
+    message: str
+    fix: str
+    file: str | None = None
+    line: int | None = None
+    col: int | None = None
+
+    @property
+    def target(self) -> str:
+        """``path.attribute`` (what ``ignore=`` globs match), or the path alone."""
+        if self.attribute is None:
+            return self.path
+        return f"{self.path}.{self.attribute}" if self.path else self.attribute
+
+    def to_dict(self) -> dict[str, Any]:
+        """The finding as JSON-ready values (``severity`` as its string)."""
+        out = asdict(self)
+        out["severity"] = self.severity.value
+        return out
+
+
+class LintReport:
+    """The findings of one :func:`hookscope.lint` run, most severe first.
+
+    Iterate it for :class:`Finding`\\ s; ``to_text()`` and ``to_json()`` render it;
+    ``exit_code(fail_on=...)`` is what ``hookscope lint`` exits with.
+
+    Attributes:
+        findings: the findings, sorted by severity, then path and code.
+        model: the class name of the linted model.
+        dynamic: whether rules that need a forward pass ran.
+        backward: whether rules that need a backward pass ran.
+        suppressed: how many findings ``ignore=`` silenced.
+    """
+
+    def __init__(
+        self, findings: list[Finding], *, model: str, dynamic: bool, backward: bool,
+        suppressed: int = 0,
+    ) -> None:
+        self.findings = sorted(findings, key=lambda f: (-f.severity.rank, f.path, f.code))
+        self.model = model
+        self.dynamic = dynamic
+        self.backward = backward
+        self.suppressed = suppressed
+
+    def __iter__(self) -> Iterator[Finding]:
+        return iter(self.findings)
+
+    def __len__(self) -> int:
+        return len(self.findings)
+
+    def __getitem__(self, index: int) -> Finding:
+        return self.findings[index]
+
+    def counts(self) -> dict[str, int]:
+        """Number of findings per severity, e.g. ``{"error": 1, "warning": 0, "info": 2}``."""
+        return {s.value: sum(f.severity is s for f in self.findings) for s in Severity}
+
+    def codes(self) -> list[str]:
+        """The codes found, each once, sorted."""
+        return sorted({f.code for f in self.findings})
+
+    def exit_code(self, *, fail_on: Severity | str = Severity.ERROR) -> int:
+        """1 when a finding is at least as severe as ``fail_on``, else 0."""
+        from hookscope.lint.rules import parse_severity
+
+        threshold = parse_severity(fail_on).rank
+        return int(any(f.severity.rank >= threshold for f in self.findings))
+
+    def __repr__(self) -> str:
+        c = self.counts()
+        return (f"<LintReport {self.model}: {c['error']} error(s), {c['warning']} warning(s),"
+                f" {c['info']} info>")
+
+    def to_text(self) -> str:
+        """``file:line:col: CODE [severity] message`` lines, each followed by the module
+        path and the fix, then a summary line that says how to silence a finding."""
+        from hookscope.lint.report import render_text
+
+        return render_text(self)
+
+    def to_json(self, *, indent: int | None = 2) -> str:
+        """A JSON document with sorted keys and ``schema_version``, for CI."""
+        doc = {
+            "schema_version": SCHEMA_VERSION,
+            "model": self.model,
+            "dynamic": self.dynamic,
+            "backward": self.backward,
+            "suppressed": self.suppressed,
+            "counts": self.counts(),
+            "findings": [f.to_dict() for f in self.findings],
+        }
+        return json.dumps(doc, indent=indent, sort_keys=True)
+
+    def __str__(self) -> str:
+        return self.to_text()

@@ -1,0 +1,120 @@
+"""``hookscope.lint``: run the registered rules over a model and collect findings.
+
+The runner validates the options, builds one
+:class:`~hookscope.lint.context.LintContext`, runs the static rules, then (when inputs
+are given and a selected rule needs them) one forward pass through
+:func:`~hookscope.lint.checks.dynamic.observe` and the rules that read it. Each
+:class:`~hookscope.lint.findings.Hit` becomes a :class:`~hookscope.lint.findings.Finding`
+with its rule's fields and the source location of the attribute
+(``lint/source.py``); ``ignore=`` entries then silence what the user chose
+(``lint/suppress.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from torch import nn
+
+from hookscope.errors import SpecError
+from hookscope.lint.context import LintContext
+from hookscope.lint.findings import Finding, Hit, LintReport
+from hookscope.lint.rules import Needs, Rule, load_rules
+from hookscope.lint.source import Location, find_assignment, find_class
+from hookscope.lint.suppress import IgnoreEntry, compile_ignore, select_rules
+
+
+def lint(
+    model: nn.Module,
+    *inputs: Any,
+    kwargs: dict[str, Any] | None = None,
+    backward: bool = False,
+    select: Sequence[str] | None = None,
+    ignore: Sequence[IgnoreEntry] | None = None,
+) -> LintReport:
+    """Find the bugs that make a model definition silently wrong.
+
+    Without inputs only the static rules run (no forward pass). With inputs the model
+    runs once (under ``torch.no_grad()``, or with grad for ``backward=True``); the model
+    is left exactly as it was: hooks, flags, parameters, buffers, ``.grad``.
+
+    Args:
+        model: the model to lint (also one on the meta device).
+        *inputs: positional inputs for one forward pass (optional).
+        kwargs: keyword inputs for that forward pass.
+        backward: also take gradients of the floating outputs, for the rules that need
+            them (a parameter that gets no gradient); needs inputs.
+        select: run only these rules: codes (``"HS101"``) or code prefixes (``"HS1"``).
+        ignore: silence findings; each entry is a code or prefix (``"HS201"``), a
+            glob over ``module.path.attribute`` or the module path (``"encoder.cache"``,
+            ``"decoder.*"``; ``"<root>"`` is the model itself), or a ``(code, glob)``
+            pair (``("HS201", "decoder.*")``).
+
+    Returns:
+        A :class:`~hookscope.lint.findings.LintReport`, most severe findings first.
+
+    Raises:
+        SpecError: ``model`` is not a module, or an option is wrong.
+        ModelRunError: the model raised during the forward pass.
+
+    Example:
+        >>> report = hookscope.lint(model, torch.randn(2, 8))
+        >>> print(report.to_text())
+        >>> report.exit_code(fail_on="warning")
+    """
+    if not isinstance(model, nn.Module):
+        raise SpecError(f"hookscope.lint expects a torch.nn.Module, got {type(model).__name__}")
+    rules = select_rules(load_rules(), select)
+    silenced = compile_ignore(ignore)
+    dynamic = bool(inputs) or bool(kwargs)
+    if backward and not dynamic:
+        raise SpecError("backward=True needs inputs: pass them as hookscope.lint(model, x, "
+                        "backward=True), or drop backward=True for the static rules only")
+    ctx = LintContext(model)
+    findings = _run(ctx, [r for r in rules if r.needs is Needs.STATIC])
+    wanted = [r for r in rules
+              if r.needs is Needs.FORWARD or (backward and r.needs is Needs.BACKWARD)]
+    if dynamic and wanted:
+        from hookscope.lint.checks.dynamic import observe
+
+        ctx.forward = observe(ctx, inputs, dict(kwargs or {}), backward=backward)
+        findings += _run(ctx, wanted)
+    kept = [f for f in findings if not silenced(f)]
+    return LintReport(kept, model=type(model).__name__, dynamic=dynamic and bool(wanted),
+                      backward=backward and dynamic, suppressed=len(findings) - len(kept))
+
+
+def _run(ctx: LintContext, rules: list[Rule]) -> list[Finding]:
+    return [_finding(ctx, rule, hit) for rule in rules for hit in rule.check(ctx)]
+
+
+def _finding(ctx: LintContext, rule: Rule, hit: Hit) -> Finding:
+    where = locate(ctx, hit.path, hit.attribute)
+    file, line, col = where if where is not None else (None, None, None)
+    return Finding(rule.code, rule.name, rule.severity, hit.path, hit.attribute, hit.message,
+                   rule.fix, file, line, col)
+
+
+def locate(ctx: LintContext, path: str, attribute: str | None) -> Location | None:
+    """Where ``self.<attribute>`` is assigned in the class of the module at ``path``.
+
+    An attribute that a ``torch.nn`` class assigns (the ``weight`` of an ``nn.Linear``)
+    is located where the user's code assigns the ``torch.nn`` module instead, and so
+    on up the tree; the model's own class definition is the last resort.
+    """
+    while True:
+        module = ctx.modules.get(path)
+        if module is None:
+            return None
+        if attribute is not None and not _from_torch(type(module)):
+            found = find_assignment(type(module), attribute)
+            if found is not None:
+                return found
+        if not path:
+            return None if _from_torch(type(module)) else find_class(type(module))
+        path, attribute = ctx.owner(path)
+
+
+def _from_torch(cls: type) -> bool:
+    return cls.__module__.split(".")[0] == "torch"

@@ -1,0 +1,134 @@
+"""Each rule fires on its model and not on the corrected twin (``models.CASES``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lint_zoo as models
+import pytest
+import torch
+from torch import nn
+
+import hookscope
+from hookscope.lint import Severity
+from hookscope.lint.rules import load_rules
+
+RULES = load_rules()
+
+
+def test_every_rule_has_a_case() -> None:
+    assert sorted(models.CASES) == sorted(RULES)
+
+
+def _lint(build, inputs, options):  # type: ignore[no-untyped-def]
+    args = inputs() if inputs is not None else ()
+    return hookscope.lint(build(), *args, **options)
+
+
+@pytest.mark.parametrize("code", sorted(models.CASES))
+def test_rule_fires_on_the_bad_model(code: str) -> None:
+    bad, _, inputs, options = models.CASES[code]
+    report = _lint(bad, inputs, options)
+    found = [f for f in report if f.code == code]
+    assert found, report.to_text()
+    rule = RULES[code]
+    assert all(f.severity is rule.severity and f.name == rule.name and f.fix == rule.fix
+               for f in found)
+
+
+@pytest.mark.parametrize("code", sorted(models.CASES))
+def test_rule_is_silent_on_the_corrected_twin(code: str) -> None:
+    _, good, inputs, options = models.CASES[code]
+    report = _lint(good, inputs, options)
+    assert code not in report.codes(), report.to_text()
+
+
+def test_severities_are_those_of_the_issue() -> None:
+    errors = {"HS101", "HS102", "HS501"}
+    infos = {"HS203", "HS204"}
+    for code, rule in RULES.items():
+        expected = (Severity.ERROR if code in errors else
+                    Severity.INFO if code in infos else Severity.WARNING)
+        assert rule.severity is expected, code
+
+
+def test_module_in_plain_container_names_what_goes_wrong() -> None:
+    (finding,) = [f for f in hookscope.lint(models.NestedPlainDict()) if f.code == "HS101"]
+    assert finding.attribute == "heads"
+    for consequence in ("parameters()", "state_dict()", ".to()"):
+        assert consequence in finding.message
+    assert "2 modules" in finding.message and "30 parameters" in finding.message  # 20 + 10
+    assert "nn.ModuleList" in finding.fix and "nn.ModuleDict" in finding.fix
+
+
+def test_a_list_of_references_to_registered_modules_is_not_reported() -> None:
+    assert "HS101" not in hookscope.lint(models.ReferenceList()).codes()
+
+
+def test_plain_tensor_is_located_and_named() -> None:
+    (finding,) = [f for f in hookscope.lint(models.PlainTensor()) if f.code == "HS201"]
+    assert (finding.path, finding.attribute) == ("", "scale")
+    assert finding.file == models.__file__
+    assert finding.line == _line_of(models.__file__, "self.scale = torch.full")
+    assert "register_buffer" in finding.fix
+
+
+def test_tied_is_reported_at_the_second_name() -> None:
+    (finding,) = [f for f in hookscope.lint(models.Tied()) if f.code == "HS203"]
+    assert finding.target == "head.weight" and "embed.weight" in finding.message
+
+
+def test_frozen_reports_the_largest_frozen_subtree_once() -> None:
+    found = [f for f in hookscope.lint(models.frozen()) if f.code == "HS204"]
+    assert [f.target for f in found] == ["0"]
+
+
+def test_non_finite_counts_nan_and_inf() -> None:
+    (finding,) = [f for f in hookscope.lint(models.nan_weight()) if f.code == "HS301"]
+    assert "2 non-finite values (1 NaN, 1 infinite)" in finding.message
+    assert "HS302" not in hookscope.lint(models.nan_weight()).codes()
+
+
+def test_constant_kernel_and_vectors() -> None:
+    assert "HS302" in hookscope.lint(models.constant_kernel()).codes()
+    ones = nn.Sequential(nn.LayerNorm(4))  # a vector of ones: not a weight matrix
+    assert "HS302" not in hookscope.lint(ones).codes()
+
+
+def test_mixed_devices_names_the_minority() -> None:
+    (finding,) = [f for f in hookscope.lint(models.mixed_devices()) if f.code == "HS401"]
+    assert "on meta" in finding.message and finding.path == "1"
+
+
+def test_dropout_made_in_forward_is_reported_in_eval_mode_relu_is_not() -> None:
+    x = torch.randn(2, 4)
+    assert "HS501" in hookscope.lint(models.DropoutInForward().eval(), x).codes()
+    assert "HS501" not in hookscope.lint(models.StatelessInForward(), x).codes()
+    (finding,) = [f for f in hookscope.lint(models.MadeInForward(), x) if f.code == "HS501"]
+    assert "made inside forward" in finding.message and finding.attribute is None
+
+
+def test_forgotten_layer_names_the_attribute_and_its_line() -> None:
+    (finding,) = [f for f in hookscope.lint(models.Forgotten(), torch.randn(2, 4))
+                  if f.code == "HS502"]
+    assert finding.target == "norm"
+    assert finding.line == _line_of(models.__file__, "self.norm = nn.LayerNorm(4)")
+
+
+def test_no_gradient_only_with_backward() -> None:
+    x = torch.randn(2, 4)
+    assert "HS503" not in hookscope.lint(models.UnusedParameter(), x).codes()
+    (finding,) = [f for f in hookscope.lint(models.UnusedParameter(), x, backward=True)
+                  if f.code == "HS503"]
+    assert finding.target == "gain"
+
+
+def test_batchnorm_batch_of_two_is_fine() -> None:
+    report = hookscope.lint(models.bn_model().train(), torch.randn(2, 3, 8, 8))
+    assert "HS504" not in report.codes()
+
+
+def _line_of(file: str, text: str) -> int:
+    lines = Path(file).read_text().splitlines()
+    (line,) = [i for i, source in enumerate(lines, 1) if text in source]
+    return line
