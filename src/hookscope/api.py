@@ -227,8 +227,11 @@ def _run_backward(
             "an input with requires_grad=True or unfreeze a parameter"
         )
     with tracer.internal_work():
-        seeds = [torch.ones_like(t) for t in roots]
-    torch.autograd.grad(roots, targets, seeds, allow_unused=True)
+        # NB: the sum of the outputs, not the outputs as roots with seeds of ones (the
+        # same gradients): autograd runs no tensor hook on a graph root, so the model's
+        # outputs would get no backward event
+        loss = sum(t.sum() if t.is_floating_point() else t.abs().sum() for t in roots)
+    torch.autograd.grad(loss, targets, allow_unused=True)
 
 
 def _run_error(tracer: Tracer, e: Exception) -> Exception:

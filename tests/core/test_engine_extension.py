@@ -1,0 +1,291 @@
+"""The engine, open to new capabilities (issue 8): a probe defined here, in a test file,
+records a per-call and a per-trace fact, gets forward and backward events, and its
+facts reach JSON, CSV, the DataFrame and the table with no hookscope file edited.
+Backward events, early stop, value replacement and probe errors are checked against
+independent oracles (``torch.autograd.grad``, ``param.grad``, call counters)."""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from helpers import assert_state_unchanged, count_hooks, snapshot_state
+from torch import nn
+
+import hookscope
+from hookscope import Column, Fact, Field, Probe, Unit
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+class GradNormProbe(Probe):
+    """Per call: the norm of the output (forward) and of its gradient (backward).
+    Per trace: how many backward events arrived, and the parameters' grad norms."""
+
+    name = "gradnorm_test"
+    facts = (Fact("out_norm", "norm of the first output"),
+             Fact("grad_out_norm", "norm of the gradient of the first output"))
+    trace_facts = (Fact("backward_events", "how many backward events arrived", default=0),
+                   Fact("param_norms", "parameter path -> gradient norm",
+                        default_factory=dict))
+    columns = (Column("out_norm", "|out|", lambda c, t: c.facts.get("out_norm"), Unit.STAT),
+               Column("grad_norm", "|grad out|", lambda c, t: c.facts.get("grad_out_norm"),
+                      Unit.STAT))
+    fields = (Field("out_norm", lambda c, t: c.facts.get("out_norm")),
+              Field("grad_out_norm", lambda c, t: c.facts.get("grad_out_norm")))
+
+    def __init__(self) -> None:
+        self.events = 0
+        self.param_norms: dict[str, float] = {}
+        self.exits: list[str] = []
+
+    def on_exit(self, call: Any, module: nn.Module, args: Any, kwargs: Any, output: Any,
+                failed: bool) -> None:
+        if isinstance(output, torch.Tensor):
+            call.facts["out_norm"] = float(output.detach().norm())
+
+    def on_backward_enter(self, call: Any, grad_outputs: tuple[Any, ...]) -> None:
+        self.events += 1
+        if grad_outputs and grad_outputs[0] is not None:
+            call.facts["grad_out_norm"] = float(grad_outputs[0].norm())
+
+    def on_backward_exit(self, call: Any, grad_inputs: tuple[Any, ...]) -> None:
+        self.exits.append(call.path)
+
+    def on_param_grad(self, grad: Any) -> None:
+        self.param_norms[grad.path] = float(grad.grad.norm())
+
+    def finalize(self, trace: Any) -> None:
+        trace.facts["backward_events"] = self.events
+        trace.facts["param_norms"] = dict(self.param_norms)
+
+
+def mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.ReLU(inplace=True), nn.Linear(8, 3))
+
+
+def test_a_probe_from_a_test_file_reaches_json_csv_dataframe_and_the_table() -> None:
+    model, x = mlp(), torch.randn(5, 4)
+    trace = hookscope.trace(model, x, probes=[GradNormProbe()], backward=True,
+                            time=False, stats=False, memory=False)
+    with torch.no_grad():
+        expected = float(model[0](x).norm())
+    assert trace["0"].out_norm == pytest.approx(expected)
+    assert trace.backward_events >= 3  # the root and its three children
+    # the per-call and per-trace facts survive JSON, and the document names them
+    doc = json.loads(trace.to_json())
+    assert doc["calls"][1]["out_norm"] == pytest.approx(expected)
+    assert doc["facts"]["backward_events"] == trace.backward_events
+    assert hookscope.Trace.from_json(trace.to_json()) == trace
+    csv_header = trace.to_csv().splitlines()[0].split(",")
+    assert {"out_norm", "grad_out_norm"} <= set(csv_header)
+    frame = trace.to_dataframe(columns=["path", "out_norm"])
+    assert frame["out_norm"].iloc[1] == pytest.approx(expected)
+    from hookscope.render.trace_table import render_trace
+
+    text = render_trace(trace, columns=["layer", "out_norm", "grad_norm"])
+    assert "|out|" in text and "|grad out|" in text
+    assert f"{expected:.3g}" in text
+    # the default table shows the probe's columns because it ran
+    assert "|out|" in str(trace)
+
+
+def test_trace_and_tracer_accept_the_probe_alike() -> None:
+    model, x = mlp(), torch.randn(5, 4)
+    by_trace = hookscope.trace(model, x, probes=[GradNormProbe], time=False, stats=False,
+                               memory=False)
+    with hookscope.Tracer(model, probes=[GradNormProbe()]) as tracer:
+        model(x)
+    assert tracer.trace is not None
+    assert [c.out_norm for c in tracer.trace] == [c.out_norm for c in by_trace]
+    assert "gradnorm_test" in tracer.trace.probes
+
+
+def test_backward_events_match_autograd_oracles() -> None:
+    model, x = mlp(), torch.randn(5, 4)
+    probe = GradNormProbe()
+    with hookscope.Tracer(model, probes=[probe]) as tracer:
+        out = model(x)
+        hidden = model[0](x)  # a second call of layer 0, its output kept as the oracle
+        loss = out.pow(2).sum() + hidden.sum()
+        loss.backward()
+    trace = tracer.trace
+    assert trace is not None
+    twin = mlp()
+    out_t = twin(x)
+    loss_t = out_t.pow(2).sum() + twin[0](x).sum()
+    (grad_out,) = torch.autograd.grad(loss_t, [out_t], retain_graph=True)
+    assert trace[""].grad_out_norm == pytest.approx(float(grad_out.norm()))
+    loss_t.backward()
+    for path, p in twin.named_parameters():
+        assert probe.param_norms[path] == pytest.approx(float(p.grad.norm()))
+    assert set(probe.exits) >= {"", "0", "1", "2"}
+    # in-place ReLU did not break anything: its backward events arrived
+    assert trace["1"].grad_out_norm is not None
+
+
+def test_autograd_grad_delivers_parameter_gradients_without_touching_grad() -> None:
+    model, x = mlp(), torch.randn(5, 4)
+    probe = GradNormProbe()
+    with hookscope.Tracer(model, probes=[probe]):
+        out = model(x).sum()
+        grads = torch.autograd.grad(out, list(model.parameters()))
+    names = [n for n, _ in model.named_parameters()]
+    assert probe.param_norms == pytest.approx(
+        {n: float(g.norm()) for n, g in zip(names, grads, strict=True)}
+    )
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_no_hook_is_left_on_modules_or_parameters() -> None:
+    model, x = mlp(), torch.randn(5, 4)
+    before = count_hooks(model)
+    with hookscope.Tracer(model, probes=[GradNormProbe()]) as tracer:
+        during = sum(count_hooks(model).values())
+        model(x).sum().backward()
+    assert during > sum(before.values())  # the tracer did hook modules and parameters
+    assert count_hooks(model) == before
+    assert tracer.trace is not None
+
+
+class StopAtProbe(Probe):
+    name = "stop_at_test"
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.tracer: Any = None
+
+    def install(self, tracer: Any) -> list[Any]:
+        self.tracer = tracer
+        return []
+
+    def on_exit(self, call: Any, module: nn.Module, args: Any, kwargs: Any, output: Any,
+                failed: bool) -> None:
+        if call.path == self.path:
+            self.tracer.stop("found what it was looking for")
+
+
+class Counting(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(4, 4) for _ in range(5))
+        self.ran: list[int] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for i, layer in enumerate(self.layers):
+            self.ran.append(i)
+            x = layer(x)
+        return x
+
+
+def test_a_probe_stops_the_run_early_and_the_caller_gets_the_partial_trace() -> None:
+    model = Counting()
+    state = snapshot_state(model)
+    before = count_hooks(model)
+    with pytest.raises(hookscope.RunStopped, match="found what it was looking for") as info:
+        hookscope.trace(model, torch.randn(2, 4), probes=[StopAtProbe("layers.1")])
+    assert model.ran == [0, 1]  # the three layers after the stop never ran
+    trace = info.value.trace
+    assert trace is not None and trace.stop is not None
+    assert trace.stop.probe == "stop_at_test" and trace.stop.path == "layers.1"
+    assert trace.error is None  # a stop is not a failure of the model
+    assert [c.path for c in trace.calls] == ["", "layers.0", "layers.1"]
+    assert count_hooks(model) == before
+    assert_state_unchanged(state, model)
+
+
+class BrokenProbe(Probe):
+    name = "broken_test"
+
+    def on_exit(self, call: Any, module: nn.Module, args: Any, kwargs: Any, output: Any,
+                failed: bool) -> None:
+        if call.path == "2":
+            raise ZeroDivisionError("a bug in the probe")
+
+
+def test_a_probe_that_raises_is_a_probe_error_not_a_model_failure() -> None:
+    model = mlp()
+    before = count_hooks(model)
+    with pytest.raises(hookscope.ProbeError) as info:
+        hookscope.trace(model, torch.randn(2, 4), probes=[BrokenProbe()])
+    err = info.value
+    assert err.probe == "broken_test" and err.path == "2" and err.event == "on_exit"
+    assert "the model itself did not fail" in str(err)
+    assert isinstance(err.__cause__, ZeroDivisionError)
+    assert not isinstance(err, hookscope.ModelRunError)
+    assert err.trace is not None and err.trace.error is None
+    assert count_hooks(model) == before
+
+
+class DoubleOutput(Probe):
+    name = "double_test"
+    replaces = True
+
+    def on_exit(self, call: Any, module: nn.Module, args: Any, kwargs: Any, output: Any,
+                failed: bool) -> Any:
+        return output * 2 if call.path == "0" else None
+
+
+def test_a_replacing_probe_changes_the_output_and_the_trace_records_what_the_caller_got() -> None:
+    model, x = mlp(), torch.randn(2, 4)
+    with torch.no_grad():
+        expected = model[2](torch.relu(model[0](x) * 2))
+        plain = model(x)
+    trace_seen = hookscope.trace(model, x, probes=[DoubleOutput(), GradNormProbe()],
+                                 time=False, memory=False)
+    with hookscope.Tracer(model, probes=[DoubleOutput()]), torch.no_grad():
+        got = model(x)
+    assert torch.equal(got, expected)
+    with torch.no_grad():
+        doubled = model[0](x) * 2
+    assert trace_seen["0"].out_norm == pytest.approx(float(doubled.norm()))
+    with torch.no_grad():
+        assert torch.equal(model(x), plain)  # the patch is gone after the block
+
+
+def test_calls_record_their_start_relative_to_the_trace_start() -> None:
+    trace = hookscope.trace(mlp(), torch.randn(2, 4))
+    starts = [c.start_ns for c in trace.calls]
+    assert all(s is not None and s >= 0 for s in starts)
+    assert starts == sorted(starts)
+    assert trace.meta["torch_version"] == torch.__version__
+    assert trace.meta["hookscope_version"] == hookscope.__version__
+    assert trace.meta["device"] == "cpu" and "rank" not in trace.meta
+
+
+def test_a_schema_1_document_is_still_read() -> None:
+    text = (FIXTURES / "trace_schema1.json").read_text(encoding="utf-8")
+    trace = hookscope.Trace.from_json(text)
+    assert trace.calls[1].path == "0" and trace.calls[1].time_ns is not None
+    assert trace.calls[1].outputs[0].shape == (1, 8)
+    assert trace.totals_flops is not None and trace.totals_flops.forward > 0
+    assert trace.ops and trace.ops[0].name.startswith("aten.")
+    assert trace.calls[0].stats[0].numel == 2
+
+
+def test_unknown_fields_of_a_newer_version_are_kept_with_a_warning() -> None:
+    doc = json.loads(hookscope.trace(mlp(), torch.randn(2, 4)).to_json())
+    doc["schema_version"] = 99
+    doc["calls"][0]["from_the_future"] = {"x": [1, 2]}
+    doc["facts"]["future_total"] = 7
+    with pytest.warns(UserWarning, match="from_the_future"):
+        trace = hookscope.Trace.from_json(json.dumps(doc))
+    again = json.loads(trace.to_json())
+    assert again["calls"][0]["from_the_future"] == {"x": [1, 2]}
+    assert again["facts"]["future_total"] == 7
+
+
+def test_a_nan_statistic_round_trips() -> None:
+    model = nn.Sequential(nn.Linear(2, 2))
+    with torch.no_grad():
+        model[0].weight.fill_(math.nan)
+    trace = hookscope.trace(model, torch.ones(1, 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert hookscope.Trace.from_json(trace.to_json()) == trace
