@@ -12,19 +12,21 @@ if _typing.TYPE_CHECKING:
     from hookscope.aggregate import median_times
     from hookscope.annotate import annotated_repr
     from hookscope.api import summary, trace
+    from hookscope.core.facts import Column, Fact, Field, Unit
     from hookscope.core.records import (
         Call,
+        FailureRecord,
         FlopCount,
         FlopRule,
         OpRecord,
+        ParamGrad,
+        StopRecord,
         TensorMeta,
         TensorStats,
         Trace,
     )
     from hookscope.core.selectors import Selector
     from hookscope.core.structure import ModelInfo, inspect
-    from hookscope.core.facts import Column, Fact, Field, Unit
-    from hookscope.core.records import FailureRecord, ParamGrad, StopRecord
     from hookscope.core.tracer import Tracer
     from hookscope.errors import (
         HookscopeError,

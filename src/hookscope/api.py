@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
+import hookscope.render  # noqa: F401  (registers how a Trace prints and exports)
 from hookscope.core.inputs import InputSize, make_example_inputs, model_device, parse_device
 from hookscope.core.meta import inputs_to_meta, is_meta_request, is_on_meta, meta_copy
 from hookscope.core.probe import Probe, register_probe
@@ -23,7 +24,6 @@ from hookscope.core.tensors import call_input_metas, iter_tensors, metas
 from hookscope.core.tracer import ProbeSpec, Tracer, describe_failure
 from hookscope.errors import ModelRunError, ProbeError, RunStopped, SpecError
 from hookscope.probes import PROBES
-import hookscope.render  # noqa: F401  (registers how a Trace prints and exports)
 from hookscope.render.summary import Summary
 from hookscope.render.trace_table import describe_input_stats
 
@@ -230,7 +230,9 @@ def _run_backward(
         # NB: the sum of the outputs, not the outputs as roots with seeds of ones (the
         # same gradients): autograd runs no tensor hook on a graph root, so the model's
         # outputs would get no backward event
-        loss = sum(t.sum() if t.is_floating_point() else t.abs().sum() for t in roots)
+        loss = torch.stack(
+            [t.sum() if t.is_floating_point() else t.abs().sum() for t in roots]
+        ).sum()
     torch.autograd.grad(loss, targets, allow_unused=True)
 
 

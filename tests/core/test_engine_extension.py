@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import assert_state_unchanged, count_hooks, snapshot_state
 from torch import nn
 
 import hookscope
+from helpers import assert_state_unchanged, count_hooks, snapshot_state
 from hookscope import Column, Fact, Field, Probe, Unit
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -94,8 +94,11 @@ class BackwardWatch:
         for path, p in named:
             if not p.requires_grad:
                 continue
-            self._handles.add(p.register_hook(self._grad_hook(path, p)))
-            self._handles.add(p.register_post_accumulate_grad_hook(self._accumulated_hook(path)))
+            grad_hook, accumulated_hook = self._grad_hook(path, p), self._accumulated_hook(path)
+            self._handles.add(p.register_hook(grad_hook))  # type: ignore[no-untyped-call]
+            self._handles.add(
+                p.register_post_accumulate_grad_hook(accumulated_hook)  # type: ignore[no-untyped-call]
+            )
 
     def _grad_hook(self, path: str, p: torch.Tensor) -> Callable[[torch.Tensor], None]:
         def hook(grad: torch.Tensor) -> None:

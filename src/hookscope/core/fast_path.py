@@ -20,6 +20,7 @@ does not hold, the fast path is off (with a warning) and every module gets both 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 import warnings
@@ -69,10 +70,8 @@ def failure_detection_works() -> bool:
 
     handle = register_module_forward_hook(probe, with_kwargs=True, always_call=True)
     try:
-        try:
+        with contextlib.suppress(IndexError, RuntimeError):
             nn.Flatten(start_dim=3)(torch.zeros(2))  # dimension out of range: raises
-        except (IndexError, RuntimeError):
-            pass
     finally:
         handle.remove()
         torch_private.remove_global_forward_hook_kwargs_entry(handle.id)

@@ -449,7 +449,7 @@ class Trace:
 
     @property
     def total_time_ns(self) -> int | None:
-        times = [c.facts.get("time_ns") for c in self.roots]
+        times: list[int | None] = [c.facts.get("time_ns") for c in self.roots]
         if not times or any(t is None for t in times):
             return None
         return sum(t for t in times if t is not None)

@@ -169,7 +169,9 @@ _top_hooks: Callable[[bool], Any] | None = getattr(
 def saved_tensor_default_hooks() -> tuple[Callable[..., Any], Callable[..., Any]] | None:
     """The saved-tensor hooks the user has active now (``save_on_cpu``), if any."""
     if _top_hooks is None:
-        _warn_once("wrapping the user's saved-tensor hooks", "has no _top_saved_tensors_default_hooks")
+        _warn_once(
+            "wrapping the user's saved-tensor hooks", "has no _top_saved_tensors_default_hooks"
+        )
         return None
     hooks = _top_hooks(False)
     return None if hooks is None else (hooks[0], hooks[1])

@@ -539,6 +539,7 @@ class Tracer:
             exc = exc_info()[1]
             failed = exc is not None and exc is not outer_exc
             if failed:
+                assert exc is not None
                 if isinstance(exc, _CONTROL):
                     return None  # hookscope's own stop or error passing through
                 failures.record(call, exc)

@@ -314,7 +314,8 @@ def _flop_attr(call: Call, attr: str) -> Any:
 
 
 def _flops(call: Call, backward: bool) -> int | None:
-    return _flop_attr(call, "backward" if backward else "forward")
+    value: int | None = _flop_attr(call, "backward" if backward else "forward")
+    return value
 
 
 def _flops_text(f: FlopCount | None, backward: bool) -> str:

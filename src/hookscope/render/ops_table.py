@@ -36,12 +36,13 @@ _RULE_TEXT = {
 
 
 def _require_ops(trace: Trace) -> FlopCount:
-    if trace.totals_flops is None:
+    totals: FlopCount | None = trace.facts.get("totals_flops")
+    if totals is None:
         raise RenderError(
             "this trace has no op records; record it with ops=True "
             "(hookscope.trace(model, x, ops=True) or `hookscope trace --ops`)"
         )
-    return trace.totals_flops
+    return totals
 
 
 def _check_top(top: int | None) -> None:

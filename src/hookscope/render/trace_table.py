@@ -16,7 +16,6 @@ from collections.abc import Sequence
 
 from rich import box
 from rich.table import Table
-
 from rich.text import Text
 
 from hookscope.core.records import Call, Trace

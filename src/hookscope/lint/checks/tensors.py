@@ -44,9 +44,9 @@ def plain_tensor_attribute(ctx: LintContext) -> Iterator[Hit]:
         else:
             why = ("it is not in state_dict() (never saved or loaded), and .to()/.cuda() "
                    "do not move it")
-        shape = "x".join(map(str, value.shape)) or "scalar"
-        yield Hit(path, name, f"self.{name} is a plain {shape} tensor, neither parameter "
-                              f"nor buffer: {why}")
+        shape = tuple(value.shape)
+        yield Hit(path, name, f"self.{name} is a plain tensor of shape {shape}, neither "
+                              f"parameter nor buffer: {why}")
 
 
 @register_rule(

@@ -1,0 +1,125 @@
+"""Every assumption ``core/torch_private.py`` makes about torch, checked against the
+installed release: a torch that changes one fails the test named after it, instead of
+hookscope degrading silently. Each wrapper's fallback warns once (checked too)."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torch.nn.modules import module as torch_module
+from torch.nn.modules.module import register_module_forward_hook
+
+from hookscope.core import torch_private
+from hookscope.core.fast_path import failure_detection_works
+
+
+def test_always_call_hooks_run_in_the_except_block_of_call_impl_with_kwargs_local() -> None:
+    assert failure_detection_works()
+
+
+def test_global_forward_hook_with_kwargs_leaves_its_id_behind_and_we_remove_it() -> None:
+    handle = register_module_forward_hook(lambda *a: None, with_kwargs=True, always_call=True)
+    assert torch_private.global_module_hooks_present()
+    handle.remove()
+    torch_private.remove_global_forward_hook_kwargs_entry(handle.id)
+    assert handle.id not in torch_module._global_forward_hooks_with_kwargs
+    assert not torch_private.global_module_hooks_present()
+
+
+def test_sequence_numbers_order_the_nodes_autograd_makes() -> None:
+    x = torch.randn(3, requires_grad=True)
+    first = torch_private.next_sequence_nr()
+    y = x * 2
+    second = torch_private.next_sequence_nr()
+    assert first is not None and second is not None and second > first
+    assert torch_private.node_sequence_nr(y.grad_fn) == first
+    # an AccumulateGrad node has the "no sequence number" marker
+    acc = y.grad_fn.next_functions[0][0]
+    assert torch_private.node_sequence_nr(acc) is None
+
+
+def test_the_current_node_and_graph_task_are_visible_inside_a_backward() -> None:
+    seen: list[Any] = []
+    x = torch.randn(3, requires_grad=True)
+    y = x * 2
+    y.register_hook(lambda g: seen.append(
+        (torch_private.graph_task_running(), torch_private.current_autograd_node())
+    ))
+    assert not torch_private.graph_task_running()
+    y.sum().backward()
+    assert seen and seen[0][0] is True
+
+
+def test_end_of_backward_callbacks_run_after_the_pass() -> None:
+    order: list[str] = []
+    x = torch.randn(3, requires_grad=True)
+    y = x * 2
+
+    def hook(grad: torch.Tensor) -> None:
+        assert torch_private.queue_end_of_backward(lambda: order.append("end"))
+        order.append("hook")
+
+    y.register_hook(hook)
+    y.sum().backward()
+    assert order == ["hook", "end"]
+
+
+def test_the_users_saved_tensor_hooks_are_visible() -> None:
+    assert torch_private.saved_tensor_default_hooks() is None
+    with torch.autograd.graph.save_on_cpu():
+        found = torch_private.saved_tensor_default_hooks()
+    assert found is not None and all(callable(f) for f in found)
+
+
+def test_functorch_wrappers_are_recognised() -> None:
+    seen: list[bool] = []
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        seen.append(torch_private.is_functorch_wrapped(x))
+        return x.sin().sum()
+
+    torch.func.grad(f)(torch.randn(3))
+    assert seen == [True]
+    assert not torch_private.is_functorch_wrapped(torch.randn(3))
+
+
+def test_composite_kernels_are_found_in_the_dispatcher() -> None:
+    assert torch_private.dispatch_has_composite_kernel(torch.ops.aten.linear.default)
+    assert not torch_private.dispatch_has_composite_kernel(torch.ops.aten.mm.default)
+
+
+def test_frame_kwargs_reads_the_call_impl_local_and_warns_when_missing() -> None:
+    frame = sys._getframe()
+    kwargs = {"a": 1}  # noqa: F841  (read through the frame)
+    assert torch_private.frame_kwargs(frame) == {"a": 1}
+    torch_private._warned.discard("keyword inputs of a failing leaf call")
+
+    def no_kwargs() -> dict[str, Any]:
+        return torch_private.frame_kwargs(sys._getframe())
+
+    with pytest.warns(torch_private.HookscopeTorchWarning, match="degraded"):
+        assert no_kwargs() == {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once only
+        assert no_kwargs() == {}
+
+
+def test_a_missing_private_api_degrades_with_one_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch_private, "_get_sequence_nr", None)
+    torch_private._warned.discard("attributing backward work to module calls")
+    with pytest.warns(torch_private.HookscopeTorchWarning, match="_get_sequence_nr"):
+        assert torch_private.next_sequence_nr() is None
+    model = nn.Linear(2, 2)
+    x = torch.randn(1, 2, requires_grad=True)
+    import hookscope
+
+    # the ops probe still runs; backward ops are then attributed to no call
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch_private.HookscopeTorchWarning)
+        trace = hookscope.trace(model, x, ops=True, backward=True, time=False, stats=False)
+    assert trace.totals_flops is not None and trace.totals_flops.backward > 0
