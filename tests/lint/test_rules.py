@@ -132,3 +132,14 @@ def _line_of(file: str, text: str) -> int:
     lines = Path(file).read_text().splitlines()
     (line,) = [i for i, source in enumerate(lines, 1) if text in source]
     return line
+
+
+def test_a_few_zero_matrices_are_a_deliberate_idiom_most_are_a_bug() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 2))
+    nn.init.zeros_(model[2].weight)  # a zero-initialised head (torchvision's ViT does)
+    assert "HS302" not in hookscope.lint(model).codes()
+    nn.init.zeros_(model[1].weight)  # two of three: an initialisation that zeroes weights
+    found = [f.target for f in hookscope.lint(model) if f.code == "HS302"]
+    assert found == ["1.weight", "2.weight"]
+    nn.init.constant_(model[0].weight, 1.0)  # one non-zero value: always reported
+    assert "0.weight" in [f.target for f in hookscope.lint(model) if f.code == "HS302"]

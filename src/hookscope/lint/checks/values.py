@@ -47,23 +47,31 @@ def non_finite_parameter(ctx: LintContext) -> Iterator[Hit]:
 
 @register_rule(
     "HS302", "constant-weight", severity=Severity.WARNING,
-    why="""A trainable weight matrix (or convolution kernel) whose values are all zero,
-    or all the same value, gives every output unit the same output and the same gradient:
-    the units stay identical through training (symmetry is never broken), and an
-    all-zero matrix between two layers passes no gradient back at all. Vectors (biases,
-    norm scales), tensors with a single dimension above 1 (a (1, 1, D) token), and
-    frozen tensors are not reported.""",
+    why="""A trainable weight matrix (or convolution kernel) whose values are all the same
+    gives every output unit the same output and, with symmetric neighbours, the same
+    gradient: the units stay identical through training (symmetry is never broken);
+    usually an initialisation that fills the weights (the seed's W.data.fill_(1.)).
+    A matrix of one non-zero value is always reported. All-zero matrices are a
+    deliberate idiom when they are few (a zero-initialised classifier head, LoRA's B,
+    ControlNet's zero convolutions: the neighbours are random, so symmetry breaks), so
+    they are reported only when more than half of the model's trainable weight
+    matrices are all zero. Vectors (biases, norm scales), tensors with a single
+    dimension above 1 (a (1, 1, D) token) and frozen tensors are not reported.""",
     fix="initialise it randomly (nn.init.kaiming_uniform_, nn.init.normal_, ...); "
     "only biases and norm parameters start constant",
 )
 def constant_weight(ctx: LintContext) -> Iterator[Hit]:
-    for tensor_path, p in ctx.tensors(buffers=False):
-        if not p.requires_grad or not _readable(p) or sum(d > 1 for d in p.shape) < 2:
+    matrices = [(path, p) for path, p in ctx.tensors(buffers=False)
+                if p.requires_grad and _readable(p) and sum(d > 1 for d in p.shape) >= 2]
+    constant = [(path, p, ctx.extremes(p)[0]) for path, p in matrices
+                if ctx.extremes(p)[0] == ctx.extremes(p)[1]]  # NB: never for NaN (HS301)
+    zeros = sum(value == 0 for _, _, value in constant)
+    zeros_matter = 2 * zeros > len(matrices)
+    for tensor_path, p, value in constant:
+        if value == 0 and not zeros_matter:
             continue
-        low, high = ctx.extremes(p)
-        if low == high:  # NB: False for NaN, which HS301 reports
-            what = "0" if low == 0 else f"the same value {low:g}"
-            path, name = ctx.split(tensor_path)
-            shape = "x".join(map(str, p.shape))
-            yield Hit(path, name, f"all {p.numel():,} values of the {shape} weight "
-                                  f"{tensor_path} are {what}: its units never differ")
+        what = "0" if value == 0 else f"the same value {value:g}"
+        path, name = ctx.split(tensor_path)
+        shape = "x".join(map(str, p.shape))
+        yield Hit(path, name, f"all {p.numel():,} values of the {shape} weight "
+                              f"{tensor_path} are {what}: its units never differ")
