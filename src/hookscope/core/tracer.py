@@ -211,6 +211,9 @@ class Tracer:
         #: mode) adds its own time to ``overhead_ns`` for the same reason.
         self.chain_start_ns = 0
         self.overhead_ns = 0
+        #: The CUDA devices that hold the model's parameters or buffers (set on entry,
+        #: from the one walk of the model the tracer makes).
+        self.cuda_devices: list[torch.device] = []
         self.trace: Trace | None = None
 
     def _plan_dispatch(self) -> None:
@@ -265,6 +268,7 @@ class Tracer:
         return self
 
     def _install(self, table: ModuleTable) -> None:
+        self.cuda_devices = _cuda_devices(table)
         handles = self._handles
         if self._backward_probes:
             grad_handles = HandleGroup()  # hooks on parameters and on the graph's tensors
@@ -608,6 +612,13 @@ def _probe_error(probe: Any, event: str, call: Call | None, error: BaseException
 
 def _stop_record(trace: Trace, stop: RunStopped) -> StopRecord:
     return StopRecord(stop.probe, stop.reason, stop.call, stop.path)
+
+
+def _cuda_devices(table: ModuleTable) -> list[torch.device]:
+    found = {p.device for p in table.parameters}
+    for _, module in table.members:
+        found.update(b.device for b in module._buffers.values() if b is not None)
+    return sorted((d for d in found if d.type == "cuda"), key=str)
 
 
 def _named_parameters(table: ModuleTable) -> list[tuple[str, nn.Parameter]]:

@@ -169,7 +169,7 @@ class MemoryProbe(Probe):
         self._tracer = tracer
         self._saved.clear()
         self._cuda_open.clear()
-        self._cuda_device = _cuda_device(tracer.model)
+        self._cuda_device = tracer.cuda_devices[0] if tracer.cuda_devices else None
         self._context = None
         # the hooks of an outermost call that never finished (KeyboardInterrupt) come
         # off with the tracer's handles
@@ -280,13 +280,6 @@ def _chain_hooks(pack: Callable[[torch.Tensor, bool], Any]) -> tuple[PackHook, U
 def _active_saved_tensor_hooks() -> tuple[PackHook, UnpackHook] | None:
     """The saved-tensor hooks the user has active now, if any."""
     return torch_private.saved_tensor_default_hooks()
-
-
-def _cuda_device(model: nn.Module) -> torch.device | None:
-    for t in (*model.parameters(), *model.buffers()):
-        if t.device.type == "cuda":
-            return t.device
-    return None
 
 
 def _cuda_change(device: torch.device, before: int, peak_before: int) -> tuple[int, int]:

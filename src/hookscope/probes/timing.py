@@ -80,7 +80,7 @@ class TimingProbe(Probe):
         self._tracer = tracer
         self._open.clear()
         self._events.clear()
-        self._devices = _cuda_devices(tracer.model)
+        self._devices = list(tracer.cuda_devices)
         cuda = self._cuda_option
         if cuda is None:
             cuda = bool(self._devices)
@@ -158,9 +158,3 @@ def _read_events(
 
 def _timing_event() -> Any:
     return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-
-
-def _cuda_devices(model: nn.Module) -> list[torch.device]:
-    """The CUDA devices holding the model's parameters or buffers."""
-    found = {t.device for t in (*model.parameters(), *model.buffers())}
-    return sorted((d for d in found if d.type == "cuda"), key=str)
