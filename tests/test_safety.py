@@ -178,6 +178,7 @@ NO_OPTIONAL = {"time": False, "stats": False, "memory": False}
 ENTRIES: list[Entry] = [
     Entry("inspect", lambda m, a, k: hookscope.inspect(m), plain_nothing),
     Entry("hooks", lambda m, a, k: hookscope.hooks(m), plain_nothing),
+    Entry("lint", lambda m, a, k: hookscope.lint(m), plain_nothing),
     _summary_entry("summary"),
     _summary_entry("summary-depth1-ops", depth=1, ops=True),
     _trace_entry("trace-shapes", **NO_OPTIONAL),
@@ -219,6 +220,7 @@ KNOWN_MODEL_ENTRY_POINTS = {
     "Tracer": "tracer-",
     "annotated_repr": "annotated-repr",
     "hooks": "hooks",
+    "lint": "lint",
 }
 
 #: Public names that do not observe a model (records, errors, registries).
@@ -231,6 +233,7 @@ NOT_MODEL_ENTRY_POINTS = {
     # records, declarations and exceptions of the engine: they take no model
     "Column", "Fact", "FailureRecord", "Field", "MissingDependencyError", "ParamGrad",
     "ProbeError", "RunStopped", "StopRecord", "Unit",
+    "Finding", "Severity",  # lint's records
 }
 
 
