@@ -440,7 +440,8 @@ def test_tracer_probe_combination_with_user_backward(flags: dict[str, bool]) -> 
 
 # -- the model raises -----------------------------------------------------------------------
 
-RAISING_ENTRIES = [e for e in ENTRIES if e.id not in ("inspect", "hooks")] + [  # run nothing
+RUN_NOTHING = ("inspect", "hooks", "lint")
+RAISING_ENTRIES = [e for e in ENTRIES if e.id not in RUN_NOTHING] + [
     _trace_entry(f"trace-{_combo_id(f)}-{'bwd' if b else 'fwd'}", backward=b, **f)
     for f in PROBE_COMBOS for b in (False, True)
 ]
