@@ -43,11 +43,14 @@ listed last (timing) is closest to the module's own work.
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from torch import nn
 
 from hookscope.core.facts import Column, Fact, Field, register_declarations
+from hookscope.errors import SpecError
 
 if TYPE_CHECKING:
     from hookscope.core.handles import Removable
@@ -169,3 +172,76 @@ def register_probe(cls: P) -> P:
 def overrides(probe: Probe, method: str) -> bool:
     """Whether ``probe`` overrides ``Probe.<method>`` (else the tracer skips it)."""
     return getattr(type(probe), method) is not getattr(Probe, method)
+
+
+ProbeSpec = Probe | type[Probe] | str
+"""What ``probes=`` takes: a probe instance, a probe class, or a registered name."""
+
+
+def build_probes(flags: dict[str, bool], extra: Iterable[ProbeSpec]) -> list[Probe]:
+    """The probes of a tracer: those switched on by name, then ``extra``, by ``order``.
+
+    Raises:
+        SpecError: an unknown probe name, something that is not a probe, or two probes
+            of one name (both would write the same facts).
+    """
+    probes: list[Probe] = [PROBES[name]() for name, on in flags.items() if on and name in PROBES]
+    missing = [name for name, on in flags.items() if on and name not in PROBES]
+    if missing:
+        raise SpecError(f"probe(s) {missing} are not available in this version of hookscope")
+    if isinstance(extra, (str, Probe)) or (isinstance(extra, type) and issubclass(extra, Probe)):
+        extra = [extra]
+    for spec in extra:
+        p = _make_probe(spec)
+        if any(q.name == p.name for q in probes):
+            raise SpecError(
+                f"two {p.name} probes in one tracer (a {p.name}=True option and a probe "
+                f"in probes=, or two in probes=); pass only one of them"
+            )
+        probes.append(p)
+    return sorted(probes, key=lambda p: p.order)
+
+
+def _make_probe(spec: Any) -> Probe:
+    if isinstance(spec, Probe):
+        return spec
+    if isinstance(spec, type) and issubclass(spec, Probe):
+        return spec()
+    if isinstance(spec, str):
+        cls = PROBES.get(spec)
+        if cls is None:
+            raise SpecError(
+                f"probes= names an unknown probe {spec!r}; registered probes: "
+                f"{', '.join(sorted(PROBES))} (register one with @hookscope.register_probe)"
+            )
+        return cls()
+    raise SpecError(
+        f"probes= expects hookscope.Probe instances, Probe classes or registered probe "
+        f"names, got {spec!r}"
+    )
+
+
+def exit_callback(probe: Probe) -> Callable[..., Any]:
+    """``probe.on_exit``; one written as ``on_exit(call, module, output, failed)`` (the
+    signature before the exit event carried ``args``/``kwargs``) is adapted to it."""
+    fn = probe.on_exit
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # no signature to read: assume the current one
+        return fn
+    positional = [
+        p for p in params
+        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
+    if len(positional) != 4 or any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params):
+        return fn
+    old: Callable[[Call, nn.Module, Any, bool], Any] = fn  # type: ignore[assignment]
+
+    def adapted(
+        call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+        output: Any, failed: bool,
+    ) -> Any:
+        return old(call, module, output, failed)
+
+    adapted.probe = probe  # type: ignore[attr-defined]  # named in a ProbeError
+    return adapted

@@ -26,7 +26,6 @@ Failure attribution is in ``core/failures.py``, process-wide settings in
 
 from __future__ import annotations
 
-import inspect
 import os
 import sys
 import threading
@@ -45,7 +44,7 @@ from hookscope.core.backward import BackwardWatch, NodeOwners
 from hookscope.core.failures import FailureTracker, add_note, describe_failure
 from hookscope.core.fast_path import failure_detection_works, install_leaf_hook, is_fast_leaf
 from hookscope.core.handles import CallbackHandle, HandleGroup
-from hookscope.core.probe import PROBES, Probe, overrides
+from hookscope.core.probe import PROBES, Probe, ProbeSpec, build_probes, exit_callback, overrides
 from hookscope.core.process import PROCESS
 from hookscope.core.records import Call, StopRecord, Trace, started_call
 from hookscope.core.selectors import Selector, compile_selector
@@ -54,9 +53,6 @@ from hookscope.core.torch_private import global_module_hooks_present
 from hookscope.errors import HookscopeError, ProbeError, RunStopped, SpecError
 
 __all__ = ["ProbeSpec", "Tracer", "describe_failure", "internal_work"]
-
-ProbeSpec = Probe | type[Probe] | str
-"""What ``probes=`` takes: a probe instance, a probe class, or a registered name."""
 
 _CONTROL = (ProbeError, RunStopped)
 
@@ -172,7 +168,9 @@ class Tracer:
     ) -> None:
         _check_model(model)
         flags = {"shapes": shapes, "time": time, "stats": stats, "memory": memory, "ops": ops}
-        _load_builtin_probes()
+        # NB: the built-in probes register themselves when hookscope.probes is imported,
+        # which hookscope.api (behind hookscope.Tracer and hookscope.trace) does: the
+        # engine never imports the layer above it.
         for key, value in options.items():
             if key not in PROBES:
                 known = ", ".join(sorted({*PROBES, *flags}))
@@ -226,10 +224,10 @@ class Tracer:
             p.on_enter for p in probes if overrides(p, "on_enter") and p.replaces
         ]
         self._exit_replacers: list[Callable[..., Any]] = [
-            _exit_callback(p) for p in probes if overrides(p, "on_exit") and p.replaces
+            exit_callback(p) for p in probes if overrides(p, "on_exit") and p.replaces
         ]
         self._exits: list[Callable[..., Any]] = [
-            _exit_callback(p) for p in reversed(probes)
+            exit_callback(p) for p in reversed(probes)
             if overrides(p, "on_exit") and not p.replaces
         ]
         self._backward_probes = [p for p in probes if type(p).needs_backward()]
@@ -663,32 +661,6 @@ def _hookscope_version() -> str:
     return _VERSION[0]
 
 
-def _exit_callback(probe: Probe) -> Callable[..., Any]:
-    """``probe.on_exit``; one written as ``on_exit(call, module, output, failed)`` (the
-    signature before the exit event carried ``args``/``kwargs``) is adapted to it."""
-    fn = probe.on_exit
-    try:
-        params = list(inspect.signature(fn).parameters.values())
-    except (TypeError, ValueError):  # no signature to read: assume the current one
-        return fn
-    positional = [
-        p for p in params
-        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    ]
-    if len(positional) != 4 or any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params):
-        return fn
-    old: Callable[[Call, nn.Module, Any, bool], Any] = fn  # type: ignore[assignment]
-
-    def adapted(
-        call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
-        output: Any, failed: bool,
-    ) -> Any:
-        return old(call, module, output, failed)
-
-    adapted.probe = probe  # type: ignore[attr-defined]  # named in a ProbeError
-    return adapted
-
-
 class _Kind(Enum):
     """What the tracer needs to know about a module class."""
 
@@ -707,53 +679,3 @@ def _kind_of(cls: type) -> _Kind:
 
 def _unwatch() -> None:
     _shared.watchers -= 1
-
-
-def build_probes(flags: dict[str, bool], extra: Iterable[ProbeSpec]) -> list[Probe]:
-    """The probes of a tracer: those switched on by name, then ``extra``, by ``order``.
-
-    Raises:
-        SpecError: an unknown probe name, something that is not a probe, or two probes
-            of one name (both would write the same facts).
-    """
-    probes: list[Probe] = [PROBES[name]() for name, on in flags.items() if on and name in PROBES]
-    missing = [name for name, on in flags.items() if on and name not in PROBES]
-    if missing:
-        raise SpecError(f"probe(s) {missing} are not available in this version of hookscope")
-    if isinstance(extra, (str, Probe)) or (isinstance(extra, type) and issubclass(extra, Probe)):
-        extra = [extra]
-    for spec in extra:
-        p = _make_probe(spec)
-        if any(q.name == p.name for q in probes):
-            raise SpecError(
-                f"two {p.name} probes in one tracer (a {p.name}=True option and a probe "
-                f"in probes=, or two in probes=); pass only one of them"
-            )
-        probes.append(p)
-    return sorted(probes, key=lambda p: p.order)
-
-
-def _make_probe(spec: Any) -> Probe:
-    if isinstance(spec, Probe):
-        return spec
-    if isinstance(spec, type) and issubclass(spec, Probe):
-        return spec()
-    if isinstance(spec, str):
-        cls = PROBES.get(spec)
-        if cls is None:
-            raise SpecError(
-                f"probes= names an unknown probe {spec!r}; registered probes: "
-                f"{', '.join(sorted(PROBES))} (register one with @hookscope.register_probe)"
-            )
-        return cls()
-    raise SpecError(
-        f"probes= expects hookscope.Probe instances, Probe classes or registered probe "
-        f"names, got {spec!r}"
-    )
-
-
-def _load_builtin_probes() -> None:
-    # NB: the built-in probes register themselves when hookscope.probes is imported,
-    # which hookscope.api (behind hookscope.Tracer and hookscope.trace) does; the engine
-    # itself never imports the layer above it.
-    return None
