@@ -886,8 +886,10 @@ def test_selector_narrows_the_calls() -> None:
     model.add_module("layer2", nn.Sequential(block(), block()))
     trace = hookscope.trace(model, _x(2, 4), select=["layer?.0"], **ALL_PROBES)
     assert [(c.path, c.parent) for c in trace.calls] == [("layer1.0", None), ("layer2.0", None)]
-    # NB: fnmatch semantics, as documented: ``*`` also matches dots
+    # ``*`` stays inside one segment (issue 11); ``**`` crosses dots
     trace = hookscope.trace(model, _x(2, 4), select="layer*.0", **ALL_PROBES)
+    assert [(c.path, c.parent) for c in trace.calls] == [("layer1.0", None), ("layer2.0", None)]
+    trace = hookscope.trace(model, _x(2, 4), select="layer**.0", **ALL_PROBES)
     assert [(c.path, c.parent) for c in trace.calls] == [
         ("layer1.0", None), ("layer1.0.0", 0), ("layer1.1.0", None),
         ("layer2.0", None), ("layer2.0.0", 3), ("layer2.1.0", None),

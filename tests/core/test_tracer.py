@@ -261,7 +261,7 @@ def test_nested_tracers_on_one_model_both_record() -> None:
     model = zoo.build(zoo.NestedSeeds)
     (x,), _ = zoo.NestedSeeds.example_inputs()
     with hookscope.Tracer(model) as outer:
-        with hookscope.Tracer(model, select="cd*") as inner:
+        with hookscope.Tracer(model, select="cd.**") as inner:
             model(x)
         model(x)
     assert outer.trace is not None and inner.trace is not None

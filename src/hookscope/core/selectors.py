@@ -3,17 +3,30 @@
 A :data:`Selector` is a glob over fully qualified module names (``"encoder.*.attn"``),
 a sequence of globs (any may match), or a callable ``fn(path: str) -> bool``. The root
 module's path is ``""``; the glob ``"<root>"`` selects it.
+
+Globs match whole paths, segment by segment: ``*`` matches within one segment and
+never crosses a dot (``layer*.0`` selects ``layer1.0``, not ``layer1.0.downsample.0``),
+``?`` is one character other than a dot, ``[abc]``/``[!abc]`` one character of (not
+of) a set, and ``**`` matches across dots, any number of segments, also none
+(``**.conv1`` selects ``conv1`` and ``layer1.0.conv1``; ``layer1.**`` selects
+``layer1`` and everything below it).
+
+:data:`ModuleSelector` adds a module class (or a tuple of classes): the APIs that hold
+the modules (capture, patch) accept it, through :func:`compile_module_selector`.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from collections.abc import Callable, Sequence
+from typing import Any
+
+from torch import nn
 
 from hookscope.errors import SpecError
 
 Selector = str | Sequence[str] | Callable[[str], bool]
+ModuleSelector = Selector | type[nn.Module] | tuple[type[nn.Module], ...]
 
 
 def compile_selector(select: Selector) -> Callable[[str], bool]:
@@ -24,6 +37,37 @@ def compile_selector(select: Selector) -> Callable[[str], bool]:
     """
     if callable(select):
         return select
+    regex = re.compile("|".join(glob_to_regex(p) for p in _patterns(select)))
+    return lambda path: regex.match(path) is not None
+
+
+def compile_module_selector(select: ModuleSelector) -> Callable[[str, nn.Module], bool]:
+    """Turn a :data:`ModuleSelector` into a predicate ``fn(path, module) -> bool``.
+
+    A module class selects its instances (subclasses included); anything else is a
+    :data:`Selector` over the path.
+
+    Raises:
+        SpecError: when ``select`` is none of these.
+    """
+    if isinstance(select, type) and issubclass(select, nn.Module):
+        cls: Any = select
+        return lambda path, module: isinstance(module, cls)
+    if (
+        isinstance(select, tuple) and select
+        and all(isinstance(c, type) and issubclass(c, nn.Module) for c in select)
+    ):
+        classes = select
+        return lambda path, module: isinstance(module, classes)
+    if isinstance(select, type):
+        raise SpecError(
+            f"a module selector class must be an nn.Module subclass, got {select!r}"
+        )
+    by_path = compile_selector(select)  # type: ignore[arg-type]
+    return lambda path, module: by_path(path)
+
+
+def _patterns(select: object) -> list[str]:
     if isinstance(select, str):
         patterns: list[object] = [select]
     elif isinstance(select, Sequence):
@@ -32,10 +76,47 @@ def compile_selector(select: Selector) -> Callable[[str], bool]:
         patterns = []
     if not patterns or not all(isinstance(p, str) for p in patterns):
         raise SpecError(
-            f"a module selector must be a glob string, a list of globs or a callable, "
-            f"got {select!r}"
+            f"a module selector must be a glob string, a list of globs, a module class "
+            f"or a callable, got {select!r}"
         )
-    regex = re.compile(
-        "|".join("(?:^$)" if p == "<root>" else fnmatch.translate(str(p)) for p in patterns)
-    )
-    return lambda path: regex.match(path) is not None
+    return [str(p) for p in patterns]
+
+
+def glob_to_regex(pattern: str) -> str:
+    """The regular expression of one glob (segment semantics above), anchored at both
+    ends.
+
+    Example:
+        >>> bool(re.match(glob_to_regex("layer*.0"), "layer1.0.downsample.0"))
+        False
+    """
+    if pattern == "<root>":
+        return r"(?:\Z)"
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        if pattern.startswith("**.", i):
+            out.append(r"(?:.*\.)?")  # any number of leading segments, also none
+            i += 3
+        elif pattern.startswith(".**", i) and i + 3 == n:
+            out.append(r"(?:\..*)?")  # the path itself or anything below it
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append(r"[^.]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append(r"[^.]")
+            i += 1
+        elif pattern[i] == "[" and (end := pattern.find("]", i + 2)) != -1:
+            body = pattern[i + 1:end]
+            negate = body.startswith("!")
+            body = re.sub(r"([\\\]^])", r"\\\1", body[1:] if negate else body)
+            out.append(f"[^.{body}]" if negate else f"[{body}]")
+            i = end + 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return "(?:" + "".join(out) + r")\Z"
