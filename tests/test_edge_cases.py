@@ -463,10 +463,16 @@ def test_hook_registration_failure_is_not_a_model_error() -> None:
         def register_forward_hook(self, *args: Any, **kwargs: Any) -> Any:
             raise RuntimeError("this module refuses hooks")
 
+    class ReadsInputs(hookscope.Probe):  # on_enter reads inputs: per-module hooks
+        name = "reads_inputs_test"
+
+        def on_enter(self, call: Any, module: Any, args: Any, kwargs: Any) -> None:
+            return None
+
     model = nn.Sequential(nn.Linear(4, 4), NoHooks(4, 4))
     before = snapshot_state(model)
     with pytest.raises(RuntimeError, match="refuses hooks") as info:
-        hookscope.trace(model, _x(3, 4))
+        hookscope.trace(model, _x(3, 4), probes=[ReadsInputs()])
     assert not isinstance(info.value, hookscope.ModelRunError)
     assert_state_unchanged(before, model)
     assert total_hooks(model) == 0

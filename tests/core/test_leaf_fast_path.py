@@ -96,10 +96,13 @@ def test_fast_path_is_taken_only_where_it_is_exact() -> None:
     hookscope.summary(model, x)
     with hookscope.Tracer(model):  # user code may run here: the normal path
         model(x)
-    hookscope.trace(model, x)  # the timing probe needs each call's start
-    starts = StartProbe()
+    # the timing probe needs each call's start, but not its inputs: the global pre-hook
+    # sees it, and fc gets no pre-hook of its own
+    timed = hookscope.trace(model, x)
+    assert timed["fc"].time_ns is not None
+    starts = StartProbe()  # reads the inputs on enter: per-module pre-hooks with kwargs
     hookscope.trace(model, x, **SHAPES_ONLY, probes=[starts])
-    assert model.seen == [0, 1, 1, 1]
+    assert model.seen == [0, 1, 0, 1]
     assert starts.entered == ["", "fc"]
     assert total_hooks(model) == 0
 

@@ -12,8 +12,8 @@ probe receives backward events (``Probe.needs_backward``):
 This is how ``torch.utils.module_tracker`` follows the backward, and unlike full
 backward module hooks it works with in-place ops (torchvision's
 ``ReLU(inplace=True)``): the input hook is attached before the op modifies the tensor.
-A call whose inputs need no gradient (the first layer, an embedding of token ids)
-exits when the backward pass ends.
+A call whose inputs need no gradient (the first layer, an embedding of token ids), or
+are all leaves, exits when the backward pass ends.
 
 Parameters get a gradient hook (fires for ``.backward()`` and ``torch.autograd.grad``)
 and a post-accumulate-grad hook (``.backward()`` only): a parameter's event is sent
@@ -45,7 +45,13 @@ Dispatch = Callable[[str, Call | None, Any], None]
 
 
 def _needing_grad(tensors: Iterable[tuple[str, torch.Tensor]]) -> list[torch.Tensor]:
-    return [t for _, t in tensors if t.requires_grad]
+    """Tensors that require grad and were computed (have a ``grad_fn``).
+
+    NB: leaves are left out: ``register_multi_grad_hook`` cannot watch a leaf while
+    ``torch.autograd.grad`` runs (torch raises), and a call whose inputs are leaves (the
+    model's own input with ``requires_grad=True``) ends with the backward pass instead.
+    """
+    return [t for _, t in tensors if t.requires_grad and t.grad_fn is not None]
 
 
 class BackwardWatch:

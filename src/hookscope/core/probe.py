@@ -83,6 +83,10 @@ class Probe:
     fields: ClassVar[tuple[Field, ...]] = ()
     #: ``on_enter``/``on_exit`` may return replacement inputs/outputs.
     replaces: ClassVar[bool] = False
+    #: ``on_enter`` reads ``args``/``kwargs``. A probe that only notes a call started
+    #: (timing, memory) sets False: it then gets ``kwargs={}`` in exclusive runs, where
+    #: the engine observes calls through global hooks (``core/fast_path.py``).
+    reads_inputs_on_enter: ClassVar[bool] = True
     #: True for a probe that reads ``tracer.chain_start_ns``/``overhead_ns`` (timing):
     #: only then does the tracer time its own hooks.
     uses_overhead_clock: ClassVar[bool] = False

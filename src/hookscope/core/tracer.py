@@ -42,7 +42,12 @@ from torch import nn
 
 from hookscope.core.backward import BackwardWatch, NodeOwners
 from hookscope.core.failures import FailureTracker, add_note, describe_failure
-from hookscope.core.fast_path import failure_detection_works, install_leaf_hook, is_fast_leaf
+from hookscope.core.fast_path import (
+    failure_detection_works,
+    has_own_hooks,
+    install_global_hooks,
+    is_fast_leaf,
+)
 from hookscope.core.handles import CallbackHandle, HandleGroup
 from hookscope.core.probe import PROBES, Probe, ProbeSpec, build_probes, exit_callback, overrides
 from hookscope.core.process import PROCESS
@@ -232,6 +237,9 @@ class Tracer:
         ]
         self._backward_probes = [p for p in probes if type(p).needs_backward()]
         self._needs_start = any(type(p).needs_start() for p in probes)
+        self._enters_read_inputs = any(
+            p.reads_inputs_on_enter for p in probes if overrides(p, "on_enter")
+        )
         # Hot-path switches: keep the overhead clock only for probes that subtract it
         # (timing), and mark probe work as internal only while a probe that watches the
         # dispatched ops (ops) is active, in this tracer or in one it is nested in.
@@ -455,11 +463,15 @@ class Tracer:
         post_hook = self._make_post_hook()  # one function: it finds its call on the stack
         add, matches = self._handles.add, self._matches
         kinds: dict[type, _Kind] = {}
+        # Exclusive runs observe hook-free modules through two global hooks, and record
+        # torch.nn leaves whole at their end when no probe needs a call's start.
         fast = (
-            self._exclusive and not self._needs_start and not self._backward_probes
+            self._exclusive and not self._backward_probes and not self._enter_replacers
+            and not self._exit_replacers and not self._enters_read_inputs
             and not global_module_hooks_present() and failure_detection_works()
         )
-        leaves: dict[int, list[Any]] = {}  # id(module) -> [path, class name, calls so far]
+        leaves_fast = fast and not self._needs_start
+        entries: dict[int, list[Any]] = {}  # see core/fast_path.py
         for path, module in members:
             if matches is not None and not matches(path):
                 continue
@@ -469,17 +481,16 @@ class Tracer:
                 kind = kinds[cls] = _kind_of(cls)
             if kind is _Kind.SCRIPTED:
                 continue  # NB: TorchScript runs no module hooks; its work is its caller's
-            if fast and is_fast_leaf(module, kind is _Kind.TORCH_NN):
-                leaves[id(module)] = [path, cls.__name__, 0]
+            if fast and not has_own_hooks(module):
+                leaf = leaves_fast and is_fast_leaf(module, kind is _Kind.TORCH_NN)
+                entries[id(module)] = [path, cls.__name__, 0, leaf]
                 continue
             post = module.register_forward_hook(post_hook, with_kwargs=True, always_call=True)
             add(post)
             pre_hook = self._make_pre_hook(path, cls.__name__, post.id)
             add(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
-        if leaves:
-            # NB: one global forward hook serves every leaf: one registration instead of
-            # one per leaf (a ResNet-50 has 126); see core/fast_path.py.
-            add(install_leaf_hook(self, leaves))
+        if entries:
+            add(install_global_hooks(self, entries))
 
     def _make_pre_hook(self, path: str, cls: str, post_id: int) -> Callable[..., Any]:
         stack, clocked, exc_info = self._stack, self._clocked, sys.exc_info

@@ -50,6 +50,7 @@ class TimingProbe(Probe):
 
     name = "time"
     uses_overhead_clock = True
+    reads_inputs_on_enter = False
     order = 90
     column_rank = 20
     facts = (
