@@ -195,6 +195,20 @@ ENTRIES: list[Entry] = [
 ]
 
 
+def monitored_step(model: nn.Module, args: Args, kwargs: Kwargs) -> Any:
+    """A user's training step (forward, backward) with a GradientMonitor recording it."""
+    if not any(p.requires_grad for p in model.parameters()):
+        return user_forward_backward(model, args, kwargs)
+    with hookscope.GradientMonitor(model, on_anomaly=lambda a: None) as mon:
+        out = user_forward_backward(model, args, kwargs)
+        mon.step()
+    return out
+
+
+ENTRIES.append(Entry("monitor-step", monitored_step, user_forward_backward, user_code=True,
+                     changes_model=True))
+
+
 def annotate(model: nn.Module, args: Args, kwargs: Kwargs) -> str:
     text_before = repr(model)
     trace = hookscope.trace(model, *args, kwargs=kwargs)
@@ -221,6 +235,7 @@ KNOWN_MODEL_ENTRY_POINTS = {
     "annotated_repr": "annotated-repr",
     "hooks": "hooks",
     "lint": "lint",
+    "GradientMonitor": "monitor-",
 }
 
 #: Public names that do not observe a model (records, errors, registries).
@@ -234,6 +249,7 @@ NOT_MODEL_ENTRY_POINTS = {
     "Column", "Fact", "FailureRecord", "Field", "MissingDependencyError", "ParamGrad",
     "ProbeError", "RunStopped", "StopRecord", "Unit",
     "Finding", "Severity",  # lint's records
+    "GradAnomaly", "GradientAnomalyError",  # the gradient monitor's record and error
 }
 
 
@@ -441,7 +457,10 @@ def test_tracer_probe_combination_with_user_backward(flags: dict[str, bool]) -> 
 # -- the model raises -----------------------------------------------------------------------
 
 RUN_NOTHING = ("inspect", "hooks", "lint")
-RAISING_ENTRIES = [e for e in ENTRIES if e.id not in RUN_NOTHING] + [
+# NB: the gradient monitor observes no module call, so it cannot name the failing one
+# in a note; test_monitor_leaves_a_raising_model_untouched covers it
+NO_CALLS_OBSERVED = ("monitor-step",)
+RAISING_ENTRIES = [e for e in ENTRIES if e.id not in RUN_NOTHING + NO_CALLS_OBSERVED] + [
     _trace_entry(f"trace-{_combo_id(f)}-{'bwd' if b else 'fwd'}", backward=b, **f)
     for f in PROBE_COMBOS for b in (False, True)
 ]
@@ -472,6 +491,18 @@ def test_model_that_raises(entry: Entry, mode: str) -> None:
         assert repr(cls.FAILING_PATH) in message or cls.FAILING_PATH in message
         assert "[2, 8]" in message  # the failing module's input shape
         check_partial_trace(obs_exc.trace, cls, entry.select)
+    check_untouched(entry, s, cls, before)
+    check_still_works(s, cls)
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_monitor_leaves_a_raising_model_untouched(mode: str) -> None:
+    cls = zoo.RaisingModel
+    s = make_setup(cls, mode=mode, pregrad=True)
+    before = snapshot_state(s.model)
+    entry = next(e for e in ENTRIES if e.id == "monitor-step")
+    _, obs_exc, _, plain_exc = run_both(entry, s, cls)
+    assert type(obs_exc) is type(plain_exc) and str(obs_exc) == str(plain_exc)
     check_untouched(entry, s, cls, before)
     check_still_works(s, cls)
 

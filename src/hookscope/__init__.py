@@ -41,6 +41,7 @@ if _typing.TYPE_CHECKING:
     from hookscope.inventory import HookInventory, hooks
     from hookscope.lint.findings import Finding, Severity
     from hookscope.lint.runner import lint
+    from hookscope.monitor import GradAnomaly, GradientAnomalyError, GradientMonitor
     from hookscope.probes.base import Probe, register_probe
     from hookscope.render.summary import Summary
 
@@ -81,6 +82,9 @@ _EXPORTS: dict[str, str] = {
     "lint": "hookscope.lint",  # the callable package (hookscope/lint/__init__.py says why)
     "Finding": "hookscope.lint.findings",
     "Severity": "hookscope.lint.findings",
+    "GradAnomaly": "hookscope.monitor",
+    "GradientAnomalyError": "hookscope.monitor",
+    "GradientMonitor": "hookscope.monitor",
     "Probe": "hookscope.api",
     "register_probe": "hookscope.api",
     "Summary": "hookscope.render.summary",
@@ -95,6 +99,9 @@ __all__ = [
     "Finding",
     "FlopCount",
     "FlopRule",
+    "GradAnomaly",
+    "GradientAnomalyError",
+    "GradientMonitor",
     "HookInventory",
     "HookscopeError",
     "MissingDependencyError",

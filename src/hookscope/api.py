@@ -8,7 +8,7 @@ user gives sizes instead of tensors (``core/inputs.py``), run the model under a
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
@@ -38,7 +38,9 @@ def trace(
     dtypes: Sequence[torch.dtype] | None = None,
     device: str | torch.device | None = None,
     backward: bool = False,
+    loss: Callable[[Any], torch.Tensor] | None = None,
     grad: bool | None = None,
+    grads: bool | None = None,
     shapes: bool = True,
     time: bool = True,
     stats: bool = True,
@@ -61,12 +63,20 @@ def trace(
             FLOPs; no real memory, no timing): a copy of the model and the inputs are
             made on meta, the model itself is untouched. A model already on the meta
             device is always analysed there.
-        backward: also run a backward pass from every floating output (gradients are
-            computed with ``torch.autograd.grad``: no ``.grad`` is changed).
+        backward: also run a backward pass, from ``loss`` (default: the sum of every
+            floating output). Gradients are computed with ``torch.autograd.grad``: no
+            ``.grad`` is changed. Records the gradients (``grads``).
+        loss: ``loss(output) -> Tensor``: the scalar to differentiate with
+            ``backward=True`` (a criterion on the output, ``lambda out: out.logits.
+            logsumexp(-1).mean()``); its own ops are not the model's.
         grad: run the forward with autograd recording, so that the memory probe
             reports the bytes each call saves for backward, without running a
             backward. Default (``None``): only when ``backward=True``; otherwise the
             forward runs under ``torch.no_grad()``.
+        grads: record gradients (``probes/grads.py``): per call the norms of the
+            gradients w.r.t. outputs and inputs and the backward time, per parameter
+            norm, max-abs, mean, NaN/Inf counts, unused and frozen parameters
+            (``trace.param_grads``). Default (``None``): when ``backward=True``.
         shapes, time, stats, memory, ops: which built-in probes to run.
         probes: more probes: instances, probe classes or registered names, exactly as
             :class:`~hookscope.Tracer` takes them.
@@ -83,6 +93,15 @@ def trace(
     """
     if backward and grad is False:
         raise SpecError("backward=True needs grad mode; drop grad=False or backward=True")
+    if loss is not None and not backward:
+        raise SpecError("loss= is what backward=True differentiates; pass backward=True too")
+    if loss is not None and not callable(loss):
+        raise SpecError(
+            f"loss= must be a function of the model's output returning a scalar tensor, "
+            f"got {type(loss).__name__}; write loss=lambda out: out.sum()"
+        )
+    if grads is not None and not isinstance(grads, bool):
+        raise SpecError(f"grads= must be True, False or None, got {grads!r}")
     if backward and torch.is_inference_mode_enabled():
         raise SpecError(
             "backward=True needs autograd, which torch.inference_mode() turns off; call "
@@ -97,6 +116,7 @@ def trace(
     tracer = Tracer(
         model, shapes=shapes, time=time, stats=stats, memory=memory, ops=ops,
         probes=probes, select=select, restore_state=True,
+        grads=backward if grads is None else grads,
     )
     tracer._exclusive = True  # only the model (and the backward) runs inside it
     grad_ctx = torch.enable_grad() if backward or grad else torch.no_grad()
@@ -106,7 +126,7 @@ def trace(
             started = True
             output = model(*args, **kw)
             if backward:
-                _run_backward(tracer, model, output, args, kw)
+                _run_backward(tracer, model, output, args, kw, loss)
     except (RunStopped, ProbeError):
         raise  # hookscope's own: they carry the partial trace already
     except Exception as e:
@@ -206,8 +226,15 @@ def _resolve_inputs(
 
 
 def _run_backward(
-    tracer: Tracer, model: nn.Module, output: Any, args: tuple[Any, ...], kw: dict[str, Any]
+    tracer: Tracer, model: nn.Module, output: Any, args: tuple[Any, ...], kw: dict[str, Any],
+    loss_fn: Callable[[Any], torch.Tensor] | None = None,
 ) -> None:
+    if loss_fn is not None:
+        with tracer.internal_work():
+            loss = loss_fn(output)
+        _check_loss(loss)
+        torch.autograd.grad(loss, _grad_targets(model, args, kw), allow_unused=True)
+        return
     roots = [
         t for _, t in iter_tensors(output, "out")
         if t.requires_grad and (t.is_floating_point() or t.is_complex())
@@ -217,6 +244,20 @@ def _run_backward(
             "backward=True needs an output that requires grad; no floating output of the "
             "model requires grad (are all parameters frozen?)"
         )
+    targets = _grad_targets(model, args, kw)
+    with tracer.internal_work():
+        # NB: the sum of the outputs, not the outputs as roots with seeds of ones (the
+        # same gradients): autograd runs no tensor hook on a graph root, so the model's
+        # outputs would get no backward event
+        loss = torch.stack(
+            [t.sum() if t.is_floating_point() else t.abs().sum() for t in roots]
+        ).sum()
+    torch.autograd.grad(loss, targets, allow_unused=True)
+
+
+def _grad_targets(
+    model: nn.Module, args: tuple[Any, ...], kw: dict[str, Any]
+) -> list[torch.Tensor]:
     targets: list[torch.Tensor] = [p for p in model.parameters() if p.requires_grad]
     # NB: also inputs that are not leaves (``x = w * 2``): the backward stops there
     targets += [t for _, t in iter_tensors((args, kw), "in") if t.requires_grad]
@@ -226,14 +267,21 @@ def _run_backward(
             "no input requires grad (the output's graph starts inside the model); pass "
             "an input with requires_grad=True or unfreeze a parameter"
         )
-    with tracer.internal_work():
-        # NB: the sum of the outputs, not the outputs as roots with seeds of ones (the
-        # same gradients): autograd runs no tensor hook on a graph root, so the model's
-        # outputs would get no backward event
-        loss = torch.stack(
-            [t.sum() if t.is_floating_point() else t.abs().sum() for t in roots]
-        ).sum()
-    torch.autograd.grad(loss, targets, allow_unused=True)
+    return targets
+
+
+def _check_loss(loss: Any) -> None:
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        got = f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) \
+            else type(loss).__name__
+        raise SpecError(
+            f"loss= must return a scalar tensor, got {got}; reduce it (.sum() or .mean())"
+        )
+    if not loss.requires_grad:
+        raise SpecError(
+            "the tensor loss= returned does not require grad (computed under no_grad, or "
+            "from a detached output); compute it from the model's output"
+        )
 
 
 def _run_error(tracer: Tracer, e: Exception) -> Exception:

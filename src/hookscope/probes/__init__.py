@@ -1,6 +1,7 @@
 """Probes: each measures one kind of fact per module call (see ``probes/base.py``)."""
 
 from hookscope.probes.base import PROBES, Probe, register_probe
+from hookscope.probes.grads import GradsProbe
 from hookscope.probes.memory import MemoryProbe
 from hookscope.probes.ops import OpsProbe
 from hookscope.probes.shapes import ShapeProbe
@@ -9,6 +10,7 @@ from hookscope.probes.timing import TimingProbe
 
 __all__ = [
     "PROBES",
+    "GradsProbe",
     "MemoryProbe",
     "OpsProbe",
     "Probe",

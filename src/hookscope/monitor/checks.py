@@ -1,0 +1,132 @@
+"""Thresholds and actions of a :class:`~hookscope.GradientMonitor`, on host values.
+
+The monitor hands every step's host row of norms to :class:`AnomalyChecker`, which
+finds the non-finite gradients (always), the ones above ``explode_above`` and below
+``vanish_below`` (absolute, or relative to the parameter's running median), and acts:
+a warning once per parameter and kind (not once per step), an exception, or the
+user's function.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import warnings
+from collections import deque
+from collections.abc import Callable, Sequence
+
+from hookscope.errors import HookscopeError, SpecError
+from hookscope.monitor.history import GradAnomaly
+
+__all__ = ["AnomalyChecker", "GradientAnomalyError", "GradientAnomalyWarning"]
+
+Action = str | Callable[[GradAnomaly], None]
+"""``"warn"``, ``"raise"``, or ``fn(anomaly: GradAnomaly) -> None``."""
+
+_MIN_HISTORY = 3  # a relative threshold needs this many earlier values of the parameter
+
+
+class GradientAnomalyWarning(UserWarning):
+    """A gradient was non-finite or crossed a threshold (``on_anomaly="warn"``)."""
+
+
+class GradientAnomalyError(HookscopeError, FloatingPointError):
+    """A gradient was non-finite or crossed a threshold (``on_anomaly="raise"``).
+
+    Attributes:
+        anomaly: the :class:`~hookscope.monitor.GradAnomaly`.
+    """
+
+    def __init__(self, anomaly: GradAnomaly) -> None:
+        super().__init__(f"gradient anomaly at {anomaly.describe()}")
+        self.anomaly = anomaly
+
+
+def check_action(action: object) -> Action:
+    if action in ("warn", "raise") or callable(action):
+        return action
+    raise SpecError(
+        f"on_anomaly= must be 'warn', 'raise' or a function fn(anomaly), got {action!r}"
+    )
+
+
+def check_threshold(name: str, value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise SpecError(f"{name}= must be a positive number or None, got {value!r}")
+    return float(value)
+
+
+class AnomalyChecker:
+    """Finds anomalies in each step's norms and applies the action."""
+
+    def __init__(
+        self, names: Sequence[str], *, explode_above: float | None,
+        vanish_below: float | None, relative: bool, window: int, action: Action,
+    ) -> None:
+        self.names = list(names)
+        self.explode_above, self.vanish_below = explode_above, vanish_below
+        self.relative, self.action = relative, action
+        self._recent = [deque[float](maxlen=window) for _ in names]
+        self._warned: set[tuple[str, str]] = set()
+        self.found: list[GradAnomaly] = []
+
+    def check(
+        self, step: int, row: Sequence[float], present: Sequence[bool], *, skipped: bool
+    ) -> None:
+        """Check one step's norms (``present[i]``: parameter ``i`` had a gradient);
+        raises :class:`GradientAnomalyError` for ``on_anomaly="raise"``."""
+        new: list[GradAnomaly] = []
+        for i, value in enumerate(row):
+            if not present[i]:
+                continue
+            found = self._one(step, i, value, skipped)
+            if found is not None:
+                new.append(found)
+            if math.isfinite(value):
+                self._recent[i].append(value)
+        self.found += new
+        for anomaly in new:
+            self._act(anomaly)
+
+    def _one(self, step: int, i: int, value: float, skipped: bool) -> GradAnomaly | None:
+        name = self.names[i]
+        if not math.isfinite(value):
+            return GradAnomaly(step, name, "nonfinite", value, skipped=skipped)
+        scale = self._scale(i)
+        if scale is None:
+            return None
+        high = None if self.explode_above is None else self.explode_above * scale
+        if high is not None and value > high:
+            return GradAnomaly(step, name, "explode", value, high)
+        low = None if self.vanish_below is None else self.vanish_below * scale
+        if low is not None and value < low:
+            return GradAnomaly(step, name, "vanish", value, low)
+        return None
+
+    def _scale(self, i: int) -> float | None:
+        """1 for absolute thresholds; the running median for relative ones."""
+        if not self.relative:
+            return 1.0
+        recent = self._recent[i]
+        return statistics.median(recent) if len(recent) >= _MIN_HISTORY else None
+
+    def _act(self, anomaly: GradAnomaly) -> None:
+        action = self.action
+        if action == "raise":
+            raise GradientAnomalyError(anomaly)
+        if action == "warn":
+            if anomaly.skipped:
+                return  # a GradScaler overflow: expected, recorded, not worth a warning
+            key = (anomaly.path, anomaly.kind)
+            if key not in self._warned:
+                self._warned.add(key)
+                warnings.warn(
+                    f"hookscope: {anomaly.describe()} (warned once per parameter; "
+                    "every one is in GradientMonitor.anomalies)",
+                    GradientAnomalyWarning, stacklevel=2,
+                )
+            return
+        assert callable(action)
+        action(anomaly)

@@ -1,0 +1,116 @@
+"""What a :class:`~hookscope.GradientMonitor` recorded: plain host-side records.
+
+The monitor (``monitor/monitor.py``) keeps each step's norms on the device and moves
+them here once per step (or per ``log_every`` steps): a :class:`GradHistory` of rows
+(steps × parameters, float64, NaN where a parameter got no gradient that step) and a
+list of :class:`GradAnomaly`. Plots (``monitor/plots.py``), the TensorBoard writer and
+the command line's table read only these records.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from hookscope.errors import MissingDependencyError
+
+__all__ = ["GradAnomaly", "GradHistory"]
+
+
+@dataclass(frozen=True)
+class GradAnomaly:
+    """One gradient that crossed a threshold, or was not finite.
+
+    Attributes:
+        step: the monitor's step (0 is the first recorded step).
+        path: the parameter's path.
+        kind: ``"nonfinite"``, ``"explode"`` or ``"vanish"``.
+        value: the gradient's norm (before any clipping).
+        threshold: the limit it crossed (absolute; ``None`` for ``"nonfinite"``).
+        skipped: the step was skipped by the ``GradScaler`` (its gradients overflowed).
+    """
+
+    step: int
+    path: str
+    kind: str
+    value: float
+    threshold: float | None = None
+    skipped: bool = False
+
+    def describe(self) -> str:
+        """One line: ``step 3: fc.weight gradient norm 1.2e+04 > 100 (explode)``."""
+        if self.kind == "nonfinite":
+            what = f"gradient norm {self.value} (non-finite)"
+            if self.skipped:
+                what += ", step skipped by the GradScaler"
+        else:
+            sign = ">" if self.kind == "explode" else "<"
+            what = f"gradient norm {self.value:.4g} {sign} {self.threshold:.4g} ({self.kind})"
+        return f"step {self.step}: {self.path} {what}"
+
+
+@dataclass
+class GradHistory:
+    """Gradient norms over steps, one column per monitored parameter.
+
+    Attributes:
+        names: parameter paths, the columns.
+        steps: the step number of each row.
+        norms: per step, each parameter's gradient norm (NaN: no gradient that step).
+        max_abs, mean_abs: the same shape, recorded with ``flow=True`` (else empty).
+        skipped: per step, whether the ``GradScaler`` skipped it.
+    """
+
+    names: list[str]
+    steps: list[int] = field(default_factory=list)
+    norms: list[list[float]] = field(default_factory=list)
+    max_abs: list[list[float]] = field(default_factory=list)
+    mean_abs: list[list[float]] = field(default_factory=list)
+    skipped: list[bool] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def column(self, name: str) -> list[float]:
+        """The norms of parameter ``name`` over the steps."""
+        i = self.names.index(name)
+        return [row[i] for row in self.norms]
+
+    def modules(self) -> dict[str, list[float]]:
+        """Per module (the owner of the parameters), the joint norm of its own
+        parameters' gradients per step: ``sqrt(sum of squares)``."""
+        owners: dict[str, list[int]] = {}
+        for i, name in enumerate(self.names):
+            owners.setdefault(name.rpartition(".")[0], []).append(i)
+        return {
+            module: [_joint([row[i] for i in cols]) for row in self.norms]
+            for module, cols in owners.items()
+        }
+
+    def median(self, name: str) -> float:
+        """The median finite norm of parameter ``name`` (NaN when there is none)."""
+        values = [v for v in self.column(name) if math.isfinite(v)]
+        return statistics.median(values) if values else math.nan
+
+    def to_dataframe(self) -> Any:
+        """A ``pandas.DataFrame``: one row per step (index ``step``), one column per
+        parameter, plus ``skipped``.
+
+        Raises:
+            MissingDependencyError: pandas is not installed.
+        """
+        try:
+            import pandas as pd
+        except ImportError as e:
+            raise MissingDependencyError("pandas", "pandas", needed_for="to_dataframe") from e
+        frame = pd.DataFrame(self.norms, columns=self.names, index=self.steps, dtype="float64")
+        frame.index.name = "step"
+        frame["skipped"] = self.skipped
+        return frame
+
+
+def _joint(values: list[float]) -> float:
+    present = [v for v in values if not math.isnan(v)]
+    return math.sqrt(sum(v * v for v in present)) if present else math.nan

@@ -1,0 +1,325 @@
+"""``GradientMonitor``: per-step gradient norms, thresholds and clipping for a training loop.
+
+Where it sits: beside ``hookscope.trace`` in the API layer, but it registers no module
+or tensor hook at all. A step is read where the gradients are final, after every
+backward of the step (gradient accumulation) and before the optimizer uses them:
+
+- ``mon.step()``, called by the user after ``backward()`` (with a ``GradScaler``: it
+  calls ``scaler.unscale_(optimizer)`` first, so norms are unscaled), or
+- an optimizer step pre-hook (``optimizer=``), its handle in a ``HandleGroup``
+  removed by ``close()``.
+
+Per step: one ``torch._foreach_norm`` over the ``.grad`` of the monitored parameters
+(per device and dtype, on the device), stacked into one tensor per device; the rows
+move to the host once per ``log_every`` steps (``monitor/history.py``), where the
+thresholds are checked (``monitor/checks.py``). Clipping (``clip=``) multiplies or
+clamps the gradients in place, before the optimizer step, from the norms already
+computed. Without clipping nothing is written: training is bit-identical.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any
+
+import torch
+from torch import nn
+
+from hookscope.core.handles import HandleGroup
+from hookscope.core.selectors import Selector, compile_selector
+from hookscope.errors import HookscopeError, SpecError
+from hookscope.monitor.checks import AnomalyChecker, check_action, check_threshold
+from hookscope.monitor.history import GradAnomaly, GradHistory
+from hookscope.monitor.output import plot_flow, plot_history, write_scalars
+
+__all__ = ["GradientMonitor"]
+
+_EPS = 1e-6  # as torch.nn.utils.clip_grad_norm_: limit / (norm + eps)
+
+
+class GradientMonitor:
+    """Record every parameter's gradient norm once per training step.
+
+    Args:
+        model: the model whose parameters (those with ``requires_grad``) are watched.
+        optimizer: step with the optimizer: a step pre-hook records (and clips) just
+            before ``optimizer.step()``; ``mon.step()`` is then optional (when called,
+            the hook does not record the same step again).
+        scaler: the ``torch.amp.GradScaler`` of the loop; call ``mon.step()`` before
+            ``scaler.step(optimizer)``: it unscales first, so norms are unscaled, and a
+            step whose gradients overflowed is marked skipped. Needs ``optimizer``.
+        select: watch only parameters whose path matches (glob, list, function).
+        explode_above, vanish_below: per-parameter thresholds on the norm; with
+            ``relative=True`` they are factors of the parameter's running median over
+            the last ``window`` steps. Non-finite gradients are always reported.
+        on_anomaly: ``"warn"`` (once per parameter and kind), ``"raise"``
+            (:class:`~hookscope.monitor.GradientAnomalyError`, before the optimizer
+            step) or ``fn(anomaly: GradAnomaly) -> None``.
+        clip: per-tensor limits by selector, ``{"fc.*": 1.0}``, applied after backward
+            and before the optimizer step (the first matching pattern wins).
+        clip_mode: ``"norm"`` (scale each gradient to norm ≤ limit) or ``"value"``
+            (clamp each element to [-limit, limit]).
+        flow: also record max-abs and mean-abs per parameter (for :meth:`plot_flow`).
+        log_every: move values to the host (and check, and log) every N steps.
+        writer: a ``SummaryWriter`` (or a log directory) to log every row into.
+
+    Example:
+        >>> with hookscope.GradientMonitor(model, optimizer=opt, explode_above=100) as mon:
+        ...     for x, y in data:
+        ...         loss_fn(model(x), y).backward()
+        ...         opt.step(); opt.zero_grad()
+        >>> mon.plot("grads.png")
+    """
+
+    def __init__(
+        self, model: nn.Module, *, optimizer: torch.optim.Optimizer | None = None,
+        scaler: Any = None, select: Selector | None = None,
+        explode_above: float | None = None, vanish_below: float | None = None,
+        relative: bool = False, window: int = 20, on_anomaly: Any = "warn",
+        clip: Mapping[str, float] | None = None, clip_mode: str = "norm", flow: bool = False,
+        log_every: int = 1, writer: Any = None,
+    ) -> None:
+        if not isinstance(model, nn.Module):
+            raise SpecError(f"GradientMonitor expects an nn.Module, got {type(model).__name__}")
+        if scaler is not None and optimizer is None:
+            raise SpecError("scaler= needs optimizer= too (the scaler unscales its gradients)")
+        if not isinstance(log_every, int) or isinstance(log_every, bool) or log_every < 1:
+            raise SpecError(f"log_every= must be a positive integer, got {log_every!r}")
+        if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+            raise SpecError(f"window= must be a positive integer, got {window!r}")
+        if clip_mode not in ("norm", "value"):
+            raise SpecError(f"clip_mode= must be 'norm' or 'value', got {clip_mode!r}")
+        matches = compile_selector(select) if select is not None else None
+        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        named = [(n, p) for n, p in named if matches is None or matches(n)]
+        if not named:
+            raise SpecError("GradientMonitor found no parameter that requires grad to watch"
+                            + (f" matching select={select!r}" if select is not None else ""))
+        self.names = [n for n, _ in named]
+        self._params = [p for _, p in named]
+        self._clip = _clip_limits(self.names, clip)
+        self._clip_mode, self._flow, self._log_every = clip_mode, flow, log_every
+        self._checker = AnomalyChecker(
+            self.names, explode_above=check_threshold("explode_above", explode_above),
+            vanish_below=check_threshold("vanish_below", vanish_below), relative=relative,
+            window=window, action=check_action(on_anomaly),
+        )
+        self.history = GradHistory(list(self.names))
+        self._optimizer, self._scaler = optimizer, scaler
+        self._writer = _open_writer(writer)
+        self._pending: list[tuple[int, list[bool], list[torch.Tensor], bool]] = []
+        self._count = 0
+        self._manual = False
+        self._handles = HandleGroup()
+        self._closed = False
+        if optimizer is not None:
+            self._handles.add(optimizer.register_step_pre_hook(self._pre_step))
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def __enter__(self) -> GradientMonitor:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close(flush=exc is None)
+
+    def close(self, *, flush: bool = True) -> None:
+        """Remove the optimizer hook and move what is still on the device to the host.
+        Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if flush:
+                self.flush()
+        finally:
+            self._handles.remove()
+
+    # -- steps --------------------------------------------------------------------------
+
+    @property
+    def step_count(self) -> int:
+        """How many steps were recorded."""
+        return self._count
+
+    @property
+    def anomalies(self) -> list[GradAnomaly]:
+        """Every anomaly found so far (up to the last host transfer), in step order."""
+        return list(self._checker.found)
+
+    def step(self) -> None:
+        """Record (and clip) the current gradients as one step; call it after the
+        step's last ``backward()`` and before ``optimizer.step()``.
+
+        Raises:
+            HookscopeError: the monitor is closed.
+            GradientAnomalyError: with ``on_anomaly="raise"``, at a host transfer.
+        """
+        if self._closed:
+            raise HookscopeError("this GradientMonitor is closed; create a new one")
+        self._record(self._unscale())
+        self._manual = self._optimizer is not None
+
+    def _pre_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self._manual:  # mon.step() already recorded this step
+            self._manual = False
+            return
+        self._record(False)
+
+    def _unscale(self) -> bool:
+        """With a scaler: unscale the optimizer's gradients (once per step)."""
+        scaler = self._scaler
+        if scaler is None or not scaler.is_enabled():
+            return False
+        try:
+            scaler.unscale_(self._optimizer)
+        except RuntimeError as e:
+            if "already been called" not in str(e):
+                raise
+        return True
+
+    def _record(self, scaled: bool) -> None:
+        grads = [p.grad for p in self._params]
+        present = [g is not None for g in grads]
+        index = [i for i, g in enumerate(grads) if g is not None]
+        found = [g for g in grads if g is not None]
+        rows: list[torch.Tensor] = []
+        if found:
+            with torch.no_grad():
+                norms = list(torch._foreach_norm(found))
+                self._apply_clip(index, found, norms)
+                rows.append(_stack(norms))
+                if self._flow:
+                    rows.append(_stack(list(torch._foreach_norm(found, ord=math.inf))))
+                    l1 = torch._foreach_norm(found, ord=1)
+                    sizes = [max(1, g.numel()) for g in found]
+                    rows.append(_stack([n / k for n, k in zip(l1, sizes, strict=True)]))
+        self._pending.append((self._count, present, rows, scaled))
+        self._count += 1
+        if len(self._pending) >= self._log_every:
+            self.flush()
+
+    def _apply_clip(self, index: list[int], grads: list[torch.Tensor],
+                    norms: list[torch.Tensor]) -> None:
+        limits = self._clip
+        if not limits:
+            return
+        chosen = [(j, limits[i]) for j, i in enumerate(index) if i in limits]
+        if not chosen:
+            return
+        targets = [grads[j] for j, _ in chosen]
+        if self._clip_mode == "value":
+            for g, (_, limit) in zip(targets, chosen, strict=True):
+                g.clamp_(-limit, limit)
+            return
+        coefs = [(limit / (norms[j] + _EPS)).clamp(max=1.0) for j, limit in chosen]
+        torch._foreach_mul_(targets, [c.to(g.dtype) for c, g in zip(coefs, targets, strict=True)])
+
+    def flush(self) -> None:
+        """Move the recorded steps to the host, check them and log them."""
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
+        host = _to_host([t for *_, rows, _ in pending for t in rows])
+        width = 3 if self._flow else 1
+        for n, (step, present, rows, scaled) in enumerate(pending):
+            values = host[n * width:(n + 1) * width] if rows else []
+            full = [_scatter(v, present) for v in values] or [[math.nan] * len(present)]
+            skipped = scaled and any(
+                p and not math.isfinite(v) for v, p in zip(full[0], present, strict=True)
+            )
+            self._append(step, full, skipped)
+            self._checker.check(step, full[0], present, skipped=skipped)
+
+    def _append(self, step: int, full: list[list[float]], skipped: bool) -> None:
+        h = self.history
+        h.steps.append(step)
+        h.norms.append(full[0])
+        h.skipped.append(skipped)
+        if self._flow and len(full) == 3:
+            h.max_abs.append(full[1])
+            h.mean_abs.append(full[2])
+        if self._writer is not None:
+            write_scalars(self._writer, h, len(h) - 1)
+
+    # -- output -------------------------------------------------------------------------
+
+    def plot(self, path: Any, *, by: str = "module") -> None:
+        """Norms over steps per layer (``by="module"``) or per parameter, log scale,
+        anomalies marked. Needs matplotlib (``pip install 'hookscope[plot]'``)."""
+        self.flush()
+        plot_history(self.history, self.anomalies, path, by=by)
+
+    def plot_flow(self, path: Any, *, step: int = -1) -> None:
+        """Mean and max gradient per layer at one step (the gradient-flow chart).
+        Needs ``flow=True`` and matplotlib."""
+        self.flush()
+        if not self.history.max_abs:
+            raise SpecError("plot_flow needs GradientMonitor(..., flow=True) and one step")
+        plot_flow(self.history, path, step=step)
+
+    def to_tensorboard(self, writer: Any) -> None:
+        """Write the whole history to a ``SummaryWriter`` (or a log directory)."""
+        self.flush()
+        w = _open_writer(writer)
+        for row in range(len(self.history)):
+            write_scalars(w, self.history, row)
+        w.flush()
+
+
+def _clip_limits(names: list[str], clip: Mapping[str, float] | None) -> dict[int, float]:
+    if clip is None:
+        return {}
+    if not isinstance(clip, Mapping):
+        raise SpecError(f"clip= must map selectors to limits, like {{'fc.*': 1.0}}, got {clip!r}")
+    rules = []
+    for pattern, limit in clip.items():
+        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 0:
+            raise SpecError(f"clip limit for {pattern!r} must be a positive number, "
+                            f"got {limit!r}")
+        rules.append((compile_selector(pattern), float(limit)))
+    limits: dict[int, float] = {}
+    for i, name in enumerate(names):
+        for matches, limit in rules:
+            if matches(name):
+                limits[i] = limit
+                break
+    if not limits:
+        raise SpecError(f"clip={dict(clip)!r} matches no watched parameter; paths look like "
+                        f"{names[0]!r}")
+    return limits
+
+
+def _stack(values: list[torch.Tensor]) -> torch.Tensor:
+    """One float32 tensor per step (per device) from 0-d norms."""
+    devices = {v.device for v in values}
+    if len(devices) > 1:
+        values = [v.to(values[0].device) for v in values]
+    return torch.stack([v if v.dtype == torch.float32 else v.float() for v in values])
+
+
+def _to_host(rows: list[torch.Tensor]) -> list[list[float]]:
+    if not rows:
+        return []
+    flat = torch.cat(rows).to("cpu", torch.float64).tolist()
+    out, offset = [], 0
+    for r in rows:
+        out.append(flat[offset:offset + r.numel()])
+        offset += r.numel()
+    return out
+
+
+def _scatter(values: list[float], present: list[bool]) -> list[float]:
+    it = iter(values)
+    return [next(it) if p else math.nan for p in present]
+
+
+def _open_writer(writer: Any) -> Any:
+    if writer is None or hasattr(writer, "add_scalar"):
+        return writer
+    from hookscope.monitor.output import summary_writer
+
+    return summary_writer(writer)

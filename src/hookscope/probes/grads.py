@@ -1,0 +1,289 @@
+"""Gradients probe: what the backward pass computed, per parameter and per module call.
+
+Switched on by ``hookscope.trace(..., backward=True)`` (and ``hookscope trace
+--backward``), or by ``Tracer(model, grads=True)`` around the user's own backward. It
+is made of backward events only (``core/backward.py`` delivers them; the probe
+registers no hook):
+
+- ``on_backward_enter(call, grad_outputs)``: the gradient with respect to the call's
+  outputs is known, the start of the call's backward: its norm
+  (``grad_output_norm``) and the start time;
+- ``on_backward_exit(call, grad_inputs)``: the gradient with respect to its inputs,
+  the end of its backward: its norm (``grad_input_norm``) and the backward time
+  (``backward_ns``, inclusive; ``backward_self_ns`` = inclusive minus the direct
+  children's, set in ``finalize``);
+- ``on_param_grad``: per parameter, the norm, max-abs, mean, NaN and Inf counts of its
+  gradient (after accumulation for ``.backward()``).
+
+Every value is computed on the gradient's own device and kept there as a 0-d
+tensor; ``finalize`` moves them to the host in one transfer per device. The
+parameter list (``trace.param_grads``) also holds parameters that got no gradient:
+``frozen`` (``requires_grad=False``: no gradient, said so, not zero) and ``unused``
+(``requires_grad=True`` but no gradient arrived although a backward ran: what DDP's
+``find_unused_parameters`` error is about). A tied parameter is one entry, at its
+first path, with the other paths as ``aliases``.
+
+NB: backward times are host times (``perf_counter_ns``): exact on the CPU; on CUDA
+they time kernel launches, not the GPU's work. The probe's own work is subtracted
+from them. A call whose inputs need no gradient (the first layer of an image model)
+ends its backward when the whole backward pass ends.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from time import perf_counter_ns
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from hookscope.core.facts import Column, Fact, Field, Unit
+from hookscope.core.probe import Probe, register_probe
+from hookscope.core.serialize import float_in, float_out
+
+if TYPE_CHECKING:
+    from hookscope.core.handles import Removable
+    from hookscope.core.records import Call, ParamGrad, Trace
+    from hookscope.core.tracer import Tracer
+
+__all__ = ["GradsProbe", "ParamGradStats"]
+
+OK, UNUSED, FROZEN = "ok", "unused", "frozen"
+
+
+@dataclass(frozen=True)
+class ParamGradStats:
+    """The gradient of one parameter in a trace (a record: plain values only).
+
+    Attributes:
+        path: the parameter's first path (``fc.weight``).
+        aliases: its other paths when tied (``lm_head.weight``).
+        shape: the parameter's shape.
+        status: ``"ok"`` (a gradient arrived), ``"unused"`` (requires grad, got none) or
+            ``"frozen"`` (``requires_grad=False``). Only ``"ok"`` has statistics.
+        norm, max_abs, mean: of the gradient (float64 on the host).
+        nan_count, inf_count: non-finite elements of the gradient.
+        events: how many gradients arrived (one per backward pass).
+    """
+
+    path: str
+    aliases: tuple[str, ...] = ()
+    shape: tuple[int, ...] = ()
+    status: str = OK
+    norm: float | None = None
+    max_abs: float | None = None
+    mean: float | None = None
+    nan_count: int | None = None
+    inf_count: int | None = None
+    events: int = 0
+
+    @property
+    def module(self) -> str:
+        """Path of the module that owns the parameter (``""``: the root)."""
+        return self.path.rpartition(".")[0]
+
+
+def _stats_out(items: list[ParamGradStats]) -> list[dict[str, Any]]:
+    return [
+        {"path": s.path, "aliases": list(s.aliases), "shape": list(s.shape),
+         "status": s.status, "norm": float_out(s.norm), "max_abs": float_out(s.max_abs),
+         "mean": float_out(s.mean), "nan_count": s.nan_count, "inf_count": s.inf_count,
+         "events": s.events}
+        for s in items
+    ]
+
+
+def _stats_in(items: list[dict[str, Any]]) -> list[ParamGradStats]:
+    return [
+        ParamGradStats(
+            d["path"], tuple(d["aliases"]), tuple(d["shape"]), d["status"],
+            float_in(d["norm"]), float_in(d["max_abs"]), float_in(d["mean"]),
+            d["nan_count"], d["inf_count"], d["events"],
+        )
+        for d in items
+    ]
+
+
+def _fact(name: str) -> Any:
+    return lambda c, t: c.facts.get(name)
+
+
+@register_probe
+class GradsProbe(Probe):
+    """Record gradient norms per call and gradient statistics per parameter."""
+
+    name = "grads"
+    order = 80  # just inside the timing probe: its work is not part of a forward time
+    column_rank = 60
+    facts = (
+        Fact("grad_output_norm", "L2 norm of the gradient w.r.t. the call's outputs"),
+        Fact("grad_input_norm", "L2 norm of the gradient w.r.t. the call's inputs"),
+        Fact("backward_ns", "time of the call's backward, inclusive, in nanoseconds"),
+        Fact("backward_self_ns", "backward time minus the direct children's, in ns"),
+    )
+    trace_facts = (
+        Fact("param_grads", "per parameter: gradient norm, max-abs, mean, NaN/Inf counts",
+             encode=_stats_out, decode=_stats_in, default_factory=list),
+    )
+    columns = (
+        Column("grad_out", "|grad out|", _fact("grad_output_norm"), Unit.STAT),
+        Column("grad_in", "|grad in|", _fact("grad_input_norm"), Unit.STAT),
+        Column("bwd_time", "Bwd time", _fact("backward_ns"), Unit.TIME_NS),
+        Column("bwd_self_time", "Bwd self", _fact("backward_self_ns"), Unit.TIME_NS),
+    )
+    fields = (
+        Field("grad_output_norm", _fact("grad_output_norm")),
+        Field("grad_input_norm", _fact("grad_input_norm")),
+        Field("backward_ns", _fact("backward_ns"), "Int64"),
+        Field("backward_self_ns", _fact("backward_self_ns"), "Int64"),
+    )
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self._params: dict[int, _ParamSlot] = {}
+        self._norms: list[tuple[Call, str, torch.Tensor]] = []
+        self._open: dict[int, tuple[int, int]] = {}  # call index -> (start ns, own ns then)
+        self._own_ns = 0  # time spent in this probe's callbacks
+        self._backward_seen = False
+
+    def install(self, tracer: Tracer) -> list[Removable]:
+        self._reset()  # a probe instance may serve several runs
+        for path, p in tracer.model.named_parameters(remove_duplicate=False):
+            slot = self._params.get(id(p))
+            if slot is None:
+                self._params[id(p)] = _ParamSlot(path, tuple(p.shape), p.requires_grad)
+            else:
+                slot.aliases.append(path)
+        return []
+
+    def on_backward_enter(self, call: Call, grad_outputs: tuple[Any, ...]) -> None:
+        t0 = perf_counter_ns()
+        self._backward_seen = True
+        norm = _joint_norm(grad_outputs)
+        if norm is not None:
+            self._norms.append((call, "grad_output_norm", norm))
+        now = perf_counter_ns()
+        self._own_ns += now - t0
+        self._open[call.index] = (now, self._own_ns)
+
+    def on_backward_exit(self, call: Call, grad_inputs: tuple[Any, ...]) -> None:
+        t0 = perf_counter_ns()
+        opened = self._open.pop(call.index, None)
+        if opened is not None:
+            spent = t0 - opened[0] - (self._own_ns - opened[1])
+            call.facts["backward_ns"] = (call.facts.get("backward_ns") or 0) + max(0, spent)
+        norm = _joint_norm(grad_inputs)
+        if norm is not None:
+            self._norms.append((call, "grad_input_norm", norm))
+        self._own_ns += perf_counter_ns() - t0
+
+    def on_param_grad(self, grad: ParamGrad) -> None:
+        t0 = perf_counter_ns()
+        self._backward_seen = True
+        slot = self._params.get(id(grad.param))
+        if slot is not None and isinstance(grad.grad, torch.Tensor):
+            slot.values = _grad_stats(grad.grad)
+            slot.events += 1
+        self._own_ns += perf_counter_ns() - t0
+
+    def finalize(self, trace: Trace) -> None:
+        values = [n for _, _, n in self._norms]
+        values += [s.values for s in self._params.values() if s.values is not None]
+        host = iter(_to_host(values))
+        for call, name, _ in self._norms:
+            call.facts[name] = next(host)[0]
+        records: list[ParamGradStats] = []
+        for slot in self._params.values():
+            stats = next(host) if slot.values is not None else None
+            records.append(slot.record(stats, self._backward_seen))
+        trace.facts["param_grads"] = records
+        _set_self_times(trace)
+        self._norms, self._params = [], {}
+
+
+@dataclass
+class _ParamSlot:
+    path: str
+    shape: tuple[int, ...]
+    requires_grad: bool
+    aliases: list[str] = field(default_factory=list)
+    values: torch.Tensor | None = None  # [norm, max_abs, mean, nan, inf] on the device
+    events: int = 0
+
+    def record(self, stats: list[float] | None, backward_seen: bool) -> ParamGradStats:
+        base = ParamGradStats(self.path, tuple(self.aliases), self.shape, events=self.events)
+        if stats is None:
+            if not self.requires_grad:
+                return _replace(base, status=FROZEN)
+            return _replace(base, status=UNUSED) if backward_seen else base
+        norm, max_abs, mean, nan, inf = stats
+        return _replace(base, norm=norm, max_abs=max_abs, mean=mean, nan_count=int(nan),
+                        inf_count=int(inf))
+
+
+def _replace(record: ParamGradStats, **changes: Any) -> ParamGradStats:
+    from dataclasses import replace
+
+    return replace(record, **changes)
+
+
+def _joint_norm(grads: tuple[Any, ...]) -> torch.Tensor | None:
+    """The L2 norm of all the tensors in ``grads`` together (``None``: no tensor)."""
+    tensors = [g for g in grads if isinstance(g, torch.Tensor) and g.is_floating_point()]
+    if not tensors:
+        return None
+    with torch.no_grad():
+        norms = [torch.linalg.vector_norm(g.detach(), dtype=torch.float64) for g in tensors]
+        joint: torch.Tensor = (
+            norms[0] if len(norms) == 1 else torch.linalg.vector_norm(torch.stack(norms))
+        )
+        return joint
+
+
+def _grad_stats(grad: torch.Tensor) -> torch.Tensor:
+    """``[norm, max_abs, mean, nan_count, inf_count]`` of ``grad``, float64, on its device."""
+    with torch.no_grad():
+        g = grad.detach()
+        if g.is_sparse:
+            g = g.coalesce().values()
+        if g.numel() == 0 or not g.is_floating_point():
+            zero = torch.zeros((), dtype=torch.float64, device=g.device)
+            return torch.stack([zero, zero, zero, zero, zero])
+        f64 = torch.float64
+        return torch.stack([
+            torch.linalg.vector_norm(g, dtype=f64),
+            torch.linalg.vector_norm(g, ord=math.inf, dtype=f64),
+            g.mean(dtype=f64),
+            torch.isnan(g).sum().to(f64),
+            torch.isinf(g).sum().to(f64),
+        ])
+
+
+def _to_host(values: list[torch.Tensor]) -> list[list[float]]:
+    """Each value as a list of floats (NaN as the one ``math.nan``), one transfer per
+    device."""
+    out: list[list[float]] = [[] for _ in values]
+    by_device: dict[torch.device, list[int]] = {}
+    for i, v in enumerate(values):
+        by_device.setdefault(v.device, []).append(i)
+    for indices in by_device.values():
+        flat = torch.cat([values[i].reshape(-1) for i in indices]).cpu().tolist()
+        offset = 0
+        for i in indices:
+            n = values[i].numel()
+            out[i] = [math.nan if x != x else x for x in flat[offset:offset + n]]
+            offset += n
+    return out
+
+
+def _set_self_times(trace: Trace) -> None:
+    calls = trace.calls
+    for call in calls:
+        spent = call.facts.get("backward_ns")
+        if spent is None:
+            continue
+        children = sum(calls[i].facts.get("backward_ns") or 0 for i in call.children)
+        call.facts["backward_self_ns"] = max(0, spent - children)
