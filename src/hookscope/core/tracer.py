@@ -27,7 +27,6 @@ Failure attribution is in ``core/failures.py``, process-wide settings in
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time as _time
 from collections.abc import Callable, Iterable, Iterator
@@ -49,9 +48,10 @@ from hookscope.core.fast_path import (
     is_fast_leaf,
 )
 from hookscope.core.handles import CallbackHandle, HandleGroup
+from hookscope.core.module_hooks import make_module_post_hook, make_module_pre_hook
 from hookscope.core.probe import PROBES, Probe, ProbeSpec, build_probes, exit_callback, overrides
 from hookscope.core.process import PROCESS
-from hookscope.core.records import Call, StopRecord, Trace, started_call
+from hookscope.core.records import Call, StopRecord, Trace
 from hookscope.core.selectors import Selector, compile_selector
 from hookscope.core.structure import ModuleTable, module_table
 from hookscope.core.torch_private import global_module_hooks_present
@@ -460,7 +460,7 @@ class Tracer:
     # -- hooks -------------------------------------------------------------------
 
     def _register_module_hooks(self, members: Iterable[tuple[str, nn.Module]]) -> None:
-        post_hook = self._make_post_hook()  # one function: it finds its call on the stack
+        post_hook = make_module_post_hook(self)  # one function: it finds its call on the stack
         add, matches = self._handles.add, self._matches
         kinds: dict[type, _Kind] = {}
         # Exclusive runs observe hook-free modules through two global hooks, and record
@@ -487,86 +487,10 @@ class Tracer:
                 continue
             post = module.register_forward_hook(post_hook, with_kwargs=True, always_call=True)
             add(post)
-            pre_hook = self._make_pre_hook(path, cls.__name__, post.id)
+            pre_hook = make_module_pre_hook(self, path, cls.__name__, post.id)
             add(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
         if entries:
             add(install_global_hooks(self, entries))
-
-    def _make_pre_hook(self, path: str, cls: str, post_id: int) -> Callable[..., Any]:
-        stack, clocked, exc_info = self._stack, self._clocked, sys.exc_info
-        trace = self.trace
-        assert trace is not None
-        calls, owners, origin, clock = trace.calls, self._owners, self._t0, self._clock
-        dispatch = self._dispatch_enter if (
-            self._enters or self._enter_replacers or self._backward_probes
-        ) else None
-        count = 0  # calls of this module so far (a module is registered once)
-
-        def pre_hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-            nonlocal count
-            start = perf_counter_ns()
-            if clocked:
-                self.chain_start_ns = start
-            hooks = module._forward_hooks
-            if next(reversed(hooks), post_id) != post_id and post_id in hooks:
-                # A forward hook registered after ours (inside the ``with`` block) may
-                # replace the output: run ours last, to record what the caller receives.
-                # The order of the user's own hooks is unchanged.
-                hooks[post_id] = hooks.pop(post_id)
-            index = len(calls)
-            clock[0] = begun = start - origin
-            if stack:
-                parent = stack[-1][0]
-                parent.children.append(index)
-                call = started_call(index, path, cls, count, len(stack), parent.index, begun)
-            else:
-                call = started_call(index, path, cls, count, 0, None, begun)
-            count += 1
-            calls.append(call)
-            stack.append((call, module, exc_info()[1]))
-            if owners is not None:
-                owners.mark(index)
-            result = None if dispatch is None else dispatch(call, module, args, kwargs)
-            if clocked:
-                self.overhead_ns += perf_counter_ns() - start
-            return result
-
-        return pre_hook
-
-    def _make_post_hook(self) -> Callable[..., Any]:
-        stack, clocked, exc_info = self._stack, self._clocked, sys.exc_info
-        dispatch, failures, clock = self._dispatch_exit, self._failures, self._clock
-
-        def post_hook(
-            module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
-        ) -> Any:
-            if clocked:
-                start = self.chain_start_ns = perf_counter_ns()
-            if stack and stack[-1][1] is module:
-                call, _, outer_exc = stack.pop()
-            else:
-                frame = self._unwind(module)
-                if frame is None:
-                    return None
-                call, _, outer_exc = frame
-            exc = exc_info()[1]
-            failed = exc is not None and exc is not outer_exc
-            if failed:
-                assert exc is not None
-                if isinstance(exc, _CONTROL):
-                    return None  # hookscope's own stop or error passing through
-                failures.record(call, exc)
-            owners = self._owners
-            if owners is not None:
-                owners.mark(call.parent)
-            result = dispatch(call, module, args, kwargs, output, failed)
-            now = perf_counter_ns()
-            clock[0] = now - self._t0
-            if clocked:
-                self.overhead_ns += now - start
-            return result
-
-        return post_hook
 
     def _unwind(self, module: nn.Module) -> _Frame | None:
         """The frame of ``module``'s call when it is not on top of the stack: a pre-hook

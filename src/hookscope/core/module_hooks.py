@@ -1,0 +1,108 @@
+"""Per-module forward hooks: what the tracer registers on a module that cannot go
+through the global hooks of ``core/fast_path.py`` (a module with hooks of its own, any
+module inside a ``Tracer`` block, or a probe that reads inputs on entry, replaces
+values or has backward events).
+
+The pre-hook pushes a :class:`~hookscope.core.records.Call` on the tracer's stack and
+keeps the post-hook last in the module's hook dict (a forward hook the user adds inside
+the block, which may replace the output, then runs before it: the trace records what the
+caller receives); the post-hook pops it and hands it to ``Tracer._dispatch_exit``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from time import perf_counter_ns
+from typing import TYPE_CHECKING, Any
+
+from torch import nn
+
+from hookscope.core.records import started_call
+
+if TYPE_CHECKING:
+    from hookscope.core.tracer import Tracer
+
+
+def make_module_pre_hook(
+    tracer: Tracer, path: str, cls: str, post_id: int
+) -> Callable[..., Any]:
+    """The forward pre-hook of one module: push a new call, hand it to the probes."""
+    stack, clocked, exc_info = tracer._stack, tracer._clocked, sys.exc_info
+    trace = tracer.trace
+    assert trace is not None
+    calls, owners, origin, clock = trace.calls, tracer._owners, tracer._t0, tracer._clock
+    dispatch = tracer._dispatch_enter if (
+        tracer._enters or tracer._enter_replacers or tracer._backward_probes
+    ) else None
+    count = 0  # calls of this module so far (a module is registered once)
+
+    def pre_hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        nonlocal count
+        start = perf_counter_ns()
+        if clocked:
+            tracer.chain_start_ns = start
+        hooks = module._forward_hooks
+        if next(reversed(hooks), post_id) != post_id and post_id in hooks:
+            # A forward hook registered after ours (inside the ``with`` block) may
+            # replace the output: run ours last, to record what the caller receives.
+            # The order of the user's own hooks is unchanged.
+            hooks[post_id] = hooks.pop(post_id)
+        index = len(calls)
+        clock[0] = begun = start - origin
+        if stack:
+            parent = stack[-1][0]
+            parent.children.append(index)
+            call = started_call(index, path, cls, count, len(stack), parent.index, begun)
+        else:
+            call = started_call(index, path, cls, count, 0, None, begun)
+        count += 1
+        calls.append(call)
+        stack.append((call, module, exc_info()[1]))
+        if owners is not None:
+            owners.mark(index)
+        result = None if dispatch is None else dispatch(call, module, args, kwargs)
+        if clocked:
+            tracer.overhead_ns += perf_counter_ns() - start
+        return result
+
+    return pre_hook
+
+
+def make_module_post_hook(tracer: Tracer) -> Callable[..., Any]:
+    """The forward hook of every module with per-module hooks: it finds its call on the
+    stack, and hands it to the tracer's one exit dispatch."""
+    stack, clocked, exc_info = tracer._stack, tracer._clocked, sys.exc_info
+    dispatch, failures, clock = tracer._dispatch_exit, tracer._failures, tracer._clock
+    control = tracer._control_types
+
+    def post_hook(
+        module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
+    ) -> Any:
+        if clocked:
+            start = tracer.chain_start_ns = perf_counter_ns()
+        if stack and stack[-1][1] is module:
+            call, _, outer_exc = stack.pop()
+        else:
+            frame = tracer._unwind(module)
+            if frame is None:
+                return None
+            call, _, outer_exc = frame
+        exc = exc_info()[1]
+        failed = exc is not None and exc is not outer_exc
+        if failed:
+            assert exc is not None
+            if isinstance(exc, control):
+                return None  # hookscope's own stop or error passing through
+            failures.record(call, exc)
+        owners = tracer._owners
+        if owners is not None:
+            owners.mark(call.parent)
+        result = dispatch(call, module, args, kwargs, output, failed)
+        now = perf_counter_ns()
+        clock[0] = now - tracer._t0
+        if clocked:
+            tracer.overhead_ns += now - start
+        return result
+
+    return post_hook
