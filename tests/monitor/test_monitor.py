@@ -1,0 +1,300 @@
+"""GradientMonitor in real training loops, against independent oracles: recorded norms
+equal ``param.grad.norm()``; clipping bounds the norm the optimizer sees; an exploding
+model and an injected NaN are flagged at the right step and parameter; training with
+the monitor is bit-identical to training without it; no hook is left."""
+
+from __future__ import annotations
+
+import copy
+import math
+import sys
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import hookscope
+from helpers import count_hooks
+from hookscope.monitor import GradientAnomalyWarning
+
+
+def mlp() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(),
+                         nn.Linear(16, 2))
+
+
+def batches(n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(1)
+    return [(torch.randn(8, 4, generator=g), torch.randn(8, 2, generator=g)) for _ in range(n)]
+
+
+def test_recorded_norms_equal_param_grad_norm() -> None:
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    seen: list[dict[str, float]] = []
+    with hookscope.GradientMonitor(model) as mon:
+        for x, y in batches(3):
+            nn.functional.mse_loss(model(x), y).backward()
+            mon.step()
+            seen.append({n: float(p.grad.norm()) for n, p in model.named_parameters()})
+            opt.step()
+            opt.zero_grad()
+    assert mon.history.steps == [0, 1, 2]
+    for step, oracle in enumerate(seen):
+        for name, value in oracle.items():
+            assert mon.history.column(name)[step] == pytest.approx(value, rel=1e-6)
+    frame = mon.history.to_dataframe()
+    assert frame.shape == (3, len(seen[0]) + 1)
+    assert frame.loc[1, "2.weight"] == pytest.approx(seen[1]["2.weight"], rel=1e-6)
+    modules = mon.history.modules()
+    w, b = seen[0]["0.weight"], seen[0]["0.bias"]
+    assert modules["0"][0] == pytest.approx(math.hypot(w, b), rel=1e-6)
+
+
+def test_the_optimizer_hook_records_after_accumulation_and_sees_clipped_gradients() -> None:
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    before = count_hooks(model)
+    captured: list[float] = []
+    mon = hookscope.GradientMonitor(model, optimizer=opt, clip={"4.*": 0.01})
+    handle = opt.register_step_pre_hook(  # registered after the monitor's: runs after it
+        lambda o, a, k: captured.append(float(model[4].weight.grad.norm())))
+    raw: list[float] = []
+    for x, y in batches(2):
+        for part_x, part_y in ((x[:4], y[:4]), (x[4:], y[4:])):  # gradient accumulation
+            nn.functional.mse_loss(model(part_x), part_y).backward()
+        raw.append(float(model[4].weight.grad.norm()))
+        opt.step()
+        opt.zero_grad()
+    handle.remove()
+    mon.close()
+    assert mon.history.column("4.weight") == pytest.approx(raw, rel=1e-6)  # before clipping
+    assert all(n <= 0.01 + 1e-7 for n in captured) and raw[0] > 0.01  # optimizer saw clipped
+    assert count_hooks(model) == before
+    assert not opt._optimizer_step_pre_hooks  # the monitor's hook is gone too
+
+
+def test_value_clipping_clamps_every_element() -> None:
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = batches(1)[0]
+    with hookscope.GradientMonitor(model, optimizer=opt, clip={"**": 1e-3},
+                                   clip_mode="value"):
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    assert all(float(p.grad.abs().max()) <= 1e-3 * (1 + 1e-6) for p in model.parameters())
+    assert any(float(p.grad.abs().max()) == pytest.approx(1e-3) for p in model.parameters())
+
+
+def test_monitored_training_is_bit_identical_to_unmonitored_training() -> None:
+    plain, watched = mlp(), mlp()
+    opts = [torch.optim.Adam(m.parameters(), lr=1e-2) for m in (plain, watched)]
+    with hookscope.GradientMonitor(watched, optimizer=opts[1], flow=True, log_every=2):
+        for x, y in batches(5):
+            for m, opt in zip((plain, watched), opts, strict=True):
+                nn.functional.mse_loss(m(x), y).backward()
+                opt.step()
+                opt.zero_grad()
+    for a, b in zip(plain.parameters(), watched.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+class Scaled(nn.Module):
+    """A chain whose gradient grows by ``gain`` per step (the weights are scaled)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Linear(4, 1)
+
+
+def test_an_exploding_model_is_flagged_at_the_right_step() -> None:
+    model = Scaled()
+    x = torch.randn(8, 4)
+    found: list[hookscope.GradAnomaly] = []
+    with hookscope.GradientMonitor(model, explode_above=10.0, relative=True,
+                                   on_anomaly=found.append) as mon:
+        for step in range(8):
+            if step == 5:
+                with torch.no_grad():
+                    model.b.weight.mul_(1000.0)  # from now on a's gradient is 1000x
+            model.zero_grad()
+            model.b(model.a(x)).sum().backward()
+            mon.step()
+    flagged = {(a.path, a.kind) for a in found if a.step == 5}
+    assert ("a.weight", "explode") in flagged
+    assert all(a.step >= 5 for a in found)  # nothing before the jump
+    assert found == mon.anomalies
+
+
+def test_a_nan_injected_at_a_known_step_is_reported_with_its_parameter() -> None:
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with pytest.warns(GradientAnomalyWarning, match=r"step 3: 2.bias") as record, \
+            hookscope.GradientMonitor(model) as mon:
+        for step, (x, y) in enumerate(batches(6)):
+            nn.functional.mse_loss(model(x), y).backward()
+            if step in (3, 4):
+                model[2].bias.grad[0] = math.nan
+            mon.step()
+            torch.nan_to_num_(model[2].bias.grad)  # keep the weights finite
+            opt.step()
+            opt.zero_grad()
+    assert [(a.step, a.path, a.kind) for a in mon.anomalies] == [
+        (3, "2.bias", "nonfinite"), (4, "2.bias", "nonfinite")]
+    assert len([w for w in record if "2.bias" in str(w.message)]) == 1  # warned once
+
+
+def test_raise_stops_before_the_optimizer_step() -> None:
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = batches(1)[0]
+    nn.functional.mse_loss(model(x), y).backward()
+    model[0].weight.grad[0, 0] = math.inf
+    kept = copy.deepcopy(model.state_dict())
+    with hookscope.GradientMonitor(model, optimizer=opt, on_anomaly="raise"), \
+            pytest.raises(hookscope.GradientAnomalyError, match=r"0\.weight"):
+        opt.step()
+    assert all(torch.equal(kept[k], v) for k, v in model.state_dict().items())
+
+
+def test_no_grad_evaluation_between_steps_records_nothing() -> None:
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with hookscope.GradientMonitor(model, optimizer=opt) as mon:
+        for x, y in batches(2):
+            nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+            with torch.no_grad():
+                model(x)
+    assert mon.step_count == 2
+
+
+def test_grad_scaler_norms_are_unscaled_and_an_overflow_step_is_marked_skipped() -> None:
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    unscaled: list[float] = []
+    with hookscope.GradientMonitor(model, optimizer=opt, scaler=scaler) as mon:
+        for step, (x, y) in enumerate(batches(3)):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = nn.functional.mse_loss(model(x).float(), y)
+            scaler.scale(loss).backward()
+            if step == 1:
+                model[0].bias.grad[0] = math.inf  # the scaler will skip this step
+            mon.step()
+            unscaled.append(float(model[2].weight.grad.norm()))
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+    assert mon.history.skipped == [False, True, False]
+    assert mon.history.column("2.weight")[0] == pytest.approx(unscaled[0], rel=1e-5)
+    assert mon.history.column("2.weight")[0] < 1024 * unscaled[0] / 10
+    assert [a.step for a in mon.anomalies] == [1] and mon.anomalies[0].skipped
+
+
+def test_resnet18_and_gpt2_training_steps_leave_no_hook_and_train_identically() -> None:
+    torchvision = pytest.importorskip("torchvision")
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    resnet = torchvision.models.resnet18(num_classes=10)
+    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=100,
+                                     n_positions=32)
+    gpt2 = transformers.GPT2LMHeadModel(config)
+    images, labels = torch.randn(2, 3, 64, 64), torch.tensor([1, 3])
+    ids = torch.randint(0, 100, (2, 16))
+    cases = [
+        (resnet, lambda m: nn.functional.cross_entropy(m(images), labels)),
+        (gpt2, lambda m: m(ids, labels=ids).loss),
+    ]
+    for model, loss_of in cases:
+        twin = copy.deepcopy(model)
+        before = count_hooks(model)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        twin_opt = torch.optim.SGD(twin.parameters(), lr=0.01)
+        with hookscope.GradientMonitor(model, optimizer=opt) as mon:
+            for step in range(2):
+                for m, o in ((model, opt), (twin, twin_opt)):
+                    torch.manual_seed(step)  # the same dropout masks
+                    loss_of(m).backward()
+                    o.step()
+                    o.zero_grad()
+        assert count_hooks(model) == before
+        assert mon.step_count == 2 and not mon.anomalies
+        for a, b in zip(model.parameters(), twin.parameters(), strict=True):
+            assert torch.equal(a, b)
+
+
+def test_plots_are_written(tmp_path: object) -> None:
+    pytest.importorskip("matplotlib")
+    from pathlib import Path
+
+    model = mlp()
+    with hookscope.GradientMonitor(model, flow=True, explode_above=1e-3,
+                                   on_anomaly=lambda a: None) as mon:
+        for x, y in batches(3):
+            model.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            mon.step()
+    out = Path(str(tmp_path))
+    mon.plot(out / "h.png")
+    mon.plot_flow(out / "f.png")
+    assert (out / "h.png").read_bytes()[:4] == b"\x89PNG"
+    assert (out / "f.png").stat().st_size > 1000
+
+
+def test_missing_matplotlib_and_tensorboard_are_clear_errors(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: object
+) -> None:
+    model = mlp()
+    mon = hookscope.GradientMonitor(model)
+    model(torch.randn(2, 4)).sum().backward()
+    mon.step()
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    with pytest.raises(hookscope.MissingDependencyError, match=r"hookscope\[plot\]"):
+        mon.plot("x.png")
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
+    with pytest.raises(hookscope.MissingDependencyError, match=r"hookscope\[tensorboard\]"):
+        mon.to_tensorboard(str(tmp_path))
+
+
+def test_tensorboard_gets_one_scalar_per_parameter_and_step() -> None:
+    class Writer:
+        def __init__(self) -> None:
+            self.scalars: list[tuple[str, float, int]] = []
+
+        def add_scalar(self, tag: str, value: float, step: int) -> None:
+            self.scalars.append((tag, value, step))
+
+        def flush(self) -> None:
+            pass
+
+    model, writer = mlp(), Writer()
+    with hookscope.GradientMonitor(model, writer=writer, log_every=2) as mon:
+        for x, y in batches(3):
+            model.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            mon.step()
+    tags = {t for t, _, s in writer.scalars if s == 2}
+    assert tags == {f"grad_norm/{n}" for n in mon.names} | {"grad_norm/total"}
+    value = next(v for t, v, s in writer.scalars if t == "grad_norm/0.weight" and s == 1)
+    assert value == mon.history.column("0.weight")[1]
+
+
+@pytest.mark.parametrize("options, match", [
+    ({"clip": {"nothing.*": 1.0}}, "matches no watched parameter"),
+    ({"clip": {"*": -1}}, "positive"),
+    ({"explode_above": "big"}, "explode_above"),
+    ({"on_anomaly": "shout"}, "on_anomaly"),
+    ({"log_every": 0}, "log_every"),
+    ({"scaler": object()}, "optimizer"),
+    ({"clip_mode": "l1"}, "clip_mode"),
+])
+def test_bad_options_are_spec_errors(options: dict[str, object], match: str) -> None:
+    with warnings.catch_warnings(), pytest.raises(hookscope.SpecError, match=match):
+        hookscope.GradientMonitor(mlp(), **options)  # type: ignore[arg-type]

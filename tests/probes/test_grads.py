@@ -1,0 +1,148 @@
+"""The grads probe against autograd oracles: parameter gradients equal ``param.grad``
+computed independently, per-call output-gradient norms equal ``torch.autograd.grad`` on
+the captured output; unused, frozen and tied parameters; JSON/CSV/DataFrame/table."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import hookscope
+from helpers import count_hooks
+from hookscope.render.trace_table import render_trace
+
+
+def mlp() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.ReLU(inplace=True), nn.Linear(8, 3))
+
+
+def test_parameter_statistics_equal_param_grad_computed_independently() -> None:
+    model, x = mlp(), torch.randn(5, 4)
+    loss = lambda out: out.pow(2).mean()  # noqa: E731
+    trace = hookscope.trace(model, x, backward=True, loss=loss)
+    twin = copy.deepcopy(model)
+    loss(twin(x)).backward()
+    by_path = {s.path: s for s in trace.param_grads}
+    for path, p in twin.named_parameters():
+        s = by_path[path]
+        assert s.status == "ok"
+        assert s.norm == pytest.approx(float(p.grad.norm()), rel=1e-6)
+        assert s.max_abs == pytest.approx(float(p.grad.abs().max()), rel=1e-6)
+        assert s.mean == pytest.approx(float(p.grad.mean()), rel=1e-5, abs=1e-9)
+        assert s.nan_count == 0 and s.inf_count == 0
+    assert all(p.grad is None for p in model.parameters())  # autograd.grad: no .grad
+
+
+def test_call_output_gradient_norms_equal_autograd_grad_on_the_captured_output() -> None:
+    model, x = mlp(), torch.randn(5, 4)
+    trace = hookscope.trace(model, x, backward=True, loss=lambda out: out.pow(2).sum())
+    twin = copy.deepcopy(model)
+    h0 = twin[0](x)
+    h1 = twin[1](h0.clone())
+    out = twin[2](h1)
+    g_out, g_h1 = torch.autograd.grad(out.pow(2).sum(), [out, h1])
+    assert trace[""].grad_output_norm == pytest.approx(float(g_out.norm()), rel=1e-6)
+    assert trace["2"].grad_output_norm == pytest.approx(float(g_out.norm()), rel=1e-6)
+    assert trace["2"].grad_input_norm == pytest.approx(float(g_h1.norm()), rel=1e-6)
+    assert trace["1"].grad_output_norm == pytest.approx(float(g_h1.norm()), rel=1e-6)
+    for call in trace.calls:
+        assert call.backward_ns is not None and call.backward_ns >= 0
+        assert call.backward_self_ns is not None and call.backward_self_ns <= call.backward_ns
+
+
+class Branches(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.used = nn.Linear(3, 3)
+        self.unused = nn.Linear(3, 3)
+        self.frozen = nn.Linear(3, 3)
+        self.frozen.requires_grad_(False)
+        self.head = nn.Linear(3, 3)
+        self.tail = nn.Linear(3, 3, bias=False)
+        self.tail.weight = self.head.weight  # tied
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.tail(self.head(self.frozen(self.used(x))))
+
+
+def test_unused_frozen_and_tied_parameters_are_said_so() -> None:
+    model = Branches()
+    trace = hookscope.trace(model, torch.randn(2, 3), backward=True)
+    by_path = {s.path: s for s in trace.param_grads}
+    assert by_path["unused.weight"].status == "unused"
+    assert by_path["unused.weight"].module == "unused"
+    assert by_path["unused.weight"].norm is None  # no gradient: not zero
+    assert by_path["used.weight"].status == "ok"
+    assert by_path["frozen.weight"].status == "frozen" and by_path["frozen.weight"].norm is None
+    assert by_path["head.weight"].aliases == ("tail.weight",)
+    assert "tail.weight" not in by_path  # reported once
+
+
+def test_tied_gradient_is_the_sum_of_both_uses() -> None:
+    model, x = Branches(), torch.randn(2, 3)
+    trace = hookscope.trace(model, x, backward=True)
+    twin = copy.deepcopy(model)
+    twin(x).sum().backward()
+    (tied,) = [s for s in trace.param_grads if s.path == "head.weight"]
+    assert tied.norm == pytest.approx(float(twin.head.weight.grad.norm()), rel=1e-6)
+
+
+def test_nan_gradients_are_counted() -> None:
+    model, x = mlp(), torch.randn(5, 4)
+    with torch.no_grad():
+        model[2].weight[0, 0] = math.nan
+    trace = hookscope.trace(model, x, backward=True)
+    by_path = {s.path: s for s in trace.param_grads}
+    assert by_path["0.weight"].nan_count > 0 and math.isnan(by_path["0.weight"].norm)
+    assert by_path["2.weight"].nan_count == 0  # d(out)/d(W2) = h: finite
+
+
+def test_backward_facts_reach_json_csv_dataframe_and_the_table() -> None:
+    trace = hookscope.trace(mlp(), torch.randn(5, 4), backward=True)
+    assert hookscope.Trace.from_json(trace.to_json()) == trace
+    header = trace.to_csv().splitlines()[0].split(",")
+    assert {"grad_output_norm", "grad_input_norm", "backward_ns"} <= set(header)
+    frame = trace.to_dataframe()
+    assert frame["grad_output_norm"].iloc[0] == pytest.approx(trace[""].grad_output_norm)
+    text = render_trace(trace, columns=["layer", "grad_out", "grad_in", "bwd_time"])
+    assert "|grad out|" in text and "Bwd time" in text
+    assert "|grad out|" in str(trace)  # default table: the probe ran
+
+
+def test_a_tracer_around_the_users_backward_records_gradients() -> None:
+    model, x = mlp(), torch.randn(5, 4)
+    before = count_hooks(model)
+    with hookscope.Tracer(model, grads=True) as tracer:
+        model(x).sum().backward()
+    assert count_hooks(model) == before
+    assert tracer.trace is not None
+    by_path = {s.path: s for s in tracer.trace.param_grads}
+    assert by_path["0.weight"].norm == pytest.approx(float(model[0].weight.grad.norm()))
+
+
+def test_resnet_with_in_place_relu_gets_every_backward_fact() -> None:
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=10)
+    before = count_hooks(model)
+    trace = hookscope.trace(model, torch.randn(1, 3, 64, 64), backward=True,
+                            stats=False, memory=False)
+    assert count_hooks(model) == before
+    assert trace["relu"].grad_output_norm is not None  # in-place ReLU
+    assert all(s.status == "ok" for s in trace.param_grads)
+    assert len(trace.param_grads) == len(list(model.parameters()))
+
+
+def test_bad_loss_options_are_spec_errors() -> None:
+    model, x = mlp(), torch.randn(5, 4)
+    with pytest.raises(hookscope.SpecError, match="backward=True"):
+        hookscope.trace(model, x, loss=lambda o: o.sum())
+    with pytest.raises(hookscope.SpecError, match="scalar"):
+        hookscope.trace(model, x, backward=True, loss=lambda o: o)
+    with pytest.raises(hookscope.SpecError, match="function"):
+        hookscope.trace(model, x, backward=True, loss=3)  # type: ignore[arg-type]
