@@ -183,9 +183,8 @@ def make_global_post_hook(tracer: Tracer, entries: Entries) -> Callable[..., Non
         entry = entries.get(id(module))
         if entry is None:  # not one of this model's modules
             return
-        start = perf_counter_ns()
         if clocked:
-            tracer.chain_start_ns = start
+            start = tracer.chain_start_ns = perf_counter_ns()
         if len(rest) == 2:
             kwargs, output = rest
         else:  # forward raised: torch calls global always-call hooks without kwargs
