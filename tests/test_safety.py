@@ -209,6 +209,56 @@ ENTRIES.append(Entry("monitor-step", monitored_step, user_forward_backward, user
                      changes_model=True))
 
 
+def _capture_entry(name: str, *, to_disk: bool = False) -> Entry:
+    def observe(model: nn.Module, args: Args, kwargs: Kwargs) -> Any:
+        if not to_disk:
+            return dict(hookscope.capture(model, *args, kwargs=kwargs, select="**"))
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            acts = hookscope.capture(model, *args, kwargs=kwargs, select="**",
+                                     save_to=f"{tmp}/acts", shard_mib=0.01)
+            return {k: acts[k] for k in acts}
+
+    return Entry(name, observe, plain_forward_no_grad)
+
+
+def _in_block(name: str, block: Callable[[nn.Module], Any]) -> Entry:
+    """A user's training step inside an intervention block. The patches used here
+    replace each value by an equal one (x * 1.0, gradient * 1.0, the same arguments),
+    so outputs inside the block equal the twin's; check_still_works then checks the
+    model after the block."""
+
+    def observe(model: nn.Module, args: Args, kwargs: Kwargs) -> Any:
+        with block(model):
+            return user_forward_backward(model, args, kwargs)
+
+    return Entry(name, observe, user_forward_backward, user_code=True, changes_model=True)
+
+
+def _scale_one(m: nn.Module) -> Any:
+    return hookscope.patch(m, {"**": hookscope.patches.scale(1.0)})
+
+
+def _scale_grad_one(m: nn.Module) -> Any:
+    return hookscope.patch(m, {"**": hookscope.patches.scale_grad(1.0)})
+
+
+def _same_inputs(m: nn.Module) -> Any:
+    return hookscope.patch_inputs(m, {"**": lambda mod, a, k: (a, k)})
+
+
+INTERVENTION_ENTRIES: list[Entry] = [
+    _capture_entry("capture"),
+    _capture_entry("capture-to-disk", to_disk=True),
+    _in_block("capture-ctx", lambda m: hookscope.Capture(m, select="**", what="both")),
+    _in_block("patch-values", _scale_one),
+    _in_block("patch-grad", _scale_grad_one),
+    _in_block("patch-inputs", _same_inputs),
+]
+ENTRIES += INTERVENTION_ENTRIES
+
+
 def annotate(model: nn.Module, args: Args, kwargs: Kwargs) -> str:
     text_before = repr(model)
     trace = hookscope.trace(model, *args, kwargs=kwargs)
@@ -235,6 +285,10 @@ KNOWN_MODEL_ENTRY_POINTS = {
     "annotated_repr": "annotated-repr",
     "hooks": "hooks",
     "lint": "lint",
+    "capture": "capture",
+    "Capture": "capture-ctx",
+    "patch": "patch-",
+    "patch_inputs": "patch-inputs",
     "GradientMonitor": "monitor-",
 }
 
@@ -249,6 +303,8 @@ NOT_MODEL_ENTRY_POINTS = {
     "Column", "Fact", "FailureRecord", "Field", "MissingDependencyError", "ParamGrad",
     "ProbeError", "RunStopped", "StopRecord", "Unit",
     "Finding", "Severity",  # lint's records
+    # read a capture directory, draw captured tensors, make patch functions: no model
+    "load_activations", "plot_feature_maps", "patches",
     "GradAnomaly", "GradientAnomalyError",  # the gradient monitor's record and error
 }
 
@@ -460,7 +516,11 @@ RUN_NOTHING = ("inspect", "hooks", "lint")
 # NB: the gradient monitor observes no module call, so it cannot name the failing one
 # in a note; test_monitor_leaves_a_raising_model_untouched covers it
 NO_CALLS_OBSERVED = ("monitor-step",)
-RAISING_ENTRIES = [e for e in ENTRIES if e.id not in RUN_NOTHING + NO_CALLS_OBSERVED] + [
+# NB: capture and patch let the model's own exception through (with the tracer's note);
+# test_interventions_on_a_raising_model covers them
+RAISES_AS_IS = tuple(e.id for e in INTERVENTION_ENTRIES)
+RAISING_ENTRIES = [e for e in ENTRIES
+                   if e.id not in RUN_NOTHING + NO_CALLS_OBSERVED + RAISES_AS_IS] + [
     _trace_entry(f"trace-{_combo_id(f)}-{'bwd' if b else 'fwd'}", backward=b, **f)
     for f in PROBE_COMBOS for b in (False, True)
 ]
@@ -491,6 +551,18 @@ def test_model_that_raises(entry: Entry, mode: str) -> None:
         assert repr(cls.FAILING_PATH) in message or cls.FAILING_PATH in message
         assert "[2, 8]" in message  # the failing module's input shape
         check_partial_trace(obs_exc.trace, cls, entry.select)
+    check_untouched(entry, s, cls, before)
+    check_still_works(s, cls)
+
+
+@pytest.mark.parametrize("entry", INTERVENTION_ENTRIES, ids=lambda e: e.id)
+def test_interventions_on_a_raising_model(entry: Entry) -> None:
+    cls = zoo.RaisingModel
+    s = make_setup(cls, mode="train", pregrad=True)
+    before = snapshot_state(s.model)
+    _, obs_exc, _, plain_exc = run_both(entry, s, cls)
+    assert type(obs_exc) is type(plain_exc) and str(obs_exc) == str(plain_exc)
+    assert cls.FAILING_PATH in " ".join(getattr(obs_exc, "__notes__", []))
     check_untouched(entry, s, cls, before)
     check_still_works(s, cls)
 

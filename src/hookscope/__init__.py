@@ -38,11 +38,16 @@ if _typing.TYPE_CHECKING:
         SpecError,
     )
     from hookscope.flops import register_flop_formula
+    from hookscope.interventions.capture import Capture, capture
+    from hookscope.interventions.functions import patches
+    from hookscope.interventions.patch import patch, patch_inputs
+    from hookscope.interventions.storage import load_activations
     from hookscope.inventory import HookInventory, hooks
     from hookscope.lint.findings import Finding, Severity
     from hookscope.lint.runner import lint
     from hookscope.monitor import GradAnomaly, GradientAnomalyError, GradientMonitor
     from hookscope.probes.base import Probe, register_probe
+    from hookscope.render.feature_maps import plot_feature_maps
     from hookscope.render.summary import Summary
 
 # public name -> the module that defines it
@@ -88,10 +93,18 @@ _EXPORTS: dict[str, str] = {
     "Probe": "hookscope.api",
     "register_probe": "hookscope.api",
     "Summary": "hookscope.render.summary",
+    "Capture": "hookscope.interventions.capture",
+    "capture": "hookscope.interventions.capture",
+    "load_activations": "hookscope.interventions.storage",
+    "patch": "hookscope.interventions.patch",
+    "patch_inputs": "hookscope.interventions.patch",
+    "patches": "hookscope.interventions.functions",  # a namespace of patch functions
+    "plot_feature_maps": "hookscope.render.feature_maps",
 }
 
 __all__ = [
     "Call",
+    "Capture",
     "Column",
     "Fact",
     "FailureRecord",
@@ -125,10 +138,16 @@ __all__ = [
     "Unit",
     "__version__",
     "annotated_repr",
+    "capture",
     "hooks",
     "inspect",
     "lint",
+    "load_activations",
     "median_times",
+    "patch",
+    "patch_inputs",
+    "patches",
+    "plot_feature_maps",
     "register_flop_formula",
     "register_probe",
     "summary",

@@ -302,3 +302,4 @@ def _split(text: str | None) -> list[str] | None:
 # registers its command on ``app``.
 import hookscope.cli.hooks_command  # noqa: E402
 import hookscope.cli.lint_command  # noqa: E402, F401
+import hookscope.cli.grads_command  # noqa: E402, F401

@@ -1,0 +1,263 @@
+"""Activation capture: detached copies of chosen modules' outputs (or inputs), in memory
+or streamed to disk while the forward runs.
+
+A capture is a recording probe (``core/probe.py``) in a :class:`~hookscope.Tracer` that
+observes only the selected modules. At a call's exit the probe copies the value
+(``detach`` + a copy to ``to=``, so an in-place op after the call cannot change it;
+nested outputs keep their structure, by ``torch.utils._pytree``) and hands it to a
+sink: a dict, or the :class:`~hookscope.interventions.storage.ShardWriter` that writes
+safetensors shards during the forward. Calls are named as the trace names them:
+``path`` for a module's first call, ``path#N`` for its N-th reuse (and, in a
+:class:`Capture` around a loop, for the N-th batch).
+
+Recording probes run after replacing ones, so what is captured is what the caller
+received, also inside a :func:`hookscope.patch` block entered before the capture.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from enum import Enum
+from types import TracebackType
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils._pytree import tree_map
+
+from hookscope.core.probe import Probe
+from hookscope.core.records import Call
+from hookscope.core.selectors import ModuleSelector, compile_module_selector
+from hookscope.core.tracer import Tracer
+from hookscope.errors import SpecError
+from hookscope.interventions.storage import Activations, ModuleInputs, ShardWriter, load_activations
+
+
+class What(str, Enum):
+    """Which values of a call a capture keeps."""
+
+    OUTPUT = "output"
+    INPUT = "input"
+    BOTH = "both"
+
+
+def selected_paths(model: nn.Module, select: ModuleSelector, *, api: str) -> set[str]:
+    """Paths of the modules ``select`` chooses (each module at its first path).
+
+    Raises:
+        SpecError: a bad selector, or one that matches no module.
+    """
+    matches = compile_module_selector(select)
+    chosen = {path for path, module in model.named_modules() if matches(path, module)}
+    if not chosen:
+        examples = [p for p, _ in model.named_modules() if p][:4]
+        raise SpecError(
+            f"{api}: select={select!r} matches no module of {type(model).__name__}; "
+            f"paths look like {examples!r} (glob: * within a segment, ** across dots)"
+        )
+    return chosen
+
+
+class CapturedActivations(dict[str, Any]):
+    """Captured values held in memory, by call name (a plain ``dict`` otherwise)."""
+
+    def calls_of(self, path: str) -> list[Any]:
+        """The values of every call of the module at ``path``, in call order."""
+        return [v for k, v in self.items() if k.partition("#")[0] == path]
+
+
+class _OutputCapture(Probe):
+    """Copies each observed call's output at its exit."""
+
+    name = "capture"
+
+    def __init__(self, capture: Capture) -> None:
+        self.capture = capture
+
+    def on_exit(
+        self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+        output: Any, failed: bool,
+    ) -> None:
+        if failed:
+            return
+        self.capture._keep(call, self._copy(output))
+
+    def _copy(self, value: Any) -> Any:
+        device = self.capture.to
+        return tree_map(
+            lambda t: t.detach().to(t.device if device is None else device, copy=True)
+            if isinstance(t, torch.Tensor) else t,
+            value,
+        )
+
+
+class _InputCapture(_OutputCapture):
+    """Copies what ``forward`` receives when the call starts (before it can change it in
+    place), and the output too for ``what="both"``."""
+
+    def __init__(self, capture: Capture) -> None:
+        super().__init__(capture)
+        self._pending: dict[int, ModuleInputs] = {}
+
+    def on_enter(
+        self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        self._pending[call.index] = ModuleInputs(self._copy(args), self._copy(kwargs))
+
+    def on_exit(
+        self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+        output: Any, failed: bool,
+    ) -> None:
+        inputs = self._pending.pop(call.index, None)
+        if failed or inputs is None:
+            return
+        if self.capture.what is What.INPUT:
+            self.capture._keep(call, inputs)
+        else:
+            self.capture._keep(call, {"input": inputs, "output": self._copy(output)})
+
+
+class Capture:
+    """Capture activations of chosen modules while the ``with`` block runs.
+
+    Around one forward, or around a whole data-loader loop: every call of a selected
+    module is kept, the N-th call of a module as ``path#N`` (so batch N of a loop that
+    calls each module once is ``path#N``; ``activations.calls_of(path)`` lists them).
+
+    Args:
+        model: the model; every hook is removed on exit, also when the block raises.
+        select: which modules: a glob over module paths (``*`` within a segment, ``**``
+            across dots), a list of globs, a module class (or a tuple of classes), or
+            ``fn(path: str) -> bool``.
+        what: ``"output"``, ``"input"`` (a :class:`ModuleInputs` of ``args`` and
+            ``kwargs``, copied when ``forward`` starts) or ``"both"`` (a dict with
+            ``"input"`` and ``"output"``).
+        to: the device copies go to (``None``: where the value is).
+        save_to: a new directory: values are written there as safetensors shards while
+            the model runs, and an index when the block ends (see
+            ``interventions/storage.py``); ``None`` keeps them in memory.
+        shard_mib: with ``save_to``, values are written every ``shard_mib`` MiB, which
+            bounds the memory the capture holds.
+
+    Raises:
+        SpecError: a bad option, a selector that matches nothing, or a ``save_to`` that
+            is not a new or empty directory.
+
+    Example:
+        >>> with hookscope.Capture(model, select="layer*.0", save_to="acts") as cap:
+        ...     for x in loader:
+        ...         model(x)
+        >>> cap.activations["layer1.0#3"].shape      # batch 3
+    """
+
+    def __init__(
+        self, model: nn.Module, *, select: ModuleSelector, what: str = "output",
+        to: str | torch.device | None = "cpu", save_to: str | os.PathLike[str] | None = None,
+        shard_mib: float = 64.0,
+    ) -> None:
+        try:
+            self.what = What(what)
+        except ValueError:
+            raise SpecError(
+                f"what= must be 'output', 'input' or 'both', got {what!r}"
+            ) from None
+        try:
+            self.to = None if to is None else torch.device(to)
+        except (RuntimeError, TypeError):
+            raise SpecError(f"to= must be a device such as 'cpu' or 'cuda:0', got {to!r}") from None
+        if not (isinstance(shard_mib, (int, float)) and shard_mib > 0):
+            raise SpecError(f"shard_mib= must be a positive number, got {shard_mib!r}")
+        if not isinstance(model, nn.Module):
+            raise SpecError(f"Capture expects a torch.nn.Module, got {type(model).__name__}")
+        self.model = model
+        self._chosen = selected_paths(model, select, api="Capture")
+        self._save_to, self._shard_bytes = save_to, int(shard_mib * 2**20)
+        self._memory = CapturedActivations()
+        self._writer: ShardWriter | None = None
+        self._tracer: Tracer | None = None
+
+    @property
+    def activations(self) -> Mapping[str, Any]:
+        """The captured values by call name (a dict, or the lazy reader of ``save_to``
+        once the block ended)."""
+        if self._writer is not None and self._tracer is None:
+            return load_activations(self._writer.directory, partial=True)
+        return self._memory
+
+    def __enter__(self) -> Capture:
+        if self._tracer is not None:
+            raise SpecError("this Capture is already active; create a new one")
+        if self._save_to is not None:
+            self._writer = ShardWriter(self._save_to, shard_bytes=self._shard_bytes)
+        probe = _OutputCapture(self) if self.what is What.OUTPUT else _InputCapture(self)
+        chosen = self._chosen
+        self._tracer = Tracer(self.model, shapes=False, probes=[probe],
+                              select=lambda path: path in chosen)
+        self._tracer.__enter__()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        tracer, self._tracer = self._tracer, None
+        try:
+            if tracer is not None:
+                tracer.__exit__(exc_type, exc, tb)
+        except BaseException as e:
+            exc = exc or e
+            raise
+        finally:
+            if self._writer is not None:
+                self._writer.close(error=exc)
+
+    def _keep(self, call: Call, value: Any) -> None:
+        name = call.name
+        if self._writer is None:
+            self._memory[name] = value
+        else:
+            info = {"path": call.path, "call_index": call.call_index,
+                    "module_class": call.module_class}
+            self._writer.add(name, value, info)
+
+
+def capture(
+    model: nn.Module, *inputs: Any, select: ModuleSelector, what: str = "output",
+    to: str | torch.device | None = "cpu", kwargs: dict[str, Any] | None = None,
+    save_to: str | os.PathLike[str] | None = None, shard_mib: float = 64.0,
+) -> Mapping[str, Any]:
+    """Run ``model(*inputs, **kwargs)`` once, without gradients, and return detached
+    copies of the selected modules' outputs (or inputs) by call name.
+
+    Args:
+        model: the model; it is left as it was (no hook, flag or value changes).
+        *inputs: positional inputs of the forward.
+        select: which modules (see :class:`Capture`).
+        what: ``"output"``, ``"input"`` or ``"both"`` (see :class:`Capture`).
+        to: the device the copies go to (``None``: where they are).
+        kwargs: keyword inputs of the forward.
+        save_to: stream the values to this new directory (safetensors + JSON index)
+            instead of keeping them in memory; the result then reads them lazily.
+        shard_mib: with ``save_to``, write a shard every ``shard_mib`` MiB.
+
+    Returns:
+        ``{"layer1.0.conv1": tensor, "blocks.0#1": tensor, ...}``: a dict, or an
+        :class:`~hookscope.interventions.storage.Activations` reader with ``save_to``.
+
+    Raises:
+        SpecError: a bad option or a selector that matches nothing.
+
+    Example:
+        >>> acts = hookscope.capture(model, x, select="layer*.0.conv1")
+        >>> acts["layer1.0.conv1"].shape
+        torch.Size([8, 64, 56, 56])
+    """
+    cap = Capture(model, select=select, what=what, to=to, save_to=save_to,
+                  shard_mib=shard_mib)
+    with cap, torch.no_grad():
+        model(*inputs, **(kwargs or {}))
+    return cap.activations
+
+
+__all__ = ["Activations", "Capture", "CapturedActivations", "ModuleInputs", "capture"]

@@ -1,0 +1,191 @@
+"""Ready-made patch functions for :func:`hookscope.patch`, as ``hookscope.patches.NAME``.
+
+Each factory returns ``fn(module, inputs, output)``; it is applied to every tensor of a
+nested output (``torch.utils._pytree``), and non-float tensors are left alone. The
+backward-path ones (:func:`scale_grad`, :func:`clip_grad`) leave the forward values
+bit-identical and change only the gradient that flows back through the output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils._pytree import tree_map
+
+from hookscope.core.records import Call
+from hookscope.errors import SpecError
+from hookscope.interventions.capture import CapturedActivations
+from hookscope.interventions.patch import PatchFn, call_aware
+from hookscope.interventions.storage import Activations
+
+Index = int | Sequence[int] | None
+
+
+def _on_floats(fn: Callable[[torch.Tensor], torch.Tensor]) -> PatchFn:
+    def patch_fn(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> Any:
+        return tree_map(
+            lambda t: fn(t) if isinstance(t, torch.Tensor) and t.is_floating_point() else t,
+            output,
+        )
+
+    return patch_fn
+
+
+def _mask(t: torch.Tensor, index: Index, dim: int) -> torch.Tensor | None:
+    """A boolean mask of ``t``'s shape selecting ``index`` along ``dim`` (None: all)."""
+    if index is None:
+        return None
+    idx = torch.as_tensor([index] if isinstance(index, int) else list(index), dtype=torch.long)
+    shape = [1] * t.dim()
+    shape[dim] = t.shape[dim]
+    mask = torch.zeros(t.shape[dim], dtype=torch.bool)
+    mask[idx] = True
+    return mask.reshape(shape).to(t.device)
+
+
+def zero(index: Index = None, *, dim: int = 1) -> PatchFn:
+    """Zero the output, or only ``index`` along ``dim`` (ablation).
+
+    ``dim=1`` is the channel dimension of a convolution's ``[N, C, H, W]`` and the
+    position dimension of a sequence model's ``[batch, positions, features]``.
+
+    Example:
+        >>> hookscope.patches.zero([3, 7])          # channels 3 and 7 of a conv
+    """
+    return scale(0.0, index, dim=dim)
+
+
+ablate = zero
+
+
+def scale(factor: float, index: Index = None, *, dim: int = 1) -> PatchFn:
+    """Multiply the output (or ``index`` along ``dim``) by ``factor``."""
+
+    def apply(t: torch.Tensor) -> torch.Tensor:
+        mask = _mask(t, index, dim)
+        if mask is None:
+            return t * factor
+        return torch.where(mask, t * factor, t)
+
+    return _on_floats(apply)
+
+
+def clamp(lower: float | None = None, upper: float | None = None) -> PatchFn:
+    """Clamp the output to ``[lower, upper]`` (either may be ``None``)."""
+    if lower is None and upper is None:
+        raise SpecError("patches.clamp needs lower=, upper= or both")
+    return _on_floats(lambda t: torch.clamp(t, lower, upper))
+
+
+def noise(std: float, *, seed: int = 0) -> PatchFn:
+    """Add Gaussian noise of standard deviation ``std``, from a generator seeded with
+    ``seed`` when the function is made: the same sequence of patched calls gets the
+    same noise, and torch's global RNG is not used."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def apply(t: torch.Tensor) -> torch.Tensor:
+        draw = torch.randn(t.shape, generator=gen, dtype=torch.float32)
+        return t + (std * draw).to(device=t.device, dtype=t.dtype)
+
+    return _on_floats(apply)
+
+
+def replace_with(source: Any) -> PatchFn:
+    """Return a stored value instead of the output: activation patching.
+
+    Args:
+        source: a value to return for every patched call (a tensor or a nested
+            output), or the mapping of a capture (``hookscope.capture`` of another
+            input): each call gets the captured value of the same call name
+            (``path`` or ``path#N``).
+
+    Example:
+        >>> clean = hookscope.capture(model, x_clean, select="layer3")
+        >>> with hookscope.patch(model, {"layer3": hookscope.patches.replace_with(clean)}):
+        ...     patched = model(x_corrupt)
+    """
+
+    def patch_fn(module: nn.Module, inputs: tuple[Any, ...], output: Any, *,
+                 call: Call) -> Any:
+        value = source
+        if isinstance(source, (Activations, CapturedActivations)):
+            if call.name not in source:
+                raise SpecError(f"replace_with: the capture has no call {call.name!r}; "
+                                f"it has {sorted(source)[:5]!r}")
+            value = source[call.name]
+        return _like(value, output, call.name)
+
+    return call_aware(patch_fn)
+
+
+def _like(value: Any, output: Any, name: str) -> Any:
+    """``value`` on the output's device and dtype; its shape must match."""
+    if isinstance(value, torch.Tensor) and isinstance(output, torch.Tensor):
+        if value.shape != output.shape:
+            raise SpecError(
+                f"replace_with: the stored value for {name!r} has shape "
+                f"{list(value.shape)}, the output has {list(output.shape)}"
+            )
+        return value.to(device=output.device, dtype=output.dtype)
+    return value
+
+
+class _GradTransform(torch.autograd.Function):
+    """Identity forward (a copy with the same values); ``fn(grad)`` backward."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+        ctx.fn = fn
+        # NB: a copy, not ``x`` itself: autograd forbids modifying a custom Function's
+        # view output in place, and the next module may (``ReLU(inplace=True)``).
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:
+        return ctx.fn(grad), None
+
+
+def _on_grad(fn: Callable[[torch.Tensor], torch.Tensor]) -> PatchFn:
+    return _on_floats(lambda t: _GradTransform.apply(t, fn) if t.requires_grad else t)
+
+
+def scale_grad(factor: float) -> PatchFn:
+    """Multiply the gradient flowing back through the output by ``factor``; the
+    forward values are unchanged."""
+    return _on_grad(lambda g: g * factor)
+
+
+def clip_grad(limit: float, *, norm: bool = False) -> PatchFn:
+    """Clip the gradient flowing back through the output: each element to
+    ``[-limit, limit]``, or with ``norm=True`` the whole tensor's L2 norm to ``limit``.
+    The forward values are unchanged."""
+    if not limit > 0:
+        raise SpecError(f"patches.clip_grad: limit must be positive, got {limit!r}")
+    if norm:
+        return _on_grad(lambda g: g * torch.clamp(limit / (g.norm() + 1e-12), max=1.0))
+    return _on_grad(lambda g: g.clamp(-limit, limit))
+
+
+class PatchFunctions:
+    """The ready-made patch functions, as ``hookscope.patches.NAME``: :func:`zero`
+    (alias :func:`ablate`), :func:`scale`, :func:`clamp`, :func:`noise`,
+    :func:`replace_with`, :func:`scale_grad`, :func:`clip_grad`."""
+
+    zero = staticmethod(zero)
+    ablate = staticmethod(ablate)
+    scale = staticmethod(scale)
+    clamp = staticmethod(clamp)
+    noise = staticmethod(noise)
+    replace_with = staticmethod(replace_with)
+    scale_grad = staticmethod(scale_grad)
+    clip_grad = staticmethod(clip_grad)
+
+    def __repr__(self) -> str:
+        return "<hookscope.patches: zero, ablate, scale, clamp, noise, replace_with, " \
+               "scale_grad, clip_grad>"
+
+
+patches = PatchFunctions()

@@ -1,0 +1,274 @@
+"""Captured activations on disk: safetensors shards written while the forward runs, and
+a JSON index written last.
+
+Layout of a capture directory::
+
+    shard-00000.safetensors   # tensors of whole calls, flushed every ``shard_mib`` MiB
+    shard-00001.safetensors   # each shard's metadata names the calls it holds
+    index.json                # written last, atomically: the capture's seal
+
+Every file is written to a temporary name (``.NAME.tmp``) and renamed when complete,
+so a file under its final name is never half-written. ``index.json`` says whether the
+run finished (``"complete": true``) or was interrupted (``false``, with the error). A
+capture killed outright (SIGKILL, power loss) has shards and no index.
+:func:`load_activations` rejects both unless asked for ``partial=True``, then reads what
+the finished shards hold. Nothing is pickled: tensors are safetensors, the structure of
+a call's value (tuples, dicts, ``None``) is JSON in the shard metadata.
+
+Memory: the writer holds at most one shard's tensors (plus the largest single call)
+before writing them; reading opens a shard only when a value is asked for
+(``safe_open``, memory-mapped), so a capture larger than memory can be browsed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+
+from hookscope.errors import MissingDependencyError, SpecError
+
+FORMAT = "hookscope-activations"
+VERSION = 1
+INDEX = "index.json"
+_META_KEY = "hookscope"
+
+
+class ModuleInputs(NamedTuple):
+    """What a module's ``forward`` received: positional and keyword arguments."""
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+def _safetensors() -> Any:
+    try:
+        import safetensors.torch
+    except ImportError as e:  # pragma: no cover - a required dependency
+        raise MissingDependencyError("safetensors", "capture") from e
+    return safetensors
+
+
+# -- the structure of a value, as JSON ------------------------------------------------------
+
+
+def encode_tree(value: Any, key: str, tensors: dict[str, torch.Tensor]) -> Any:
+    """JSON for ``value``; its tensors go into ``tensors`` under keys from ``key``."""
+    if isinstance(value, torch.Tensor):
+        tensors[key] = value.contiguous()
+        return {"tensor": key}
+    if isinstance(value, ModuleInputs):
+        return {"inputs": [encode_tree(value.args, f"{key}.args", tensors),
+                           encode_tree(value.kwargs, f"{key}.kwargs", tensors)]}
+    if isinstance(value, Mapping) and all(isinstance(k, str) for k in value):
+        return {"dict": {k: encode_tree(v, f"{key}.{k}", tensors) for k, v in value.items()}}
+    if isinstance(value, (tuple, list)):
+        kind = "list" if isinstance(value, list) else "tuple"
+        return {kind: [encode_tree(v, f"{key}.{i}", tensors) for i, v in enumerate(value)]}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return {"value": value}
+    # NB: an object safetensors/JSON cannot hold is kept as its repr, never pickled
+    return {"repr": repr(value)}
+
+
+def decode_tree(doc: Any, tensor: Any) -> Any:
+    """The value of :func:`encode_tree`'s JSON; ``tensor(key)`` reads one tensor."""
+    (kind, body), = doc.items()
+    if kind == "tensor":
+        return tensor(body)
+    if kind == "inputs":
+        return ModuleInputs(decode_tree(body[0], tensor), decode_tree(body[1], tensor))
+    if kind == "dict":
+        return {k: decode_tree(v, tensor) for k, v in body.items()}
+    if kind in ("tuple", "list"):
+        items = [decode_tree(v, tensor) for v in body]
+        return tuple(items) if kind == "tuple" else items
+    if kind == "value":
+        return body
+    return _Unrestorable(body)
+
+
+class _Unrestorable(str):
+    """The repr of a value that was not a tensor, container or plain scalar."""
+
+
+# -- writing ---------------------------------------------------------------------------------
+
+
+def _write_atomically(path: Path, write: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+class ShardWriter:
+    """Writes calls' values into safetensors shards of about ``shard_bytes`` each.
+
+    Raises:
+        SpecError: ``directory`` already holds a capture (or other files).
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], *, shard_bytes: int) -> None:
+        self.directory = Path(directory)
+        if self.directory.exists() and (
+            not self.directory.is_dir() or any(self.directory.iterdir())
+        ):
+            raise SpecError(
+                f"save_to={str(self.directory)!r} exists and is not an empty directory; "
+                "pass a new directory (a capture never overwrites files)"
+            )
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._st = _safetensors()
+        self._limit = shard_bytes
+        self._tensors: dict[str, torch.Tensor] = {}
+        self._entries: dict[str, dict[str, Any]] = {}
+        self._bytes = 0
+        self.shards: list[str] = []
+        self.index: dict[str, dict[str, Any]] = {}
+        self.bytes_written = 0
+
+    def add(self, name: str, value: Any, info: dict[str, Any]) -> None:
+        """Queue one call's value; write a shard when the queue reaches the limit."""
+        tensors: dict[str, torch.Tensor] = {}
+        structure = encode_tree(value, name, tensors)
+        self._tensors.update(tensors)
+        self._entries[name] = {"structure": structure, **info}
+        self._bytes += sum(t.numel() * t.element_size() for t in tensors.values())
+        if self._bytes >= self._limit:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the queued calls as one shard (nothing when the queue is empty)."""
+        if not self._entries:
+            return
+        name = f"shard-{len(self.shards):05d}.safetensors"
+        meta = {_META_KEY: json.dumps({"format": FORMAT, "version": VERSION,
+                                       "entries": self._entries})}
+        tensors = self._tensors
+        _write_atomically(self.directory / name,
+                          lambda tmp: self._st.torch.save_file(tensors, str(tmp), meta))
+        for key, entry in self._entries.items():
+            self.index[key] = {"shard": name, **entry}
+        self.shards.append(name)
+        self.bytes_written += self._bytes
+        self._tensors, self._entries, self._bytes = {}, {}, 0
+
+    def close(self, *, error: BaseException | None) -> None:
+        """Write what is queued, then the index: complete when ``error`` is ``None``."""
+        self.flush()
+        doc = {
+            "format": FORMAT, "version": VERSION, "complete": error is None,
+            "error": None if error is None else f"{type(error).__name__}: {error}",
+            "shards": self.shards, "bytes": self.bytes_written, "entries": self.index,
+        }
+        text = json.dumps(doc, indent=1, sort_keys=True)
+        _write_atomically(self.directory / INDEX, lambda tmp: tmp.write_text(text))
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+
+class Activations(Mapping[str, Any]):
+    """Captured values read lazily from a capture directory, by call name
+    (``path`` or ``path#N``). A value is read from its shard when it is asked for.
+
+    Attributes:
+        directory: where the capture lives.
+        complete: whether the run that wrote it finished.
+        error: what interrupted it (``None`` when complete, or killed with no index).
+    """
+
+    def __init__(self, directory: Path, index: dict[str, dict[str, Any]], *,
+                 complete: bool, error: str | None, device: str) -> None:
+        self.directory, self.complete, self.error = directory, complete, error
+        self._index, self._device = index, device
+
+    def __getitem__(self, name: str) -> Any:
+        entry = self._index[name]
+        st = _safetensors()
+        with st.safe_open(str(self.directory / entry["shard"]), framework="pt",
+                          device=self._device) as f:
+            return decode_tree(entry["structure"], f.get_tensor)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._index)
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def info(self, name: str) -> dict[str, Any]:
+        """What was recorded about a call besides its value (``path``, ``call_index``,
+        ``module_class``, ``batch``)."""
+        return {k: v for k, v in self._index[name].items() if k not in ("structure", "shard")}
+
+    def calls_of(self, path: str) -> list[Any]:
+        """The values of every call of the module at ``path``, in call order."""
+        return [self[k] for k, e in self._index.items() if e.get("path") == path]
+
+    def __repr__(self) -> str:
+        state = "complete" if self.complete else "PARTIAL"
+        return f"<Activations {state}: {len(self)} calls in {str(self.directory)!r}>"
+
+
+def load_activations(
+    directory: str | os.PathLike[str], *, partial: bool = False, device: str = "cpu"
+) -> Activations:
+    """Open a directory written by ``hookscope.capture(..., save_to=DIR)``.
+
+    Args:
+        directory: the capture directory.
+        partial: also open a capture that did not finish (interrupted, or killed with no
+            index): its finished shards are read and ``.complete`` is ``False``.
+        device: where tensors are read to.
+
+    Returns:
+        A lazy mapping from call name to value.
+
+    Raises:
+        SpecError: not a capture directory, or an unfinished one without ``partial=True``.
+
+    Example:
+        >>> acts = hookscope.load_activations("acts/")
+        >>> acts["layer1.0.conv1"].shape
+    """
+    root = Path(directory)
+    if not root.is_dir():
+        raise SpecError(f"load_activations: {str(root)!r} is not a directory")
+    index_path = root / INDEX
+    if index_path.exists():
+        doc = json.loads(index_path.read_text())
+        if doc.get("format") != FORMAT:
+            raise SpecError(f"{str(index_path)!r} is not a hookscope activation index")
+        if not doc["complete"] and not partial:
+            raise SpecError(
+                f"{str(root)!r} holds an interrupted capture ({doc['error']}); "
+                f"{len(doc['entries'])} calls were saved before it stopped: pass "
+                "partial=True to read them"
+            )
+        return Activations(root, doc["entries"], complete=doc["complete"],
+                           error=doc["error"], device=device)
+    shards = sorted(root.glob("shard-*.safetensors"))
+    if not shards:
+        raise SpecError(f"{str(root)!r} holds no hookscope capture (no {INDEX}, no shards)")
+    if not partial:
+        raise SpecError(
+            f"{str(root)!r} has no {INDEX}: the capture did not finish (it was killed, or "
+            f"is still running); pass partial=True to read its {len(shards)} finished shards"
+        )
+    return Activations(root, _scan(shards), complete=False, error=None, device=device)
+
+
+def _scan(shards: list[Path]) -> dict[str, dict[str, Any]]:
+    """The index of finished shards, from their own metadata."""
+    st = _safetensors()
+    index: dict[str, dict[str, Any]] = {}
+    for shard in shards:
+        with st.safe_open(str(shard), framework="pt") as f:
+            meta = json.loads((f.metadata() or {})[_META_KEY])
+        for key, entry in meta["entries"].items():
+            index[key] = {"shard": shard.name, **entry}
+    return index

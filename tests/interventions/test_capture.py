@@ -1,0 +1,136 @@
+"""Capture (issue 11): captured tensors equal the same module's output computed
+independently; reused modules give one entry per call; nested outputs keep their
+structure; inputs are what ``forward`` received; no hook is left."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import hookscope
+import zoo
+from helpers import assert_state_unchanged, snapshot_state, total_hooks
+
+
+def resnet_like() -> nn.Module:
+    torch.manual_seed(0)
+
+    def block() -> nn.Module:
+        b = nn.Sequential(nn.Conv2d(4, 4, 3, padding=1), nn.BatchNorm2d(4),
+                          nn.ReLU(inplace=True))
+        b.add_module("downsample", nn.Sequential(nn.Conv2d(4, 4, 1)))
+        return b
+
+    model = nn.Sequential()
+    model.add_module("layer1", nn.Sequential(block(), block()))
+    model.add_module("layer2", nn.Sequential(block()))
+    return model.eval()
+
+
+def test_captured_outputs_equal_the_modules_own_outputs() -> None:
+    model, x = resnet_like(), torch.randn(2, 4, 8, 8)
+    before = snapshot_state(model)
+    acts = hookscope.capture(model, x, select="layer*.0")
+    assert sorted(acts) == ["layer1.0", "layer2.0"]  # * does not cross dots
+    with torch.no_grad():  # the oracle: the modules called by hand
+        h1 = model.layer1[0](x)
+        expected2 = model.layer2[0](model.layer1[1](h1))
+    assert torch.equal(acts["layer1.0"], h1)
+    assert torch.equal(acts["layer2.0"], expected2)
+    assert not acts["layer1.0"].requires_grad
+    assert_state_unchanged(before, model)
+    assert total_hooks(model) == 0
+
+
+def test_capture_is_a_copy_that_inplace_ops_cannot_change() -> None:
+    model = nn.Sequential(nn.Linear(3, 3), nn.ReLU(inplace=True))
+    x = torch.randn(4, 3)
+    acts = hookscope.capture(model, x, select="0")
+    with torch.no_grad():
+        assert torch.equal(acts["0"], model[0](x))  # ReLU ran in place on it afterwards
+    assert (acts["0"] < 0).any()
+
+
+def test_reused_module_calls_are_captured_separately() -> None:
+    model = zoo.build(zoo.SharedModule)
+    args, kwargs = zoo.SharedModule.example_inputs()
+    acts = hookscope.capture(model, *args, kwargs=kwargs, select="fc")
+    trace = hookscope.trace(model, *args, kwargs=kwargs)
+    assert sorted(acts) == sorted(c.name for c in trace.calls if c.path == "fc")
+    assert sorted(acts) == ["fc", "fc#1"]
+    assert not torch.equal(acts["fc"], acts["fc#1"])
+    assert acts.calls_of("fc")[1] is acts["fc#1"]  # type: ignore[attr-defined]
+
+
+def test_nested_outputs_keep_their_structure() -> None:
+    class Pair(nn.Module):
+        def forward(self, x: torch.Tensor) -> Any:
+            return {"a": x + 1, "rest": (x * 2, None, 3)}
+
+    model = nn.Sequential(Pair())
+    x = torch.randn(2)
+    out = hookscope.capture(model, x, select="0")["0"]
+    assert set(out) == {"a", "rest"}
+    assert torch.equal(out["a"], x + 1) and torch.equal(out["rest"][0], x * 2)
+    assert out["rest"][1:] == (None, 3)
+
+
+def test_inputs_are_what_forward_received_before_it_ran() -> None:
+    model = nn.Sequential(nn.Linear(3, 3), nn.ReLU(inplace=True))
+    x = torch.randn(4, 3)
+    both = hookscope.capture(model, x, select="1", what="both")["1"]
+    with torch.no_grad():
+        h = model[0](x)
+    assert torch.equal(both["input"].args[0], h)  # before ReLU changed it in place
+    assert torch.equal(both["output"], torch.relu(h))
+    inputs = hookscope.capture(model, x, select="1", what="input")["1"]
+    assert torch.equal(inputs.args[0], h) and inputs.kwargs == {}
+
+
+def test_module_class_selector_and_device() -> None:
+    model, x = resnet_like(), torch.randn(1, 4, 8, 8)
+    acts = hookscope.capture(model, x, select=nn.Conv2d, to=None)
+    assert len(acts) == 6
+    assert all(t.device == x.device for t in acts.values())
+
+
+def test_capture_over_batches_keeps_each_batch() -> None:
+    model = resnet_like()
+    xs = [torch.randn(2, 4, 8, 8) for _ in range(3)]
+    with hookscope.Capture(model, select="layer2.0") as cap, torch.no_grad():
+        for x in xs:
+            model(x)
+    acts = cap.activations
+    assert list(acts) == ["layer2.0", "layer2.0#1", "layer2.0#2"]
+    with torch.no_grad():
+        for x, got in zip(xs, acts.calls_of("layer2.0"), strict=True):  # type: ignore[attr-defined]
+            assert torch.equal(got, model.layer2[0](model.layer1(x)))
+    assert total_hooks(model) == 0
+
+
+def test_a_raising_model_leaves_no_hook_and_keeps_what_finished() -> None:
+    model = zoo.build(zoo.RaisingModel)
+    args, kwargs = zoo.RaisingModel.example_inputs()
+    cap = hookscope.Capture(model, select="**")
+    with pytest.raises(Exception, match="mat1"), cap:
+        model(*args, **kwargs)
+    assert "stem" in cap.activations and "block.proj" not in cap.activations
+    assert total_hooks(model) == 0
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"select": "nothing.here"}, "matches no module"),
+        ({"select": "**", "what": "grads"}, "what="),
+        ({"select": "**", "to": "nowhere"}, "to="),
+        ({"select": "**", "shard_mib": 0}, "shard_mib"),
+        ({"select": 3}, "selector"),
+    ],
+)
+def test_bad_options_are_spec_errors(options: dict[str, Any], match: str) -> None:
+    with pytest.raises(hookscope.SpecError, match=match):
+        hookscope.capture(nn.Sequential(nn.Linear(2, 2)), torch.randn(1, 2), **options)
