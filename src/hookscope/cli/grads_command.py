@@ -1,0 +1,102 @@
+"""``hookscope grads MODEL``: N synthetic training steps with a gradient monitor.
+
+The command loads the model and its example inputs like ``trace`` does, runs ``--steps``
+steps of plain SGD (``--lr``) on the default loss (the sum of the floating outputs),
+recorded by :class:`hookscope.GradientMonitor`, and prints the per-parameter table of
+``render/grads_table.py`` with anomalies flagged; ``--plot FILE.png`` also draws the
+history (``hookscope[plot]``). Registered on the app of ``cli/app.py`` when that
+module is imported (its last lines import this one).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from hookscope.cli.app import (
+    ConfigOpt,
+    DebugOpt,
+    DeviceOpt,
+    InputOpt,
+    ModelArg,
+    NoColorOpt,
+    OutputOpt,
+    WidthOpt,
+    _model_prints_to_stderr,
+    app,
+)
+from hookscope.cli.failures import failure_boundary
+from hookscope.cli.output import OutputTarget, Rendered
+
+
+@app.command("grads")
+def grads_command(
+    model: ModelArg,
+    inputs: InputOpt = None,
+    steps: Annotated[int, typer.Option(min=1, metavar="N", help="Training steps.")] = 5,
+    lr: Annotated[float, typer.Option(min=0.0, metavar="LR", help="SGD learning rate.")] = 1e-3,
+    explode_above: Annotated[float | None, typer.Option(
+        metavar="X", show_default=False, help="Flag gradient norms above X.")] = None,
+    vanish_below: Annotated[float | None, typer.Option(
+        metavar="X", show_default=False, help="Flag gradient norms below X.")] = None,
+    plot: Annotated[Path | None, typer.Option(
+        metavar="FILE.png", show_default=False,
+        help="Also draw the norms over steps (needs matplotlib).")] = None,
+    device: DeviceOpt = None,
+    config: ConfigOpt = None,
+    output: OutputOpt = None,
+    no_color: NoColorOpt = False,
+    width: WidthOpt = None,
+    debug: DebugOpt = False,
+) -> None:
+    """N synthetic SGD steps; gradient norms per parameter, anomalies flagged."""
+    from hookscope.cli.running import prepare
+
+    target = OutputTarget(output, no_color, width)
+    with failure_boundary(debug=debug):
+        if device == "meta":
+            from hookscope.errors import SpecError
+
+            raise SpecError("grads trains the model; --device meta has no values to train")
+        with _model_prints_to_stderr():
+            prepared = prepare(model, inputs=inputs or [], config=config, device=device)
+            monitor = _train(prepared, steps=steps, lr=lr, explode_above=explode_above,
+                             vanish_below=vanish_below)
+        if plot is not None:
+            monitor.plot(plot)
+        target.write(_view(monitor))
+
+
+def _train(prepared: Any, *, steps: int, lr: float, **thresholds: Any) -> Any:
+    import torch
+
+    import hookscope
+    from hookscope.core.tensors import iter_tensors
+
+    net = prepared.loaded.model
+    net.train()
+    opt = torch.optim.SGD(net.parameters(), lr=lr)
+    found: list[Any] = []
+    with hookscope.GradientMonitor(net, optimizer=opt, on_anomaly=found.append,
+                                   **thresholds) as monitor:
+        for _ in range(steps):
+            out = net(*prepared.args, **prepared.kwargs)
+            roots = [t for _, t in iter_tensors(out, "out")
+                     if t.requires_grad and t.is_floating_point()]
+            if not roots:
+                raise hookscope.SpecError("no floating output of the model requires grad; "
+                                          "grads needs a model with trainable parameters")
+            torch.stack([t.sum() for t in roots]).sum().backward()  # type: ignore[no-untyped-call]
+            opt.step()
+            opt.zero_grad()
+    return monitor
+
+
+def _view(monitor: Any) -> Rendered:
+    from hookscope.render.grads_table import grads_table
+
+    return Rendered.of_tables(
+        lambda ascii: [grads_table(monitor.history, monitor.anomalies, ascii=ascii)]
+    )

@@ -1,0 +1,64 @@
+"""``hookscope grads`` and ``hookscope trace --backward`` in-process: the table, the
+picture, and one-line errors with exit status 2."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from helpers import assert_one_error_line, run_cli
+
+MODEL = textwrap.dedent("""
+    import torch
+    from torch import nn
+
+    def build():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+""")
+
+
+@pytest.fixture
+def model_file(tmp_path: Path) -> str:
+    path = tmp_path / "net.py"
+    path.write_text(MODEL)
+    return f"{path}:build"
+
+
+def test_grads_prints_a_row_per_parameter_with_anomalies_flagged(
+    capsys: pytest.CaptureFixture[str], model_file: str, tmp_path: Path
+) -> None:
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "g.png"
+    code, out, err = run_cli(capsys, "grads", model_file, "--input", "3,4", "--steps", "3",
+                             "--explode-above", "0.5", "--plot", str(png), "--no-color")
+    assert code == 0, err
+    assert "Gradient norms over 3 steps" in out
+    for name in ("0.weight", "0.bias", "2.weight", "2.bias"):
+        assert name in out
+    assert "explode at step 0" in out
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_grads_errors_are_one_line(
+    capsys: pytest.CaptureFixture[str], model_file: str
+) -> None:
+    code, _, err = run_cli(capsys, "grads", model_file, "--input", "3,5", "--steps", "1")
+    assert_one_error_line(code, err)
+    code, _, err = run_cli(capsys, "grads", model_file, "--input", "3,4", "--device", "meta")
+    assert_one_error_line(code, err, "meta")
+
+
+def test_trace_backward_shows_the_backward_columns(
+    capsys: pytest.CaptureFixture[str], model_file: str
+) -> None:
+    code, out, err = run_cli(capsys, "trace", model_file, "--input", "3,4", "--backward",
+                             "--no-color")
+    assert code == 0, err
+    assert "|grad out|" in out and "|grad in|" in out and "Bwd time" in out
+    code, out, err = run_cli(capsys, "trace", model_file, "--input", "3,4", "--backward",
+                             "--format", "csv")
+    assert code == 0, err
+    assert "grad_output_norm" in out.splitlines()[0]
