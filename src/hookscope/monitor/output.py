@@ -58,6 +58,9 @@ def plot_history(
     ax.set_yscale("log")
     _mark_anomalies(ax, history, anomalies)
     ax.set_xlabel("step")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("gradient L2 norm" + (" (per module)" if by == "module" else ""))
     ax.set_title(f"Gradient norms over {len(history)} steps, {len(series)} {by}s")
     ax.grid(True, which="major", alpha=0.3)
