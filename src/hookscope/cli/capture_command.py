@@ -1,0 +1,60 @@
+"""``hookscope capture MODEL --select GLOB -o DIR``: save chosen modules' activations.
+
+The command loads the model and its inputs like ``trace`` does, runs one forward
+through :func:`hookscope.capture` with ``save_to=DIR`` (safetensors shards + a JSON
+index, see ``interventions/storage.py``) and prints one line per saved call. It is
+registered on the app of ``cli/app.py`` when that module is imported.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from hookscope.cli.app import (
+    ConfigOpt,
+    DebugOpt,
+    DeviceOpt,
+    InputOpt,
+    ModelArg,
+    _model_prints_to_stderr,
+    app,
+)
+from hookscope.cli.failures import failure_boundary
+
+
+@app.command("capture")
+def capture_command(
+    model: ModelArg,
+    select: Annotated[str, typer.Option(
+        "--select", "-s", metavar="GLOB",
+        help="Modules to capture: a glob over module paths (* within a segment, ** across "
+        "dots); repeat with commas for several.")],
+    output: Annotated[Path, typer.Option(
+        "--output", "-o", metavar="DIR", help="A new directory for the activations.")],
+    inputs: InputOpt = None,
+    what: Annotated[str, typer.Option(help="output, input or both.")] = "output",
+    shard_mib: Annotated[float, typer.Option(help="Write a shard every N MiB.")] = 64.0,
+    device: DeviceOpt = None,
+    config: ConfigOpt = None,
+    debug: DebugOpt = False,
+) -> None:
+    """Save the activations of chosen modules (safetensors + a JSON index)."""
+    import hookscope
+    from hookscope.cli.running import prepare
+
+    with failure_boundary(debug=debug):
+        with _model_prints_to_stderr():
+            prepared = prepare(model, inputs=inputs or [], config=config, device=device)
+        globs = [g.strip() for g in select.split(",") if g.strip()]
+        with _model_prints_to_stderr():
+            acts = hookscope.capture(
+                prepared.loaded.model, *prepared.args, kwargs=prepared.kwargs,
+                select=globs, what=what, save_to=output, shard_mib=shard_mib,
+            )
+        for name in acts:
+            info = acts.info(name) if hasattr(acts, "info") else {}
+            typer.echo(f"{name or '<root>'}\t{info.get('module_class', '')}")
+        typer.echo(f"{len(acts)} calls saved to {output}", err=True)
