@@ -164,10 +164,9 @@ def test_a_tracer_inside_a_patch_block_records_the_patched_values() -> None:
     assert torch.equal(acts["0"], torch.zeros(3, 2))
 
 
-@pytest.mark.xfail(strict=True, reason="engine: each tracer's post-hook runs after those "
-                   "of tracers entered before it; recording tracers would need to run "
-                   "after replacing ones across tracers (see the issue 11 report)")
 def test_a_tracer_entered_before_the_patch_records_the_patched_values() -> None:
+    """A replacing-only tracer (the patch) puts its hook before every recording
+    tracer's, whichever was entered first (core/module_hooks.py)."""
     model = nn.Sequential(nn.Linear(2, 2), nn.Identity())
     with hookscope.Tracer(model, stats=True) as tracer, \
             hookscope.patch(model, {"0": patches.zero()}):

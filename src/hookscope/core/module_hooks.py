@@ -6,7 +6,9 @@ values or has backward events).
 The pre-hook pushes a :class:`~hookscope.core.records.Call` on the tracer's stack and
 keeps the post-hook last in the module's hook dict (a forward hook the user adds inside
 the block, which may replace the output, then runs before it: the trace records what the
-caller receives); the post-hook pops it and hands it to ``Tracer._dispatch_exit``.
+caller receives); the post-hook pops it and hands it to ``Tracer._dispatch_exit``. A
+tracer whose probes only replace values (``hookscope.patch``) instead places its hook
+just before the first recording tracer's, whichever was entered first.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ def make_module_pre_hook(
         tracer._enters or tracer._enter_replacers or tracer._backward_probes
     ) else None
     count = 0  # calls of this module so far (a module is registered once)
+    replaces_only = tracer._replaces_only
 
     def pre_hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         nonlocal count
@@ -43,7 +46,9 @@ def make_module_pre_hook(
         if clocked:
             tracer.chain_start_ns = start
         hooks = module._forward_hooks
-        if next(reversed(hooks), post_id) != post_id and post_id in hooks:
+        if replaces_only:
+            _before_recorders(hooks, post_id)
+        elif next(reversed(hooks), post_id) != post_id and post_id in hooks:
             # A forward hook registered after ours (inside the ``with`` block) may
             # replace the output: run ours last, to record what the caller receives.
             # The order of the user's own hooks is unchanged.
@@ -67,6 +72,26 @@ def make_module_pre_hook(
         return result
 
     return pre_hook
+
+
+RECORDING_HOOKS: set[int] = set()
+"""Handle ids of the post-hooks of active tracers that record (not only replace)."""
+
+
+def _before_recorders(hooks: dict[int, Any], post_id: int) -> None:
+    """Put a replacing-only tracer's hook just before the first recording tracer's, so
+    that every tracer that records, entered before or after it, sees the replaced
+    output (the trace records what the caller receives)."""
+    if not RECORDING_HOOKS:
+        return
+    keys = list(hooks)
+    first = next((i for i, k in enumerate(keys) if k in RECORDING_HOOKS), None)
+    if first is None or post_id not in hooks or keys.index(post_id) < first:
+        return
+    items = [(k, hooks[k]) for k in keys if k != post_id]
+    items.insert(first, (post_id, hooks[post_id]))
+    hooks.clear()
+    hooks.update(items)
 
 
 def make_module_post_hook(tracer: Tracer) -> Callable[..., Any]:

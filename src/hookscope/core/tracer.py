@@ -26,6 +26,7 @@ Failure attribution is in ``core/failures.py``, process-wide settings in
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time as _time
@@ -48,7 +49,11 @@ from hookscope.core.fast_path import (
     is_fast_leaf,
 )
 from hookscope.core.handles import CallbackHandle, HandleGroup
-from hookscope.core.module_hooks import make_module_post_hook, make_module_pre_hook
+from hookscope.core.module_hooks import (
+    RECORDING_HOOKS,
+    make_module_post_hook,
+    make_module_pre_hook,
+)
 from hookscope.core.probe import PROBES, Probe, ProbeSpec, build_probes, exit_callback, overrides
 from hookscope.core.process import PROCESS
 from hookscope.core.records import Call, StopRecord, Trace
@@ -236,6 +241,7 @@ class Tracer:
             if overrides(p, "on_exit") and not p.replaces
         ]
         self._backward_probes = [p for p in probes if type(p).needs_backward()]
+        self._replaces_only = bool(self._exit_replacers) and not self._exits
         self._needs_start = any(type(p).needs_start() for p in probes)
         self._enters_read_inputs = any(
             p.reads_inputs_on_enter for p in probes if overrides(p, "on_enter")
@@ -487,6 +493,9 @@ class Tracer:
                 continue
             post = module.register_forward_hook(post_hook, with_kwargs=True, always_call=True)
             add(post)
+            if not self._replaces_only:
+                RECORDING_HOOKS.add(post.id)
+                add(CallbackHandle(functools.partial(RECORDING_HOOKS.discard, post.id)))
             pre_hook = make_module_pre_hook(self, path, cls.__name__, post.id)
             add(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
         if entries:
