@@ -259,6 +259,32 @@ INTERVENTION_ENTRIES: list[Entry] = [
 ENTRIES += INTERVENTION_ENTRIES
 
 
+@contextlib.contextmanager
+def _breaking(model: nn.Module, phase: str) -> Any:
+    """hookscope.breakpoint stopping at every call, with a debugger that returns at once."""
+    import sys
+
+    saved, sys.breakpointhook = sys.breakpointhook, lambda *a, **k: None
+    try:
+        with hookscope.breakpoint(model, when=lambda m, v: True, phase=phase):
+            yield
+    finally:
+        sys.breakpointhook = saved
+
+
+DEBUG_ENTRIES: list[Entry] = [
+    Entry("find-anomaly", lambda m, a, k: hookscope.find_anomaly(m, *a, kwargs=k),
+          plain_forward_no_grad, same_grad_mode=False),
+    Entry("find-anomaly-backward",
+          lambda m, a, k: hookscope.find_anomaly(m, *a, kwargs=k, backward=True),
+          plain_forward_and_grad, same_grad_mode=False),
+    _in_block("detect-anomaly", lambda m: hookscope.detect_anomaly(m)),
+    _in_block("breakpoint-forward", lambda m: _breaking(m, "forward")),
+    _in_block("breakpoint-backward", lambda m: _breaking(m, "backward")),
+]
+ENTRIES += DEBUG_ENTRIES
+
+
 def annotate(model: nn.Module, args: Args, kwargs: Kwargs) -> str:
     text_before = repr(model)
     trace = hookscope.trace(model, *args, kwargs=kwargs)
@@ -290,6 +316,9 @@ KNOWN_MODEL_ENTRY_POINTS = {
     "patch": "patch-",
     "patch_inputs": "patch-inputs",
     "GradientMonitor": "monitor-",
+    "find_anomaly": "find-anomaly",
+    "detect_anomaly": "detect-anomaly",
+    "breakpoint": "breakpoint-",
 }
 
 #: Public names that do not observe a model (records, errors, registries).
@@ -306,6 +335,7 @@ NOT_MODEL_ENTRY_POINTS = {
     # read a capture directory, draw captured tensors, make patch functions: no model
     "load_activations", "plot_feature_maps", "patches",
     "GradAnomaly", "GradientAnomalyError",  # the gradient monitor's record and error
+    "AnomalyReport", "NonFiniteError",  # find_anomaly's report and detect_anomaly's error
 }
 
 
@@ -519,6 +549,9 @@ NO_CALLS_OBSERVED = ("monitor-step",)
 # NB: capture and patch let the model's own exception through (with the tracer's note);
 # test_interventions_on_a_raising_model covers them
 RAISES_AS_IS = tuple(e.id for e in INTERVENTION_ENTRIES)
+# NB: the anomaly and breakpoint entries record no shapes, which the checks of a partial
+# trace below read; tests/debug/test_anomaly.py covers them on a raising model
+RAISES_AS_IS += tuple(e.id for e in DEBUG_ENTRIES)
 RAISING_ENTRIES = [e for e in ENTRIES
                    if e.id not in RUN_NOTHING + NO_CALLS_OBSERVED + RAISES_AS_IS] + [
     _trace_entry(f"trace-{_combo_id(f)}-{'bwd' if b else 'fwd'}", backward=b, **f)

@@ -28,6 +28,13 @@ if _typing.TYPE_CHECKING:
     from hookscope.core.selectors import Selector
     from hookscope.core.structure import ModelInfo, inspect
     from hookscope.core.tracer import Tracer
+    from hookscope.debug import (
+        AnomalyReport,
+        NonFiniteError,
+        breakpoint,
+        detect_anomaly,
+        find_anomaly,
+    )
     from hookscope.errors import (
         HookscopeError,
         MissingDependencyError,
@@ -74,6 +81,11 @@ _EXPORTS: dict[str, str] = {
     "ModelInfo": "hookscope.inspection",  # through the API: it loads the table it prints as
     "inspect": "hookscope.inspection",
     "Tracer": "hookscope.api",  # through the API: it loads the built-in probes
+    "AnomalyReport": "hookscope.debug",
+    "NonFiniteError": "hookscope.debug",
+    "breakpoint": "hookscope.debug",  # shadows the builtin inside hookscope only
+    "detect_anomaly": "hookscope.debug",
+    "find_anomaly": "hookscope.debug",
     "HookscopeError": "hookscope.errors",
     "MissingDependencyError": "hookscope.errors",
     "ModelRunError": "hookscope.errors",
@@ -103,6 +115,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [
+    "AnomalyReport",
     "Call",
     "Capture",
     "Column",
@@ -120,6 +133,7 @@ __all__ = [
     "MissingDependencyError",
     "ModelInfo",
     "ModelRunError",
+    "NonFiniteError",
     "OpRecord",
     "ParamGrad",
     "Probe",
@@ -138,7 +152,10 @@ __all__ = [
     "Unit",
     "__version__",
     "annotated_repr",
+    "breakpoint",
     "capture",
+    "detect_anomaly",
+    "find_anomaly",
     "hooks",
     "inspect",
     "lint",

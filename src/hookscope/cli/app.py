@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from hookscope.cli.debug_options import BreakAtOpt, BreakOnOpt, FindAnomalyOpt
 from hookscope.cli.failures import (
     CLICK_ERROR,
     EXIT_INTERRUPTED,
@@ -193,8 +194,12 @@ def trace_command(
     no_color: NoColorOpt = False,
     width: WidthOpt = None,
     debug: DebugOpt = False,
-) -> None:
+    find_anomaly: FindAnomalyOpt = False,
+    break_at: BreakAtOpt = None,
+    break_on: BreakOnOpt = None,
+) -> int:
     """Time, activation statistics and memory of every call; FLOPs with --ops."""
+    from hookscope.cli import debug_options
     from hookscope.cli.running import prepare, run_traces
     from hookscope.cli.views import TraceView, check_trace_view, trace_view, unmeasured
 
@@ -203,15 +208,24 @@ def trace_command(
     with failure_boundary(debug=debug):
         off = unmeasured(time=time, stats=stats, memory=memory, ops=ops, device=device)
         check_trace_view(view, fmt.value, unmeasured=off)
+        debug_options.check_debug_options(find_anomaly=find_anomaly, break_at=break_at,
+                                          break_on=break_on, repeat=repeat, fmt=fmt.value)
         with _model_prints_to_stderr():
             prepared = prepare(model, inputs=inputs or [], config=config, device=device)
+        if find_anomaly:
+            with _model_prints_to_stderr():
+                found, code = debug_options.find(prepared, backward=backward, fmt=fmt.value)
+            target.write(found)
+            return code
         with (_partial_on_failure(lambda t: trace_view(t, fmt.value, view), target),
-              _model_prints_to_stderr()):
+              _model_prints_to_stderr(),
+              debug_options.breaking(prepared.loaded.model, break_at, break_on)):
             result = run_traces(
                 prepared, repeat=repeat, time=time, stats=stats, memory=memory, ops=ops,
                 backward=backward,
             )
         target.write(trace_view(result, fmt.value, view))
+    return 0
 
 
 @app.command("inspect")

@@ -1,0 +1,96 @@
+"""``hookscope trace --find-anomaly``, ``--break-at GLOB`` and ``--break-on WHAT``.
+
+The options' types live here and ``cli/app.py``'s ``trace`` command declares them;
+the work is the public API's (:func:`hookscope.find_anomaly`,
+:func:`hookscope.breakpoint`). ``--find-anomaly`` prints the report (text, or JSON
+with ``--format json``) and exits 1 when a non-finite value was found, 0 when the run
+was clean.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from enum import Enum
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from hookscope.cli.output import Rendered
+    from hookscope.cli.running import Prepared
+
+EXIT_FOUND = 1
+
+
+class BreakOn(str, Enum):
+    """What ``--break-on`` takes."""
+
+    NONFINITE = "nonfinite"
+    NAN = "nan"
+    INF = "inf"
+
+
+FindAnomalyOpt = Annotated[bool, typer.Option(
+    "--find-anomaly", help="Find the first module call whose output (with --backward: "
+    "or gradient) holds NaN/Inf, and the op that made it; exit 1 if found, 0 if clean.")]
+BreakAtOpt = Annotated[str | None, typer.Option(
+    "--break-at", metavar="GLOB", show_default=False,
+    help="Open the debugger (sys.breakpointhook: PYTHONBREAKPOINT is honoured) after "
+    "each call of the modules matching GLOB.")]
+BreakOnOpt = Annotated[BreakOn | None, typer.Option(
+    "--break-on", show_default=False,
+    help="Only break where the call's output holds this: nonfinite, nan or inf "
+    "(every module when --break-at is not given).")]
+
+
+def check_debug_options(
+    *, find_anomaly: bool, break_at: str | None, break_on: BreakOn | None, repeat: int,
+    fmt: str,
+) -> None:
+    """Reject combinations that would silently ignore an option.
+
+    Raises:
+        SpecError: ``--find-anomaly`` with ``--break-*``, ``--repeat`` or ``--format csv``.
+    """
+    from hookscope.errors import SpecError
+
+    if find_anomaly and (break_at is not None or break_on is not None):
+        raise SpecError("--find-anomaly reports the first NaN/Inf and stops; drop "
+                        "--break-at/--break-on, or --find-anomaly to break in the debugger")
+    if find_anomaly and repeat != 1:
+        raise SpecError("--find-anomaly runs the model once; drop --repeat")
+    if find_anomaly and fmt == "csv":
+        raise SpecError("--find-anomaly prints text or JSON; use --format table or json")
+
+
+def find(prepared: Prepared, *, backward: bool, fmt: str) -> tuple[Rendered, int]:
+    """Run :func:`hookscope.find_anomaly`: its report, rendered, and the exit status."""
+    import hookscope
+    from hookscope.cli.output import Rendered
+
+    model = prepared.loaded.model
+    report = hookscope.find_anomaly(model, *prepared.args, kwargs=prepared.kwargs,
+                                    backward=backward)
+    if fmt == "json":
+        text = report.to_json() if report is not None else '{"anomalies": [], "stopped": false}'
+    else:
+        text = str(report) if report is not None else "No NaN or Inf: every output is finite."
+    return Rendered.of_text(text), 0 if report is None else EXIT_FOUND
+
+
+@contextmanager
+def breaking(model: nn.Module, break_at: str | None, break_on: BreakOn | None) -> Iterator[None]:
+    """``hookscope.breakpoint`` around the run when ``--break-at``/``--break-on`` ask."""
+    if break_at is None and break_on is None:
+        yield
+        return
+    import hookscope
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(hookscope.breakpoint(
+            model, at=break_at, when=None if break_on is None else break_on.value))
+        yield

@@ -1,0 +1,45 @@
+"""Debugging a model run: the first non-finite value and breakpoints inside layers.
+
+``hookscope.find_anomaly``/``hookscope.detect_anomaly`` (``debug/anomaly.py``) find
+the first module call, in execution order, whose output (or gradient) holds NaN or
+Inf, and the aten op inside it that produced the value; ``hookscope.breakpoint``
+(``debug/breakpoints.py``) opens the debugger inside a matching call. Both are probes
+on the engine (``hookscope.core.tracer``); the report's text and JSON are in
+``hookscope.render.anomaly``.
+
+NB: a package named ``debug``, not a module ``hookscope/breakpoint.py``: importing a
+submodule binds its name on the parent package, which would replace the function
+``hookscope.breakpoint`` by the module.
+"""
+
+from hookscope.debug.anomaly import (
+    NonFiniteError,
+    NonFiniteGradProbe,
+    NonFiniteProbe,
+    detect_anomaly,
+    find_anomaly,
+)
+from hookscope.debug.breakpoints import breakpoint
+from hookscope.debug.records import (
+    Anomaly,
+    AnomalyKind,
+    AnomalyReport,
+    InputCheck,
+    OpFinding,
+    TensorCheck,
+)
+
+__all__ = [
+    "Anomaly",
+    "AnomalyKind",
+    "AnomalyReport",
+    "InputCheck",
+    "NonFiniteError",
+    "NonFiniteGradProbe",
+    "NonFiniteProbe",
+    "OpFinding",
+    "TensorCheck",
+    "breakpoint",
+    "detect_anomaly",
+    "find_anomaly",
+]

@@ -1,0 +1,286 @@
+"""The first non-finite value: which module call, which output, which aten op.
+
+:class:`NonFiniteProbe` checks every module call's output when the call ends
+(``debug/checks.py``: one sum per tensor, exact) and, while the run lasts, an
+:class:`~hookscope.debug.checks.OpCheckMode` checks the output of every op, noting the
+first non-finite one in each call. At the first call whose output holds a NaN or an
+Inf it raises :class:`NonFiniteError` (a :class:`~hookscope.errors.RunStopped`): the
+rest of the model does not run and the caller gets the partial trace. With
+``backward=True`` (:class:`NonFiniteGradProbe`) the gradients are checked as the
+backward delivers them: of each call's outputs, of its inputs, of each parameter.
+
+:func:`find_anomaly` is the one-call form (a ``hookscope.trace`` with only this
+probe); :func:`detect_anomaly` wraps the user's own loop. The report
+(``debug/records.py``) prints through ``hookscope.render.anomaly``.
+
+NB: the op check runs during the forward itself, never by re-running a module, so
+what it reports is what the model computed, with the model's own RNG draws, buffers
+and in-place writes. The input statistics of the anomalous call are read when the
+call ends: an input the call wrote into shows what it holds then (the record says so,
+``InputCheck.changed_in_place``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from hookscope.api import trace as _trace
+from hookscope.core.handles import CallbackHandle
+from hookscope.core.probe import Probe
+from hookscope.core.tensors import iter_call_inputs, iter_tensors
+from hookscope.debug.checks import OpCheckMode, OpFindings, all_finite, counts
+from hookscope.debug.records import Anomaly, AnomalyKind, AnomalyReport, InputCheck
+from hookscope.errors import RunStopped, SpecError
+from hookscope.probes.stats import make_stats, tensor_moments
+
+if TYPE_CHECKING:
+    from hookscope.core.handles import Removable
+    from hookscope.core.records import Call, ParamGrad, TensorStats
+    from hookscope.core.tracer import Tracer
+
+
+class NonFiniteError(RunStopped):
+    """The first non-finite value was found; the run stopped there.
+
+    Attributes:
+        anomalies: what was found (one).
+        report: the :class:`~hookscope.debug.records.AnomalyReport`, with the partial
+            trace once the tracer has ended.
+    """
+
+    def __init__(self, anomalies: tuple[Anomaly, ...]) -> None:
+        from hookscope.render.anomaly import anomaly_line
+
+        super().__init__(anomaly_line(anomalies[0]))
+        self.anomalies = anomalies
+
+    @property
+    def report(self) -> AnomalyReport:
+        return AnomalyReport(self.anomalies, trace=self.trace, stopped=True)
+
+
+class NonFiniteProbe(Probe):
+    """Checks every module call's output (and every op's) for NaN and Inf.
+
+    Args:
+        collect_all: record every anomalous call instead of stopping at the first.
+        ops: also find the first aten op that produced the value (a dispatch mode).
+    """
+
+    name = "nonfinite"
+    order = 5
+    watches_ops = True  # the engine then marks other probes' work, which the mode skips
+
+    def __init__(self, *, collect_all: bool = False, ops: bool = True) -> None:
+        self.collect_all = collect_all
+        self.ops = ops
+        self.anomalies: list[Anomaly] = []
+        self.findings = OpFindings()
+        self._mode: OpCheckMode | None = None
+        self._tracer: Tracer | None = None
+        self._versions: dict[int, tuple[int, ...]] = {}
+
+    def install(self, tracer: Tracer) -> list[Removable]:
+        self._tracer = tracer
+        if not self.ops:
+            return []
+        mode = self._mode = OpCheckMode(tracer, self.findings)
+        mode.__enter__()  # type: ignore[no-untyped-call]  # torch leaves it untyped
+        return [CallbackHandle(
+            lambda: mode.__exit__(None, None, None)  # type: ignore[no-untyped-call]
+        )]
+
+    def on_enter(
+        self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        if len(args) == 1 and not kwargs and isinstance(args[0], torch.Tensor):
+            self._versions[call.index] = (args[0]._version,)
+        else:
+            tensors = iter_call_inputs(args, kwargs)
+            self._versions[call.index] = tuple(t._version for _, t in tensors)
+
+    def on_exit(
+        self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+        output: Any, failed: bool,
+    ) -> None:
+        versions = self._versions.pop(call.index, None)
+        if failed:
+            return
+        for path, t in iter_tensors(output, "out"):
+            if not self._finite(t):
+                self._found(_output_anomaly(call, path, t, args, kwargs, versions, self.findings))
+                return
+
+    def _finite(self, t: torch.Tensor) -> bool:
+        mode = self._mode
+        if mode is not None:
+            for last, version, ok in mode.last:
+                if last is t and version == t._version:
+                    return ok
+        return all_finite(t)
+
+    def _found(self, anomaly: Anomaly) -> None:
+        self.anomalies.append(anomaly)
+        if not self.collect_all:
+            raise NonFiniteError((anomaly,))
+
+    def report(self, trace: Any) -> AnomalyReport | None:
+        """What was found (``None``: nothing), with ``trace``."""
+        if not self.anomalies:
+            return None
+        return AnomalyReport(tuple(self.anomalies), trace=trace, stopped=not self.collect_all)
+
+
+class NonFiniteGradProbe(NonFiniteProbe):
+    """:class:`NonFiniteProbe` that also checks gradients, in backward order."""
+
+    def on_backward_enter(self, call: Call, grad_outputs: tuple[Any, ...]) -> None:
+        self._grads(call, grad_outputs, AnomalyKind.GRAD_OUTPUT, "grad_out")
+
+    def on_backward_exit(self, call: Call, grad_inputs: tuple[Any, ...]) -> None:
+        self._grads(call, grad_inputs, AnomalyKind.GRAD_INPUT, "grad_in")
+
+    def on_param_grad(self, grad: ParamGrad) -> None:
+        g = grad.grad
+        if g is None or all_finite(g):
+            return
+        owner = grad.path.rpartition(".")[0]
+        trace = None if self._tracer is None else self._tracer.trace
+        info = None if trace is None else trace.modules.get(owner)
+        nans, infs = counts(g)
+        self._found(Anomaly(
+            AnomalyKind.PARAM_GRAD, "backward", owner, info.class_name if info else "",
+            None, None, grad.path, g.numel(), nans or 0, infs or 0,
+            op=self.findings.backward, parameter=grad.path,
+        ))
+
+    def _grads(self, call: Call, grads: tuple[Any, ...], kind: AnomalyKind, root: str) -> None:
+        for i, g in enumerate(grads):
+            if isinstance(g, torch.Tensor) and not all_finite(g):
+                nans, infs = counts(g)
+                self._found(Anomaly(
+                    kind, "backward", call.path, call.module_class, call.call_index,
+                    call.index, f"{root}[{i}]", g.numel(), nans or 0, infs or 0,
+                    op=self.findings.backward,
+                ))
+                return
+
+
+def _output_anomaly(
+    call: Call, path: str, t: torch.Tensor, args: tuple[Any, ...], kwargs: dict[str, Any],
+    versions: tuple[int, ...] | None, findings: OpFindings,
+) -> Anomaly:
+    nans, infs = counts(t)
+    inputs = []
+    for i, (in_path, x) in enumerate(iter_call_inputs(args, kwargs)):
+        changed = versions is not None and i < len(versions) and versions[i] != x._version
+        inputs.append(InputCheck(_stats(in_path, x), changed))
+    return Anomaly(
+        AnomalyKind.OUTPUT, "forward", call.path, call.module_class, call.call_index,
+        call.index, path, t.numel(), nans or 0, infs or 0, tuple(inputs),
+        op=findings.inside(call.index),
+    )
+
+
+def _stats(path: str, t: torch.Tensor) -> TensorStats:
+    with torch.no_grad():
+        kind, moments = tensor_moments(t)
+    values = moments.tolist() if isinstance(moments, torch.Tensor) else moments
+    try:
+        numel = t.numel()
+    except RuntimeError:  # a tensor without a size (uninitialised lazy parameter)
+        numel = -1
+    return make_stats(path, numel, kind, values)
+
+
+def find_anomaly(
+    model: nn.Module,
+    *inputs: Any,
+    kwargs: dict[str, Any] | None = None,
+    backward: bool = False,
+    collect_all: bool = False,
+    ops: bool = True,
+) -> AnomalyReport | None:
+    """Run the model once and find the first module call whose output holds NaN or Inf.
+
+    Calls are checked in execution order, as each ends; the run stops at the first
+    anomalous one (the rest of the model does not run) and the model is left as it was.
+
+    Args:
+        model: the model.
+        *inputs: its positional inputs.
+        kwargs: its keyword inputs.
+        backward: if the forward is clean, run a backward pass from the sum of the
+            floating outputs (``torch.autograd.grad``: no ``.grad`` changes) and find
+            the first non-finite gradient, in backward execution order: of a call's
+            outputs, of its inputs, or of a parameter.
+        collect_all: do not stop: report every anomalous call (in a NaN's wake, most
+            calls after the first one).
+        ops: also name the first aten op inside the call that produced the value.
+
+    Returns:
+        ``None`` when every output (and gradient) is finite, else the
+        :class:`~hookscope.AnomalyReport`: ``print`` it, or read ``report.first``.
+
+    Raises:
+        ModelRunError: the model raised.
+        SpecError: an option is wrong, or ``backward=True`` and no output needs grad.
+
+    Example:
+        >>> report = hookscope.find_anomaly(model, x)
+        >>> print(report)  # the layer, the output, the inputs, the op
+    """
+    _check_flags(backward=backward, collect_all=collect_all, ops=ops)
+    probe = (NonFiniteGradProbe if backward else NonFiniteProbe)(collect_all=collect_all, ops=ops)
+    try:
+        result = _trace(
+            model, *inputs, kwargs=kwargs, backward=backward, shapes=False, time=False,
+            stats=False, memory=False, probes=[probe],
+        )
+    except NonFiniteError as e:
+        return e.report
+    return probe.report(result)
+
+
+@contextmanager
+def detect_anomaly(
+    model: nn.Module, *, backward: bool = True, ops: bool = True
+) -> Iterator[None]:
+    """Raise at the first non-finite module output (or gradient) inside the block.
+
+    Wrap a training loop: every call of ``model`` (and, with ``backward``, every
+    backward pass run inside the block) is checked; the first NaN or Inf raises
+    :class:`NonFiniteError` (a :class:`~hookscope.RunStopped`) whose ``.report`` is
+    the :class:`~hookscope.AnomalyReport` :func:`find_anomaly` gives. Every hook is
+    removed when the block ends.
+
+    Args:
+        model: the model to watch.
+        backward: also check gradients.
+        ops: also name the first aten op that produced the value.
+
+    Raises:
+        NonFiniteError: at the first anomaly.
+
+    Example:
+        >>> with hookscope.detect_anomaly(model):
+        ...     for x, y in batches:
+        ...         loss_fn(model(x), y).backward()
+    """
+    from hookscope.api import Tracer
+
+    _check_flags(backward=backward, collect_all=False, ops=ops)
+    probe = (NonFiniteGradProbe if backward else NonFiniteProbe)(ops=ops)
+    with Tracer(model, shapes=False, probes=[probe]):
+        yield
+
+
+def _check_flags(**flags: Any) -> None:
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise SpecError(f"{name}= must be True or False, got {value!r}")

@@ -1,0 +1,205 @@
+"""``hookscope.breakpoint``: open the debugger inside a module call, when a condition holds.
+
+The seed steps into ``nn.Conv2d`` by editing the model (``pdb.set_trace()`` in a
+wrapper). Here a probe on the engine watches the calls of the selected modules (the
+tracer hooks only those: ``Tracer(select=at)``) and, when the condition holds, calls
+:func:`_stopped_in_layer`, whose frame holds ``module``, ``path``, ``inputs``,
+``kwargs``, ``output`` (and ``grad_output`` in the backward) as local variables, and
+which calls ``sys.breakpointhook()``: what the builtin ``breakpoint()`` calls, so
+``PYTHONBREAKPOINT`` chooses the debugger (``ipdb.set_trace``, pudb, an IDE's) and
+``PYTHONBREAKPOINT=0`` turns it off. ``pdb`` stops in that frame, after a one-line
+banner that says where it is and how to continue.
+
+One probe class per phase, each overriding one event, so that a forward breakpoint
+installs no backward hooks and a backward one no pre-hook work.
+"""
+
+from __future__ import annotations
+
+import bdb
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from hookscope.core.probe import Probe
+from hookscope.core.tensors import iter_tensors
+from hookscope.debug.checks import all_finite, counts
+from hookscope.errors import SpecError
+
+if TYPE_CHECKING:
+    from hookscope.core.handles import Removable
+    from hookscope.core.records import Call
+    from hookscope.core.selectors import Selector
+    from hookscope.core.tracer import Tracer
+
+Condition = Callable[[nn.Module, Any], bool]
+"""``fn(module, value) -> bool``; ``value`` is what the phase sees: the ``(args,
+kwargs)`` of the call (``pre``), its output (``forward``), the gradients of its
+outputs (``backward``)."""
+
+_WHEN = ("nonfinite", "nan", "inf")
+_PHASES = ("pre", "forward", "backward")
+
+
+def _tensors(value: Any) -> Iterator[torch.Tensor]:
+    for _, t in iter_tensors(value, "v"):
+        yield t
+
+
+def _holds(when: str | Condition | None, module: nn.Module, value: Any) -> bool:
+    if when is None:
+        return True
+    if callable(when):
+        return bool(when(module, value))
+    for t in _tensors(value):
+        if when == "nonfinite":
+            if not all_finite(t):
+                return True
+            continue
+        nans, infs = counts(t)
+        if (nans if when == "nan" else infs):
+            return True
+    return False
+
+
+def _stopped_in_layer(
+    banner: str, module: nn.Module, path: str, inputs: tuple[Any, ...],
+    kwargs: dict[str, Any], output: Any, grad_output: Any,
+) -> None:
+    """The frame the debugger opens in: its arguments are the locals to inspect."""
+    disabled = sys.breakpointhook is sys.__breakpointhook__ and (
+        os.environ.get("PYTHONBREAKPOINT") == "0")
+    if not disabled:
+        sys.stderr.write(banner + "\n")
+        sys.stderr.flush()
+    sys.breakpointhook()
+    return None  # (the debugger stops here: the locals above are the layer's call)
+
+
+class _BreakProbe(Probe):
+    name = "breakpoint"
+
+    def __init__(self, when: str | Condition | None) -> None:
+        self.when = when
+        self.hits = 0
+
+    def install(self, tracer: Tracer) -> list[Removable]:
+        self.tracer = tracer
+        return []
+
+    def _stop(self, call: Call, where: str, module: nn.Module, inputs: tuple[Any, ...],
+              kwargs: dict[str, Any], output: Any = None, grad_output: Any = None) -> None:
+        self.hits += 1
+        name = call.path or "<root>"
+        cond = "" if self.when is None else f" ({getattr(self.when, '__name__', self.when)})"
+        locals_ = "module, path, inputs, kwargs, output" + (
+            ", grad_output" if grad_output is not None else "")
+        banner = (
+            f"hookscope.breakpoint: {where} {name!r} ({call.module_class}, call "
+            f"{call.call_index}){cond}; locals: {locals_}; 'c' continues, 'q' stops the run"
+        )
+        try:
+            _stopped_in_layer(banner, module, call.path, inputs, kwargs, output, grad_output)
+        except bdb.BdbQuit:
+            self.tracer.stop(f"quit from the debugger in {name!r}")
+
+
+class _PreBreak(_BreakProbe):
+    def on_enter(self, call: Call, module: nn.Module, args: tuple[Any, ...],
+                 kwargs: dict[str, Any]) -> None:
+        if _holds(self.when, module, (args, kwargs)):
+            self._stop(call, "before", module, args, kwargs)
+
+
+class _ForwardBreak(_BreakProbe):
+    def on_exit(self, call: Call, module: nn.Module, args: tuple[Any, ...],
+                kwargs: dict[str, Any], output: Any, failed: bool) -> None:
+        if not failed and _holds(self.when, module, output):
+            self._stop(call, "after", module, args, kwargs, output)
+
+
+class _BackwardBreak(_BreakProbe):
+    def on_enter(self, call: Call, module: nn.Module, args: tuple[Any, ...],
+                 kwargs: dict[str, Any]) -> None:
+        self._calls[call.index] = (module, args, kwargs)
+
+    def on_exit(self, call: Call, module: nn.Module, args: tuple[Any, ...],
+                kwargs: dict[str, Any], output: Any, failed: bool) -> None:
+        entry = self._calls.get(call.index)
+        if entry is not None and not failed:
+            self._calls[call.index] = (*entry[:3], output)
+
+    def on_backward_enter(self, call: Call, grad_outputs: tuple[Any, ...]) -> None:
+        entry = self._calls.pop(call.index, None)
+        if entry is None:
+            return
+        module, args, kwargs, *rest = entry
+        if _holds(self.when, module, grad_outputs):
+            self._stop(call, "in the backward of", module, args, kwargs,
+                       rest[0] if rest else None, grad_outputs)
+
+    def __init__(self, when: str | Condition | None) -> None:
+        super().__init__(when)
+        self._calls: dict[int, tuple[Any, ...]] = {}
+
+
+_CLASSES: dict[str, type[_BreakProbe]] = {
+    "pre": _PreBreak, "forward": _ForwardBreak, "backward": _BackwardBreak,
+}
+
+
+@contextmanager
+def breakpoint(
+    model: nn.Module,
+    *,
+    at: Selector | None = None,
+    when: str | Condition | None = None,
+    phase: str = "forward",
+) -> Iterator[None]:
+    """Open the debugger inside matching module calls while the block runs.
+
+    The debugger is whatever ``sys.breakpointhook()`` opens (``pdb`` unless
+    ``PYTHONBREAKPOINT`` says otherwise; ``PYTHONBREAKPOINT=0`` disables it). It stops
+    in a frame whose locals are ``module``, ``path``, ``inputs`` (the positional
+    arguments), ``kwargs``, ``output`` (``None`` before the call) and ``grad_output``
+    (the gradients of the outputs, in the backward), after a one-line banner. ``c``
+    continues; ``q`` stops the run (:class:`~hookscope.RunStopped`).
+
+    Args:
+        model: the model to watch; every hook is removed when the block ends.
+        at: which modules (a glob over module paths, a list of globs, or
+            ``fn(path: str) -> bool``); ``None``: every module.
+        when: ``None`` (every matching call), ``"nonfinite"``, ``"nan"``, ``"inf"``
+            (a tensor the phase sees holds one), or ``fn(module, value) -> bool``
+            where ``value`` is ``(args, kwargs)`` for ``pre``, the output for
+            ``forward``, the tuple of output gradients for ``backward``.
+        phase: ``"pre"`` (before ``forward`` runs), ``"forward"`` (after it
+            returned) or ``"backward"`` (when the gradients of its outputs arrive).
+
+    NB: in the backward phase the call's inputs, kwargs and output are kept alive
+    until its backward runs (or the block ends).
+
+    Raises:
+        SpecError: ``when`` or ``phase`` is not one of the above.
+
+    Example:
+        >>> with hookscope.breakpoint(model, at="layer3.*", when="nonfinite"):
+        ...     model(x)
+    """
+    from hookscope.api import Tracer
+
+    if phase not in _PHASES:
+        raise SpecError(f"phase must be one of {', '.join(_PHASES)}, got {phase!r}")
+    if not (when is None or callable(when) or when in _WHEN):
+        raise SpecError(
+            f"when must be None, {', '.join(map(repr, _WHEN))} or a callable "
+            f"fn(module, value) -> bool, got {when!r}"
+        )
+    probe = _CLASSES[phase](when)
+    with Tracer(model, shapes=False, probes=[probe], select=at):
+        yield

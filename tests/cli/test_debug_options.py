@@ -1,0 +1,86 @@
+"""``hookscope trace --find-anomaly`` (exit 1 when found, 0 when clean), ``--break-at``
+and ``--break-on`` (issue 10), in-process."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers import assert_one_error_line, run_cli
+
+MODELS = """
+import torch
+from torch import nn
+
+
+class Log(nn.Module):
+    def forward(self, x):
+        return x.log()
+
+
+def nan():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), Log(), nn.Linear(8, 2))
+
+
+def clean():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+"""
+
+
+@pytest.fixture
+def models(tmp_path: Path) -> str:
+    path = tmp_path / "models.py"
+    path.write_text(textwrap.dedent(MODELS))
+    return str(path)
+
+
+def test_find_anomaly_prints_the_report_and_exits_1(
+    models: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run_cli(capsys, "trace", f"{models}:nan", "-i", "3,4", "--find-anomaly")
+    assert code == 1
+    assert out.startswith("First non-finite value: forward output out of module '1' (Log")
+    assert "aten.log.default" in out
+
+
+def test_find_anomaly_on_a_clean_model_exits_0(
+    models: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run_cli(capsys, "trace", f"{models}:clean", "-i", "3,4", "--find-anomaly",
+                           "--backward")
+    assert code == 0 and "every output is finite" in out
+
+
+def test_find_anomaly_as_json(models: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "trace", f"{models}:nan", "-i", "3,4", "--find-anomaly",
+                           "-f", "json")
+    assert code == 1
+    doc = json.loads(out)
+    assert doc["anomalies"][0]["path"] == "1" and doc["stopped"] is True
+
+
+def test_find_anomaly_refuses_repeat(models: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(capsys, "trace", f"{models}:nan", "-i", "3,4", "--find-anomaly",
+                           "--repeat", "2")
+    assert_one_error_line(code, err, "--repeat")
+
+
+def test_break_at_and_break_on_open_the_breakpointhook(
+    models: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[Any] = []
+    monkeypatch.setattr(sys, "breakpointhook",
+                        lambda: seen.append(sys._getframe(1).f_locals["path"]))
+    code, _, _ = run_cli(capsys, "trace", f"{models}:nan", "-i", "3,4", "--break-on", "nan",
+                           "--no-time")
+    assert code == 0 and seen == ["1", "2", ""]
+    seen.clear()
+    code, _, _ = run_cli(capsys, "trace", f"{models}:clean", "-i", "3,4", "--break-at", "0")
+    assert code == 0 and seen == ["0"]

@@ -1,0 +1,203 @@
+"""hookscope.find_anomaly / detect_anomaly (issue 10): the first non-finite module call,
+its output, its inputs, the aten op that made it, and the early stop, checked against
+models whose anomaly is known by construction (a log of negatives, a float16
+overflow on a reused module's second call, the gradient of sqrt at 0)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+import hookscope
+from helpers import assert_state_unchanged, count_hooks, snapshot_state, total_hooks
+
+
+class Log(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x * 2).log()
+
+
+class Counted(nn.Module):
+    """stem -> log -> head, counting which layers ran."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Linear(4, 4)
+        self.log = Log()
+        self.head = nn.Linear(4, 2)
+        self.ran: list[str] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for name in ("stem", "log", "head"):
+            self.ran.append(name)
+            x = getattr(self, name)(x)
+        return x
+
+
+class Overflow(nn.Module):
+    """A float16 Linear reused twice: its first output is finite, the second overflows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = nn.Linear(4, 4, bias=False).half()
+        with torch.no_grad():
+            self.scale.weight.fill_(100.0)  # one call: x*400; two calls: x*160000
+        self.after = nn.Linear(4, 4).half()
+        self.ran: list[str] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.ran.append("first")
+        x = self.scale(x)
+        self.ran.append("second")
+        x = self.scale(x)
+        self.ran.append("after")
+        return self.after(x)
+
+
+class SqrtScale(nn.Module):
+    """``x * sqrt(w)``: finite forward for w >= 0, an infinite gradient of w at 0."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.tensor([0.0, 1.0, 4.0, 9.0]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.w.sqrt()
+
+
+def test_a_log_of_negatives_is_found_at_its_layer_with_its_op_and_the_rest_never_runs() -> None:
+    torch.manual_seed(0)
+    model = Counted()
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        hidden = model.stem(x)
+        expected_nans = int(torch.isnan((hidden * 2).log()).sum())
+    model.ran.clear()
+    before = snapshot_state(model)
+    report = hookscope.find_anomaly(model, x)
+    assert report is not None and expected_nans > 0
+    a = report.first
+    assert (a.path, a.module_class, a.call_index, a.tensor) == ("log", "Log", 0, "out")
+    assert (a.nan_count, a.inf_count, a.numel) == (expected_nans, 0, 12)
+    assert model.ran == ["stem", "log"]  # head never ran
+    [inp] = a.inputs
+    assert inp.finite is True and inp.stats.path == "args[0]"
+    assert inp.stats.min == pytest.approx(float(hidden.min()))
+    assert a.op is not None and a.op.name == "aten.log.default" and a.op.path == "log"
+    assert [t.finite for t in a.op.inputs] == [True]
+    assert a.op.outputs[0].nan_count == expected_nans and a.op.outputs[0].shape == (3, 4)
+    assert report.stopped and report.trace is not None
+    assert [c.path for c in report.trace.calls] == ["", "stem", "log"]
+    assert_state_unchanged(before, model)
+    assert total_hooks(model) == 0
+
+
+def test_a_float16_overflow_on_the_second_call_of_a_reused_module() -> None:
+    model = Overflow()
+    x = torch.full((2, 4), 1.0, dtype=torch.float16)
+    report = hookscope.find_anomaly(model, x)
+    assert report is not None
+    a = report.first
+    assert (a.path, a.call_index) == ("scale", 1)  # the second call, not the first
+    assert a.inf_count == 8 and a.nan_count == 0
+    [inp] = a.inputs
+    assert inp.finite is True and inp.stats.max == pytest.approx(400.0)
+    assert a.op is not None and a.op.name == "aten.mm.default"
+    assert model.ran == ["first", "second"]
+
+
+def test_a_clean_model_gives_none_and_every_layer_runs() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(inplace=True), nn.Linear(8, 2))
+    before = count_hooks(model)
+    assert hookscope.find_anomaly(model, torch.randn(3, 4)) is None
+    assert hookscope.find_anomaly(model, torch.randn(3, 4), backward=True) is None
+    assert count_hooks(model) == before
+
+
+def test_an_input_that_is_already_nan_is_reported_as_not_finite() -> None:
+    model = nn.Sequential(nn.Linear(4, 2))
+    x = torch.ones(1, 4)
+    x[0, 1] = float("nan")
+    report = hookscope.find_anomaly(model, x)
+    assert report is not None
+    a = report.first
+    assert a.path == "0"  # calls end innermost first: the Linear before the Sequential
+    assert [i.finite for i in a.inputs] == [False]
+    assert a.inputs[0].stats.nan_count == 1
+    assert a.op is not None and False in [t.finite for t in a.op.inputs]
+
+
+def test_collect_all_reports_every_anomalous_call_in_execution_order() -> None:
+    torch.manual_seed(0)
+    model = Counted()
+    report = hookscope.find_anomaly(model, torch.randn(3, 4), collect_all=True)
+    assert report is not None and not report.stopped
+    assert [(a.path, a.op.path if a.op else None) for a in report.anomalies] == [
+        ("log", "log"), ("head", "head"), ("", "log")]
+    assert model.ran == ["stem", "log", "head"]
+
+
+def test_a_backward_anomaly_names_the_parameter() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), SqrtScale(), nn.Linear(4, 2))
+    x = torch.randn(3, 4)
+    assert hookscope.find_anomaly(model, x) is None  # the forward is finite
+    report = hookscope.find_anomaly(model, x, backward=True)
+    assert report is not None
+    a = report.first
+    assert a.phase == "backward" and a.kind.value == "param_grad"
+    assert a.parameter == "1.w" and a.path == "1" and a.module_class == "SqrtScale"
+    # oracle: autograd's own gradient of the same loss
+    (g,) = torch.autograd.grad(model(x).sum(), [model[1].w])
+    assert a.inf_count + a.nan_count == int((~torch.isfinite(g)).sum())
+    assert a.op is not None and a.op.phase == "backward" and a.op.path == "1"
+    assert all(p.grad is None for p in model.parameters())
+    assert total_hooks(model) == 0
+
+
+def test_the_report_prints_and_round_trips_as_json() -> None:
+    torch.manual_seed(0)
+    report = hookscope.find_anomaly(Counted(), torch.randn(3, 4))
+    assert report is not None
+    text = str(report)
+    assert text.splitlines()[0].startswith(
+        "First non-finite value: forward output out of module 'log' (Log, call 0) holds")
+    assert "first op that produced it: aten.log.default in 'log'" in text
+    assert "the rest of the model did not run" in text
+    doc = json.loads(report.to_json())
+    assert doc["schema_version"] == 1 and doc["calls_run"] == 3
+    [found] = doc["anomalies"]
+    assert found["path"] == "log" and found["op"]["name"] == "aten.log.default"
+    assert found["kind"] == "output" and found["inputs"][0]["stats"]["nan_count"] == 0
+
+
+def test_detect_anomaly_raises_inside_the_users_loop_with_the_same_report() -> None:
+    torch.manual_seed(0)
+    model = Counted()
+    good, bad = torch.ones(2, 4) * 0.0, torch.randn(3, 4)
+    with torch.no_grad():
+        model.stem.weight.zero_()
+        model.stem.bias.fill_(1.0)  # stem(x) = 1 for every x: log(2) is finite
+    steps = 0
+    with hookscope.detect_anomaly(model):
+        for _ in range(2):
+            model(good).sum().backward()
+            steps += 1
+    with torch.no_grad():
+        model.stem.bias.fill_(-1.0)
+    with pytest.raises(hookscope.NonFiniteError) as info, hookscope.detect_anomaly(model):
+        model(bad)
+    assert steps == 2
+    report = info.value.report
+    assert report.first.path == "log" and report.first.op is not None
+    assert isinstance(info.value, hookscope.RunStopped)
+    assert total_hooks(model) == 0
+
+
+def test_bad_options_are_spec_errors() -> None:
+    with pytest.raises(hookscope.SpecError, match="collect_all"):
+        hookscope.find_anomaly(nn.Linear(2, 2), torch.ones(1, 2), collect_all="yes")

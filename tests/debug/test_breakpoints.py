@@ -1,0 +1,166 @@
+"""hookscope.breakpoint (issue 10): pdb driven for real in a pseudo-terminal, and the
+same stop through ``sys.breakpointhook``/``PYTHONBREAKPOINT`` set to a recorder."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import hookscope
+from helpers import count_hooks, total_hooks
+
+pexpect = pytest.importorskip("pexpect")
+
+SCRIPT = """
+import torch
+from torch import nn
+import hookscope
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+with hookscope.breakpoint(model, at="2"):
+    out = model(torch.randn(3, 4))
+print("hooks left:", sum(len(m._forward_hooks) + len(m._forward_pre_hooks)
+                         for m in model.modules()))
+print("DONE", tuple(out.shape))
+"""
+
+
+def _spawn(tmp_path: Path, env: dict[str, str] | None = None) -> Any:
+    script = tmp_path / "stop.py"
+    script.write_text(textwrap.dedent(SCRIPT))
+    full_env = {k: v for k, v in os.environ.items() if k != "PYTHONBREAKPOINT"}
+    full_env.update(env or {})
+    return pexpect.spawn(sys.executable, [str(script)], encoding="utf-8", timeout=120,
+                         env=full_env, cwd=str(tmp_path))
+
+
+def test_pdb_in_a_pseudo_terminal_sees_the_layers_locals_and_continues(tmp_path: Path) -> None:
+    child = _spawn(tmp_path)
+    child.expect(r"hookscope\.breakpoint: after '2' \(Linear, call 0\); locals: module, "
+                 r"path, inputs, kwargs, output; 'c' continues")
+    child.expect(r"\(Pdb\) ")
+    child.sendline("p path")
+    child.expect(r"\(Pdb\) ")
+    assert "'2'" in child.before
+    child.sendline("p output.shape")
+    child.expect(r"\(Pdb\) ")
+    assert "torch.Size([3, 2])" in child.before
+    child.sendline("p type(module).__name__, inputs[0].shape")
+    child.expect(r"\(Pdb\) ")
+    assert "('Linear', torch.Size([3, 8]))" in child.before
+    child.sendline("c")
+    child.expect("hooks left: 0")
+    child.expect(r"DONE \(3, 2\)")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+
+
+def test_pythonbreakpoint_0_disables_it(monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("PYTHONBREAKPOINT", "0")  # sys.breakpointhook reads it on each call
+    model = _model()
+    with hookscope.breakpoint(model):
+        model(torch.randn(3, 4))
+    assert "hookscope.breakpoint" not in capsys.readouterr().err
+    assert total_hooks(model) == 0
+
+
+def test_pythonbreakpoint_names_the_debugger(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "hs_recorder.py").write_text(textwrap.dedent("""
+        import sys
+        SEEN = []
+        def record():
+            frame = sys._getframe(1)
+            SEEN.append((frame.f_locals["path"], tuple(frame.f_locals["output"].shape)))
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONBREAKPOINT", "hs_recorder.record")
+    model = _model()
+    with hookscope.breakpoint(model, at="2"):
+        model(torch.randn(3, 4))
+    import hs_recorder
+
+    assert hs_recorder.SEEN == [("2", (3, 2))]
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.seen: list[dict[str, Any]] = []
+
+    def __call__(self) -> None:
+        frame = sys._getframe(1)
+        self.seen.append(dict(frame.f_locals))
+
+
+@pytest.fixture
+def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
+    rec = Recorder()
+    monkeypatch.setattr(sys, "breakpointhook", rec)
+    return rec
+
+
+class Log(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.log()
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 4), Log(), nn.Linear(4, 2))
+
+
+def test_when_nonfinite_stops_only_where_the_output_is_not_finite(recorder: Recorder) -> None:
+    model = _model()
+    before = count_hooks(model)
+    with hookscope.breakpoint(model, when="nonfinite"):
+        model(torch.randn(3, 4))
+    assert [s["path"] for s in recorder.seen] == ["1", "2", ""]  # log, then its wake
+    assert count_hooks(model) == before
+    with hookscope.breakpoint(model, at="0", when="nan"):
+        model(torch.randn(3, 4))
+    assert len(recorder.seen) == 3  # the Linear's output is finite: no stop
+
+
+def test_pre_phase_sees_the_inputs_before_forward(recorder: Recorder) -> None:
+    model = _model()
+    x = torch.randn(3, 4)
+    with hookscope.breakpoint(model, at="1", phase="pre"):
+        model(x)
+    [seen] = recorder.seen
+    assert seen["output"] is None and seen["inputs"][0].shape == (3, 4)
+    assert isinstance(seen["module"], Log)
+
+
+def test_backward_phase_sees_grad_output_and_a_callable_condition(recorder: Recorder) -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))
+
+    def big(module: nn.Module, grads: Any) -> bool:
+        return bool(grads[0].abs().max() > 0)
+
+    with hookscope.breakpoint(model, at="1", when=big, phase="backward"):
+        model(torch.randn(3, 4)).sum().backward()
+    [seen] = recorder.seen
+    assert seen["path"] == "1" and torch.equal(seen["grad_output"][0], torch.ones(3, 2))
+    assert seen["output"].shape == (3, 2)
+    assert total_hooks(model) == 0
+
+
+def test_bad_options_are_spec_errors() -> None:
+    with pytest.raises(hookscope.SpecError, match="phase"), hookscope.breakpoint(
+        nn.Linear(2, 2), phase="later"
+    ):
+        pass
+    with pytest.raises(hookscope.SpecError, match="when"), hookscope.breakpoint(
+        nn.Linear(2, 2), when="negative"
+    ):
+        pass
