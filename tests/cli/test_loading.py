@@ -436,8 +436,14 @@ def test_user_factory_returning_transformers_model_gets_defaults(tmp_path: Path)
         ("transformers:lama", ["no model type 'lama'", "close matches: llama", "model type"]),
         ("transformers:bert-base-uncased", ["close matches: bert", "not a checkpoint id"]),
         ("transformers:meta-llama/Llama-2-7b-hf", ["close matches: llama"]),
-        ("transformers:gpt2/foo", ["task 'foo'", "base, causal-lm, masked-lm, seq-cls"]),
-        ("transformers:t5/causal-lm", ["'t5' has no 'causal-lm' variant", "another of"]),
+        ("transformers:gpt2/foo", ["task 'foo'", "base, causal-lm, masked-lm, seq2seq-lm, "
+                                   "sequence-classification, image-classification"]),
+        # the valid tasks of that very model are listed
+        ("transformers:t5/causal-lm", ["'t5' has no 'causal-lm' variant",
+                                       "tasks it has are: base, seq2seq-lm, "
+                                       "sequence-classification ("]),
+        ("transformers:vit/causal-lm", ["tasks it has are: base, "
+                                        "image-classification ("]),
     ],
 )
 def test_error_transformers_names(spec: str, fragments: list[str]) -> None:
@@ -465,10 +471,13 @@ def test_error_transformers_bad_dtype_override() -> None:
 
 
 def test_error_transformers_without_default_inputs() -> None:
-    loaded = load_model("transformers:whisper", device="meta")
+    # its main input ("states") is none of those made from a config
+    loaded = load_model("transformers:decision_transformer", device="meta")
     with pytest.raises(SpecError) as info:
         default_input_specs(loaded)
-    assert_message(info.value, "'transformers:whisper' has no default inputs", "--input")
+    assert_message(
+        info.value, "'transformers:decision_transformer' has no default inputs", "--input"
+    )
 
 
 def test_error_transformers_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:

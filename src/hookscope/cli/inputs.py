@@ -12,7 +12,7 @@ import contextlib
 import difflib
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -21,11 +21,13 @@ from hookscope.errors import SpecError
 
 __all__ = [
     "DTYPES",
+    "MODEL_DTYPES",
     "InputSpec",
     "make_inputs",
     "parse_config_overrides",
     "parse_device",
     "parse_input_spec",
+    "parse_model_dtype",
 ]
 
 DTYPES: dict[str, torch.dtype] = {
@@ -48,16 +50,49 @@ class InputSpec:
     """Shape, dtype and (for keyword inputs) name of one example input.
 
     ``str(spec)`` is an input spec that :func:`parse_input_spec` reads back.
+    ``explicit_dtype`` is false for a spec written without ``:DTYPE``, whose dtype the
+    model decides (``input_ids`` are int64, images the model's floating dtype).
     """
 
     shape: tuple[int, ...]
     dtype: torch.dtype = torch.float32
     name: str | None = None
+    explicit_dtype: bool = field(default=True, compare=False, repr=False)
 
     def __str__(self) -> str:
         prefix = f"{self.name}=" if self.name is not None else ""
         dtype = next((k for k, v in DTYPES.items() if v == self.dtype), str(self.dtype)[6:])
         return f"{prefix}{','.join(map(str, self.shape))}:{dtype}"
+
+
+MODEL_DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
+    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float64": torch.float64, "fp64": torch.float64, "double": torch.float64,
+}
+"""Names accepted by ``--dtype``, the floating dtype the model and its inputs are cast to."""
+
+
+def parse_model_dtype(text: str | None) -> torch.dtype | None:
+    """``--dtype``'s value as a floating dtype (``None`` stays ``None``).
+
+    Raises:
+        SpecError: the name is not one of :data:`MODEL_DTYPES`.
+
+    Example:
+        >>> parse_model_dtype("bf16")
+        torch.bfloat16
+    """
+    if text is None:
+        return None
+    dtype = MODEL_DTYPES.get(text.strip().lower())
+    if dtype is None:
+        raise SpecError(
+            f"--dtype {text!r} is not a floating dtype{suggest(text, list(MODEL_DTYPES))}; "
+            "use float32, float16 (half, fp16), bfloat16 (bf16) or float64"
+        )
+    return dtype
 
 
 def suggest(name: str, choices: Sequence[str]) -> str:
@@ -72,7 +107,8 @@ def parse_config_overrides(text: str) -> dict[str, object]:
     """Parse ``KEY=VALUE,KEY=VALUE`` config overrides.
 
     Values are read as int, float, ``true``/``false``/``none`` (any case), or else a
-    string; quote a value (``'1'``) to keep it a string.
+    string; quote a value (``'1'``) to keep it a string. ``SECTION.KEY`` sets a value of
+    a sub-config (``vision_config.image_size=32``).
 
     Raises:
         SpecError: an item is not ``KEY=VALUE``, a key is not an identifier or repeats.
@@ -84,7 +120,7 @@ def parse_config_overrides(text: str) -> dict[str, object]:
     overrides: dict[str, object] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         key, sep, value = (s.strip() for s in item.partition("="))
-        if not sep or not key.isidentifier() or not value:
+        if not sep or not all(part.isidentifier() for part in key.split(".")) or not value:
             raise SpecError(
                 f"config override {item!r} is not of the form KEY=VALUE; "
                 "write e.g. 'num_hidden_layers=2,hidden_size=256'"
@@ -129,7 +165,7 @@ def parse_input_spec(text: str) -> InputSpec:
         )
     shape_text, sep, dtype_text = rest.partition(":")
     dtype = _parse_dtype(dtype_text.strip(), text) if sep else torch.float32
-    return InputSpec(_parse_shape(shape_text, text), dtype, name.strip() or None)
+    return InputSpec(_parse_shape(shape_text, text), dtype, name.strip() or None, bool(sep))
 
 
 def _parse_shape(shape_text: str, text: str) -> tuple[int, ...]:

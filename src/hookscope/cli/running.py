@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -35,40 +36,135 @@ class Prepared:
     kwargs: dict[str, Any]
 
 
-def load(spec: str, *, config: str | None, device: str | None) -> LoadedModel:
+def load(
+    spec: str,
+    *,
+    config: str | None,
+    device: str | None,
+    dtype: str | None = None,
+    on_too_large: str = "stop",
+) -> LoadedModel:
     """Build the model named by ``spec`` (config overrides given as ``K=V,...``).
 
+    Args:
+        spec: the model spec.
+        config: ``--config`` overrides.
+        device: ``--device``; ``None`` lets the memory guard decide (see
+            :func:`hookscope.cli.loading.load_model`).
+        dtype: ``--dtype``: the floating dtype of the model.
+        on_too_large: ``"meta"``: a model too large for the memory available is
+            analysed on the meta device, with a notice on stderr; ``"stop"``: an error.
+
     Raises:
-        SpecError: the spec, the overrides or the device are wrong.
+        SpecError: the spec, the overrides, the dtype or the device are wrong, or the
+            model is too large and ``on_too_large`` is ``"stop"``.
     """
     from hookscope.cli import loading
-    from hookscope.cli.inputs import parse_config_overrides
+    from hookscope.cli.inputs import parse_config_overrides, parse_model_dtype
 
     overrides = parse_config_overrides(config) if config else None
-    return loading.load_model(spec, config=overrides, device=device)
+    loaded = loading.load_model(
+        spec, config=overrides, device=device, dtype=parse_model_dtype(dtype),
+        on_too_large=loading.TooLarge(on_too_large),
+    )
+    if loaded.notice is not None:
+        sys.stderr.write(f"note: {loaded.notice}\n")
+    return loaded
 
 
 def prepare(
-    spec: str, *, inputs: Sequence[str], config: str | None, device: str | None
+    spec: str,
+    *,
+    inputs: Sequence[str],
+    config: str | None,
+    device: str | None,
+    dtype: str | None = None,
+    on_too_large: str = "stop",
 ) -> Prepared:
     """Load the model and make its inputs (the model's defaults when ``inputs`` is empty).
 
-    Input specs are parsed before the model is built, so a typo fails at once.
+    Input specs are parsed before the model is built, so a typo fails at once; they are
+    completed as :func:`hookscope.cli.loading.complete_input_specs` says (an unnamed
+    ``1,128`` is a transformers model's int64 ``input_ids``, an encoder-decoder gets
+    ``decoder_input_ids``, floating inputs take the model's dtype).
 
     Raises:
         SpecError: a spec is wrong, or the model has no default inputs and none is given.
     """
-    from hookscope.cli.inputs import make_inputs, parse_input_spec
-    from hookscope.cli.loading import default_input_specs
+    from hookscope.cli.inputs import make_inputs, parse_input_spec, parse_model_dtype
+    from hookscope.cli.loading import complete_input_specs
     from hookscope.core.inputs import model_device
 
     specs = [parse_input_spec(text) for text in inputs]
-    loaded = load(spec, config=config, device=device)
-    specs = specs or default_input_specs(loaded)
+    parse_model_dtype(dtype)  # a bad --dtype fails before the model is built
+    loaded = load(spec, config=config, device=device, dtype=dtype, on_too_large=on_too_large)
+    specs = complete_input_specs(loaded, specs)
     args, kwargs = make_inputs(
         specs, device=device or model_device(loaded.model), vocab_size=loaded.vocab_size
     )
     return Prepared(loaded, args, kwargs)
+
+
+def check_output(path: Path | None) -> None:
+    """Check that ``-o FILE`` can be written before any model is built.
+
+    Raises:
+        SpecError: ``path`` is a directory, its directory does not exist, or either
+            cannot be written.
+    """
+    import os
+    import stat
+
+    from hookscope.errors import SpecError
+
+    if path is None or str(path) == "-":
+        return
+    shown = str(path)
+    target = Path(os.path.realpath(path.expanduser()))
+    if target.is_dir():
+        raise SpecError(f"output path {shown!r} is a directory; give a file name, e.g. -o out.txt")
+    if target.exists():
+        if stat.S_ISREG(target.stat().st_mode) and not os.access(target, os.W_OK):
+            raise SpecError(f"cannot write output file {shown!r}: permission denied")
+        if not stat.S_ISREG(target.stat().st_mode):
+            return  # a device or FIFO (-o /dev/stdout): written directly
+    if not target.parent.is_dir():
+        raise SpecError(
+            f"cannot write output file {shown!r}: directory {str(target.parent)!r} does not "
+            "exist; create it first"
+        )
+    if not os.access(target.parent, os.W_OK | os.X_OK):
+        raise SpecError(
+            f"cannot write output file {shown!r}: directory {str(target.parent)!r} is not "
+            "writable; choose another directory"
+        )
+
+
+@contextmanager
+def dtype_hints(prepared: Prepared) -> Iterator[None]:
+    """Say which ``--dtype`` to pass when a kernel refused the model's dtype.
+
+    ``torch._grouped_mm`` (mixture-of-experts layers) takes only bfloat16 on the meta
+    device (its checks are CUDA's); a float32 Mixtral fails there inside its experts.
+
+    Raises:
+        ModelRunError: the model's own, with the hint added to its message.
+    """
+    from hookscope.errors import ModelRunError
+
+    try:
+        yield
+    except ModelRunError as e:
+        cause = str(e.__cause__ or e)
+        if "to be BFloat16" not in cause and "expected BFloat16" not in cause.lower():
+            raise
+        from hookscope.cli.loading.common import floating_dtype
+
+        dtype = str(floating_dtype(prepared.loaded.model)).removeprefix("torch.")
+        raise ModelRunError(
+            f"{e}; a kernel of this model takes only bfloat16 here, not {dtype}: "
+            "pass --dtype bfloat16", trace=e.trace, path=e.path,
+        ) from e
 
 
 def run_traces(prepared: Prepared, *, repeat: int, **options: Any) -> Trace:

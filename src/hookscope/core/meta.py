@@ -12,6 +12,10 @@ tensor, so no real tensor is copied, tied parameters stay tied (one meta tensor 
 one real one), and the module tree, paths, classes and ``requires_grad`` flags are
 those of the original.
 
+Before building a model for real, the command line builds it here first (cheap) and
+compares :func:`state_bytes` with :func:`available_memory`, so a default config of
+billions of parameters is analysed on meta instead of being killed by the kernel.
+
 NB: a model that reads tensor values in ``forward`` (``if x.sum() > 0``,
 ``.item()``, ``.tolist()``) cannot run on the meta device; the run fails with the
 module path, as any failure inside the model does.
@@ -20,6 +24,7 @@ module path, as any failure inside the model does.
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -137,3 +142,43 @@ def inputs_to_meta(value: Any) -> Any:
         return leaf
 
     return pytree.tree_map(convert, value)
+
+
+def state_bytes(model: nn.Module) -> int:
+    """Bytes of ``model``'s parameters and buffers (each shared tensor once), on any device."""
+    seen: set[int] = set()
+    total = 0
+    for t in (*model.parameters(), *model.buffers()):
+        if id(t) in seen or is_lazy(t):
+            continue
+        seen.add(id(t))
+        total += t.numel() * t.element_size()
+    return total
+
+
+def available_memory(device: torch.device | None = None) -> int | None:
+    """Bytes that can still be allocated on ``device`` (default: the CPU), or ``None``.
+
+    The CPU figure is ``MemAvailable`` of ``/proc/meminfo`` (what the kernel can give
+    without swapping), else the free physical pages; a CUDA device's is
+    ``torch.cuda.mem_get_info``. Tests patch this function.
+    """
+    if device is not None and device.type == "cuda":
+        try:
+            free, _ = torch.cuda.mem_get_info(device)
+        except RuntimeError:
+            return None
+        return int(free)
+    if device is not None and device.type != "cpu":
+        return None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):
+        return None

@@ -2,9 +2,13 @@
 
 Nested containers are walked with ``torch.utils._pytree`` (tuples, lists, dicts,
 namedtuples and anything registered with it, such as transformers' ``ModelOutput``);
-dataclass instances that pytree does not know are walked field by field. Paths are
-written the way a user would index the value: ``out[0]``, ``out["logits"]``,
-``out.hidden``.
+dataclass instances that pytree does not know are walked field by field, and other
+objects that hold tensors in their attributes (``torch.distributions`` objects,
+torchvision's ``ImageList``) attribute by attribute, one level deep. Paths are written
+the way a user would index the value: ``out[0]``, ``out["logits"]``, ``out.hidden``,
+``out.loc``. :func:`metas` also describes what holds no tensor: a NumPy array by its
+shape and dtype (layout ``"ndarray"``), any other object by its type name (layout
+``"object"``); ``None`` and plain scalars are left out.
 
 This runs in every hook call, so a bare tensor (the common case) takes a fast path.
 """
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -78,21 +83,58 @@ def _nested_shape(t: torch.Tensor) -> tuple[int, ...]:
     return tuple(shape)
 
 
+_SCALARS = (int, float, complex, str, bytes, bool, type(None), torch.dtype, torch.device)
+
+#: Layouts of the :class:`TensorMeta` entries that describe something else than a tensor.
+NDARRAY_LAYOUT = "ndarray"
+OBJECT_LAYOUT = "object"
+
+
 def iter_tensors(value: Any, root: str) -> Iterator[tuple[str, torch.Tensor]]:
     """Yield ``(path, tensor)`` for every tensor inside ``value``, in pytree order."""
     if isinstance(value, torch.Tensor):
         yield root, value
         return
-    if value is None or isinstance(value, (int, float, str, bool)):
+    if isinstance(value, _SCALARS):
         return
+    for path, leaf in _leaves(value, root):
+        if isinstance(leaf, torch.Tensor):
+            yield path, leaf
+
+
+def _leaves(value: Any, root: str, *, attributes: bool = True) -> Iterator[tuple[str, Any]]:
+    """``(path, leaf)`` of every tensor and every other non-container inside ``value``."""
     leaves, _ = pytree.tree_flatten_with_path(value)
     for key_path, leaf in leaves:
         path = root + "".join(_key_str(k) for k in key_path)
-        if isinstance(leaf, torch.Tensor):
+        if isinstance(leaf, (torch.Tensor, *_SCALARS)):
             yield path, leaf
         elif dataclasses.is_dataclass(leaf) and not isinstance(leaf, type):
             for f in dataclasses.fields(leaf):
-                yield from iter_tensors(getattr(leaf, f.name), f"{path}.{f.name}")
+                yield from _leaves(getattr(leaf, f.name), f"{path}.{f.name}")
+        elif attributes and (held := _tensor_attributes(leaf)):
+            for name, attr in held:
+                yield from _leaves(attr, f"{path}.{name}", attributes=False)
+        else:
+            yield path, leaf
+
+
+def _tensor_attributes(obj: Any) -> list[tuple[str, Any]]:
+    """The public attributes of ``obj`` that are tensors or flat lists/tuples of them
+    (a distribution's ``loc``/``scale``, an ``ImageList``'s ``tensors``)."""
+    try:
+        attrs = vars(obj)
+    except TypeError:  # no __dict__ (slots, builtins)
+        return []
+    if isinstance(obj, (torch.nn.Module, type)):
+        return []
+
+    def holds_tensors(v: Any) -> bool:
+        if isinstance(v, torch.Tensor):
+            return True
+        return isinstance(v, (list, tuple)) and any(isinstance(t, torch.Tensor) for t in v)
+
+    return [(k, v) for k, v in attrs.items() if not k.startswith("_") and holds_tensors(v)]
 
 
 def _key_str(key: Any) -> str:
@@ -109,10 +151,26 @@ def _quote(name: str) -> str:
 
 
 def metas(value: Any, root: str) -> list[TensorMeta]:
-    """:func:`tensor_meta` of every tensor inside ``value``."""
+    """:func:`tensor_meta` of every tensor inside ``value``, and an entry for each NumPy
+    array and each other object in it (its type name), so that nothing is dropped."""
     if isinstance(value, torch.Tensor):
         return [tensor_meta(root, value)]
-    return [tensor_meta(p, t) for p, t in iter_tensors(value, root)]
+    if isinstance(value, _SCALARS):
+        return []
+    out: list[TensorMeta] = []
+    for path, leaf in _leaves(value, root):
+        if isinstance(leaf, torch.Tensor):
+            out.append(tensor_meta(path, leaf))
+        elif not isinstance(leaf, _SCALARS):
+            out.append(_object_meta(path, leaf))
+    return out
+
+
+def _object_meta(path: str, value: Any) -> TensorMeta:
+    numpy = sys.modules.get("numpy")  # an array can only exist if numpy is imported
+    if numpy is not None and isinstance(value, numpy.ndarray):
+        return TensorMeta(path, tuple(value.shape), str(value.dtype), "cpu", False, NDARRAY_LAYOUT)
+    return TensorMeta(path, (), type(value).__name__, "", False, OBJECT_LAYOUT)
 
 
 def iter_call_inputs(
@@ -144,7 +202,11 @@ BARE_PATHS = frozenset({"args[0]", "out"})
 
 def shape_text(m: TensorMeta) -> str:
     """``[1, 3, 224, 224]``, with the dtype when it is not float32: ``[1, 128] int64``."""
+    if m.layout == OBJECT_LAYOUT:
+        return m.dtype
     text = "[" + ", ".join(str(d) for d in m.shape) + "]"
+    if m.layout == NDARRAY_LAYOUT:
+        return f"{text} {m.dtype} ndarray"
     return text if m.dtype == "float32" else f"{text} {m.dtype}"
 
 

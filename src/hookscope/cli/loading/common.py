@@ -15,7 +15,7 @@ import importlib
 import os
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import ModuleType
 
 import torch
@@ -28,8 +28,10 @@ __all__ = [
     "LoadedModel",
     "ModelSource",
     "build",
+    "complete_input_specs",
     "default_input_specs",
     "describe",
+    "floating_dtype",
     "raised",
     "require",
     "split_spec",
@@ -60,6 +62,12 @@ class LoadedModel:
         source: which kind of spec it was.
         default_inputs: example inputs that the model accepts; empty when unknown.
         vocab_size: the token vocabulary size, for drawing integer inputs; ``None`` if unknown.
+        main_input: what an unnamed first ``--input`` is (its dtype: ``input_ids`` are
+            int64); ``None`` when unknown.
+        companions: inputs added to the user's when they leave them out
+            (``decoder_input_ids`` of an encoder-decoder).
+        notice: why the model was built elsewhere than asked (the memory guard), for
+            the user; ``None`` when it was not.
     """
 
     model: nn.Module
@@ -67,6 +75,9 @@ class LoadedModel:
     source: ModelSource
     default_inputs: tuple[InputSpec, ...] = ()
     vocab_size: int | None = None
+    main_input: InputSpec | None = None
+    companions: tuple[InputSpec, ...] = ()
+    notice: str | None = None
 
 
 def split_spec(spec: str) -> tuple[ModelSource, str, str]:
@@ -151,11 +162,22 @@ def raised(e: BaseException) -> str:
     return f"raised {describe(e)}"
 
 
-def describe(e: BaseException) -> str:
-    """``TypeName: first line of the message``, at most 200 characters."""
-    lines = str(e).strip().splitlines()
-    text = f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
-    return text if len(text) <= 200 else text[:199] + "…"
+def describe(e: BaseException, *, whole: bool = False) -> str:
+    """``TypeName: first line of the message``, at most 200 characters; with ``whole``,
+    every line of the message joined by spaces, at most 500."""
+    lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
+    message = " ".join(lines) if whole else (lines[0] if lines else "")
+    text = f"{type(e).__name__}: {message}" if message else type(e).__name__
+    limit = 500 if whole else 200
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def floating_dtype(model: nn.Module) -> torch.dtype:
+    """The dtype of the model's first floating parameter or buffer (float32 if none)."""
+    for t in (*model.parameters(), *model.buffers()):
+        if t.dtype.is_floating_point:
+            return t.dtype
+    return torch.float32
 
 
 def require(module: str, *, spec: str, extra: str) -> ModuleType:
@@ -174,13 +196,12 @@ def default_input_specs(loaded: LoadedModel) -> list[InputSpec]:
 
     torchvision: one ``1x3xSxS`` image at the model's native size ``S`` (ViT's
     ``image_size``, else the crop size of its default weights, else 224); video models a
-    ``1x3x16xSxS`` clip; optical-flow models two images. transformers: ``input_ids`` of
-    ``1x128`` (fewer if the model has fewer positions), plus ``decoder_input_ids`` for
-    encoder-decoders; image models ``pixel_values`` of ``1xCxHxW`` from the config.
+    ``1x3x16xSxS`` clip; optical-flow models two images. transformers: what the model's
+    ``forward`` signature and config call for (``cli/loading/hf_inputs.py``).
 
     Raises:
         SpecError: nothing is known about the model's inputs (its own factory, or a
-            transformers model whose main input is neither token ids nor an image).
+            transformers model whose inputs are none of those hookscope can make).
     """
     if loaded.default_inputs:
         return list(loaded.default_inputs)
@@ -188,3 +209,43 @@ def default_input_specs(loaded: LoadedModel) -> list[InputSpec]:
         f"model {loaded.spec!r} has no default inputs; pass them with --input, "
         "e.g. --input 1,3,224,224 or --input input_ids=1,128:int64"
     )
+
+
+def complete_input_specs(loaded: LoadedModel, specs: list[InputSpec]) -> list[InputSpec]:
+    """The user's ``--input`` specs, completed with what the model needs besides.
+
+    An unnamed first spec without a dtype takes the dtype of the model's main input
+    (``--input 1,128`` is ``input_ids`` of int64 for a transformers text model); floating
+    specs without a dtype take the model's floating dtype; the model's companions
+    (``decoder_input_ids``) are added, of the first input's batch and length, unless given.
+    """
+    floating = floating_dtype(loaded.model)
+    if not specs:
+        return [
+            replace(s, dtype=floating) if s.dtype.is_floating_point else s
+            for s in default_input_specs(loaded)
+        ]
+    out: list[InputSpec] = []
+    main = loaded.main_input
+    for i, spec in enumerate(specs):
+        if not spec.explicit_dtype:
+            if main is not None and (spec.name == main.name or (spec.name is None and i == 0)):
+                spec = replace(spec, dtype=main.dtype)
+            elif spec.dtype.is_floating_point:
+                spec = replace(spec, dtype=floating)
+        out.append(spec)
+    given = {s.name for s in out}
+    first = out[0].shape
+    for companion in loaded.companions:
+        if companion.name in given or _embeds_given(companion.name, given):
+            continue
+        shape = first[:2] if len(first) >= 2 and out[0].dtype == torch.int64 else None
+        out.append(replace(companion, shape=shape or (first[:1] + companion.shape[1:])))
+    return out
+
+
+def _embeds_given(name: str | None, given: set[str | None]) -> bool:
+    """``decoder_inputs_embeds`` or ``labels`` stand in for ``decoder_input_ids``."""
+    if name == "decoder_input_ids":
+        return bool({"decoder_inputs_embeds", "labels"} & given)
+    return False

@@ -22,11 +22,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
-import torch
 from torch import nn
 
 from hookscope.cli.loading.common import LoadedModel, ModelSource, describe, raised
-from hookscope.cli.loading.hf import transformers_inputs, vocab_size
+from hookscope.cli.loading.hf import transformers_loaded
 from hookscope.errors import SpecError
 
 __all__ = ["factory", "import_file", "import_module", "user_loaded"]
@@ -152,5 +151,4 @@ def user_loaded(model: nn.Module, spec: str, source: ModelSource) -> LoadedModel
     if config is None or not hasattr(model, "main_input_name"):
         return LoadedModel(model, spec, source)
     # A transformers model from the user's own factory: same defaults as transformers:NAME.
-    inputs = transformers_inputs(model, config, float_dtype=torch.float32)
-    return LoadedModel(model, spec, source, inputs, vocab_size(config))
+    return transformers_loaded(model, config, spec, source)

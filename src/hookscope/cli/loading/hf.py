@@ -5,8 +5,10 @@ only when a spec names it (:func:`~hookscope.cli.loading.common.require`), with
 ``HF_HUB_OFFLINE=1`` so that nothing is downloaded; the module is named ``hf`` so that
 it never shadows the real ``transformers`` package. ``--config`` overrides are coerced
 to the config's own number types and checked against its settings; ``dtype`` and
-``attn_implementation`` go to ``from_config`` instead. :func:`transformers_inputs` and
-:func:`vocab_size` also serve a transformers model that a user's factory returns.
+``attn_implementation`` go to ``from_config`` instead. Default inputs come from
+``hf_inputs.py``; :func:`transformers_loaded` also serves a transformers model that a
+user's factory returns. ``--config SECTION.KEY=VALUE`` sets a sub-config's value
+(``vision_config.image_size=32``).
 """
 
 from __future__ import annotations
@@ -19,46 +21,84 @@ from typing import Any
 import torch
 from torch import nn
 
-from hookscope.cli.inputs import DTYPES, InputSpec, suggest
-from hookscope.cli.loading.common import LoadedModel, ModelSource, build, describe, require
+from hookscope.cli.inputs import DTYPES, suggest
+from hookscope.cli.loading.common import (
+    LoadedModel,
+    ModelSource,
+    build,
+    describe,
+    floating_dtype,
+    require,
+)
+from hookscope.cli.loading.hf_inputs import hf_inputs, vocab_size
 from hookscope.errors import SpecError
 
 __all__ = [
-    "DEFAULT_SEQ_LEN",
+    "TASK_ALIASES",
     "TRANSFORMERS_TASKS",
     "load_transformers",
-    "transformers_inputs",
-    "vocab_size",
+    "transformers_loaded",
 ]
 
 TRANSFORMERS_TASKS: dict[str, str] = {
     "base": "AutoModel",
     "causal-lm": "AutoModelForCausalLM",
     "masked-lm": "AutoModelForMaskedLM",
-    "seq-cls": "AutoModelForSequenceClassification",
+    "seq2seq-lm": "AutoModelForSeq2SeqLM",
+    "sequence-classification": "AutoModelForSequenceClassification",
+    "image-classification": "AutoModelForImageClassification",
 }
 """Suffixes of ``transformers:TYPE/TASK`` and the auto class each one builds."""
 
-DEFAULT_SEQ_LEN = 128
+TASK_ALIASES: dict[str, str] = {"seq-cls": "sequence-classification"}
+"""Other names accepted for a task."""
+
 _BUILD_KWARGS = ("attn_implementation", "dtype")
 
 
 def load_transformers(
-    spec: str, name: str, overrides: dict[str, object], device: torch.device | None
+    spec: str,
+    name: str,
+    overrides: dict[str, object],
+    device: torch.device | None,
+    *,
+    dtype: torch.dtype | None = None,
 ) -> LoadedModel:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # belt and braces: nothing is downloaded
     transformers = require("transformers", spec=spec, extra="transformers")
     model_type, task = _split_transformers_name(name, spec, transformers.CONFIG_MAPPING.keys())
     build_kwargs = _pop_build_kwargs(overrides)
+    if dtype is not None:
+        build_kwargs["dtype"] = dtype
     config = _transformers_config(transformers, model_type, overrides)
     auto = getattr(transformers, TRANSFORMERS_TASKS[task])
+    if task != "base" and type(config) not in auto._model_mapping:
+        valid = ", ".join(_valid_tasks(transformers, config))
+        raise SpecError(
+            f"transformers model type {model_type!r} has no {task!r} variant; "
+            f"the tasks it has are: {valid} (e.g. 'transformers:{model_type}/base')"
+        )
     what = f"building transformers model {name!r}"
     model = build(lambda: _from_config(auto, config, task, build_kwargs), device, what=what)
-    float_dtype = build_kwargs.get("dtype")
-    if not isinstance(float_dtype, torch.dtype):
-        float_dtype = torch.float32
-    inputs = transformers_inputs(model.eval(), config, float_dtype=float_dtype)
-    return LoadedModel(model, spec, ModelSource.TRANSFORMERS, inputs, vocab_size(config))
+    return transformers_loaded(model.eval(), config, spec, ModelSource.TRANSFORMERS)
+
+
+def transformers_loaded(
+    model: nn.Module, config: Any, spec: str, source: ModelSource
+) -> LoadedModel:
+    """A transformers model with the inputs its signature and config call for."""
+    inputs = hf_inputs(model, config, float_dtype=floating_dtype(model))
+    return LoadedModel(
+        model, spec, source, inputs.defaults, vocab_size(config), main_input=inputs.main,
+        companions=inputs.companions,
+    )
+
+
+def _valid_tasks(transformers: ModuleType, config: Any) -> list[str]:
+    return [
+        task for task, auto in TRANSFORMERS_TASKS.items()
+        if task == "base" or type(config) in getattr(transformers, auto)._model_mapping
+    ]
 
 
 def _split_transformers_name(name: str, spec: str, known: Any) -> tuple[str, str]:
@@ -72,7 +112,7 @@ def _split_transformers_name(name: str, spec: str, known: Any) -> tuple[str, str
             f"transformers has no model type {name!r}{hint or suggest(model_type, types)}; "
             "NAME is a model type such as 'gpt2', 'bert' or 'llama', not a checkpoint id"
         )
-    task = task or "base"
+    task = TASK_ALIASES.get(task, task or "base")
     if task not in TRANSFORMERS_TASKS:
         raise SpecError(
             f"task {task!r} in model spec {spec!r} is unknown; use one of "
@@ -98,11 +138,14 @@ def _transformers_config(
 ) -> Any:
     auto_config = transformers.AutoConfig
     default = auto_config.for_model(model_type)
+    overrides = _nest(default, overrides)
     overrides = {k: _coerce(v, getattr(default, k, None)) for k, v in overrides.items()}
     try:
         config = auto_config.for_model(model_type, **overrides)
     except Exception as e:
-        raise SpecError(f"config overrides for {model_type!r} are invalid: {describe(e)}") from e
+        raise SpecError(
+            f"config overrides for {model_type!r} are invalid: {describe(e, whole=True)}"
+        ) from e
     known = [*default.to_dict(), *getattr(default, "attribute_map", {})]
     for key in overrides:
         # A key the config does not know becomes a new attribute; one it consumed
@@ -113,6 +156,26 @@ def _transformers_config(
                 "check the spelling of the config override"
             )
     return config
+
+
+def _nest(default: Any, overrides: dict[str, Any]) -> dict[str, Any]:
+    """Fold ``vision_config.image_size=32`` into a ``vision_config`` dict override."""
+    out: dict[str, Any] = {}
+    for key, value in overrides.items():
+        section, dot, field = key.partition(".")
+        if not dot:
+            out[key] = value
+            continue
+        sub: Any = getattr(default, section, None)
+        if not hasattr(sub, "to_dict") or not field.isidentifier():
+            raise SpecError(
+                f"config override {key!r}: {type(default).__name__} has no sub-config "
+                f"{section!r}; write SECTION.KEY=VALUE only for sections such as text_config"
+            )
+        if section not in out:
+            out[section] = sub.to_dict()
+        out[section][field] = _coerce(value, getattr(sub, field, None))
+    return out
 
 
 def _coerce(value: object, default: object) -> object:
@@ -138,32 +201,3 @@ def _from_config(auto: Any, config: Any, task: str, kwargs: dict[str, object]) -
             f"use another of {', '.join(TRANSFORMERS_TASKS)}"
         ) from e
     return model
-
-
-def transformers_inputs(
-    model: nn.Module, config: Any, *, float_dtype: torch.dtype
-) -> tuple[InputSpec, ...]:
-    main = getattr(model, "main_input_name", "input_ids")
-    vocab = getattr(config, "vocab_size", None)
-    if main == "input_ids" and isinstance(vocab, int):
-        ids = InputSpec((1, _seq_len(config)), torch.int64, "input_ids")
-        if getattr(config, "is_encoder_decoder", False):
-            return (ids, InputSpec(ids.shape, torch.int64, "decoder_input_ids"))
-        return (ids,)
-    size, channels = getattr(config, "image_size", None), getattr(config, "num_channels", None)
-    if main == "pixel_values" and size is not None and isinstance(channels, int):
-        height, width = (size, size) if isinstance(size, int) else tuple(size)
-        return (InputSpec((1, channels, height, width), float_dtype, "pixel_values"),)
-    return ()
-
-
-def _seq_len(config: Any) -> int:
-    limits = [getattr(config, a, None) for a in ("max_position_embeddings", "n_positions")]
-    return min([DEFAULT_SEQ_LEN, *(n for n in limits if isinstance(n, int) and n > 0)])
-
-
-def vocab_size(config: Any) -> int | None:
-    get_text_config = getattr(config, "get_text_config", None)
-    text_config = get_text_config() if callable(get_text_config) else config
-    vocab = getattr(text_config, "vocab_size", getattr(config, "vocab_size", None))
-    return vocab if isinstance(vocab, int) and vocab > 0 else None

@@ -1,0 +1,147 @@
+"""Default inputs of a transformers model, read from its ``forward`` signature and config.
+
+Where it sits: part of the transformers source of :mod:`hookscope.cli.loading`
+(``hf.py`` builds the model, this module decides what to call it with). There is no
+per-model table: each input the signature names is made from the config it needs,
+
+- ``input_ids`` / ``decoder_input_ids``: int64 ids within the text vocabulary, of
+  ``1 x min(128, the positions the model has)``; ``decoder_input_ids`` only for
+  encoder-decoders (also added when the user gives ``input_ids`` alone);
+- ``pixel_values``: ``1 x C x H x W`` from the (vision) config's ``num_channels`` and
+  ``image_size`` (224 when it has none), in the model's floating dtype;
+- ``input_features``: a speech model's log-mel frames, ``1 x mels x 2*positions``
+  (Whisper) or ``1 x frames x features`` (Speech2Text);
+- ``input_values``: one second of 16 kHz audio (wav2vec2, HuBERT);
+- any other input without a default whose name ends in ``mask``: ones.
+
+The model's ``main_input_name`` comes first; a model with a text and a vision tower and
+no image placeholder token (CLIP, SigLIP) gets both ``input_ids`` and ``pixel_values``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from hookscope.cli.inputs import InputSpec
+
+__all__ = ["DEFAULT_IMAGE_SIZE", "DEFAULT_SEQ_LEN", "HfInputs", "hf_inputs", "vocab_size"]
+
+DEFAULT_SEQ_LEN = 128
+DEFAULT_IMAGE_SIZE = 224
+AUDIO_SAMPLES = 16_000
+_IMAGE_TOKEN_KEYS = ("image_token_id", "image_token_index", "image_token")
+
+
+@dataclass(frozen=True)
+class HfInputs:
+    """What a transformers model is called with by default.
+
+    Attributes:
+        defaults: the inputs used when the user gives none.
+        main: what an unnamed ``--input`` means (its dtype), ``None`` when unknown.
+        companions: inputs added when the user leaves them out (``decoder_input_ids``).
+    """
+
+    defaults: tuple[InputSpec, ...] = ()
+    main: InputSpec | None = None
+    companions: tuple[InputSpec, ...] = ()
+
+
+def hf_inputs(model: nn.Module, config: Any, *, float_dtype: torch.dtype) -> HfInputs:
+    """The default inputs of ``model`` (see the module docstring)."""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return HfInputs()
+    main = getattr(model, "main_input_name", "input_ids")
+    made = {name: _make(name, config, float_dtype) for name in params}
+    specs = {name: spec for name, spec in made.items() if spec is not None}
+    wanted = [main]
+    if main == "input_ids" and _is_dual_encoder(config):
+        wanted.append("pixel_values")
+    companions: list[InputSpec] = []
+    if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in specs:
+        companions.append(specs["decoder_input_ids"])
+    for name, param in params.items():
+        required = param.default is param.empty and param.kind in (
+            param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY
+        )
+        if required and name not in wanted and name.endswith("mask"):
+            companions.append(InputSpec((1, _seq_len(config)), torch.int64, name))
+    if main not in specs or any(name not in specs for name in wanted):
+        return HfInputs(main=specs.get(main), companions=tuple(companions))
+    defaults = tuple(specs[name] for name in wanted) + tuple(companions)
+    return HfInputs(defaults, specs[main], tuple(companions))
+
+
+def _make(name: str, config: Any, float_dtype: torch.dtype) -> InputSpec | None:
+    if name in ("input_ids", "decoder_input_ids"):
+        if vocab_size(config) is None:
+            return None
+        return InputSpec((1, _seq_len(config)), torch.int64, name)
+    if name == "pixel_values":
+        return _pixel_values(config, float_dtype)
+    if name == "input_features":
+        return _input_features(config, float_dtype)
+    if name == "input_values":
+        return InputSpec((1, AUDIO_SAMPLES), float_dtype, name)
+    return None
+
+
+def _pixel_values(config: Any, float_dtype: torch.dtype) -> InputSpec:
+    vision = getattr(config, "vision_config", None) or config
+    size = getattr(vision, "image_size", None) or getattr(config, "image_size", None)
+    if isinstance(size, dict):  # {"height": H, "width": W}
+        size = (size.get("height"), size.get("width"))
+    if isinstance(size, (list, tuple)) and len(size) == 2 and all(isinstance(s, int) for s in size):
+        height, width = size
+    else:
+        height = width = size if isinstance(size, int) and size > 0 else DEFAULT_IMAGE_SIZE
+    channels = getattr(vision, "num_channels", None)
+    channels = channels if isinstance(channels, int) and channels > 0 else 3
+    return InputSpec((1, channels, height, width), float_dtype, "pixel_values")
+
+
+def _input_features(config: Any, float_dtype: torch.dtype) -> InputSpec | None:
+    mels, positions = (getattr(config, a, None) for a in ("num_mel_bins", "max_source_positions"))
+    if isinstance(mels, int) and isinstance(positions, int):
+        # Whisper: two convolutions (the second of stride 2) make 2*positions frames fit.
+        return InputSpec((1, mels, 2 * positions), float_dtype, "input_features")
+    per_channel = getattr(config, "input_feat_per_channel", None)
+    if isinstance(per_channel, int):  # Speech2Text: frames x features, subsampled by 4
+        features = per_channel * int(getattr(config, "input_channels", 1) or 1)
+        return InputSpec((1, 4 * _seq_len(config), features), float_dtype, "input_features")
+    return None
+
+
+def _is_dual_encoder(config: Any) -> bool:
+    """A text and a vision tower (CLIP, SigLIP), not a language model that reads image
+    placeholder tokens (LLaVA), which runs on text alone."""
+    towers = getattr(config, "text_config", None) and getattr(config, "vision_config", None)
+    return bool(towers) and not any(getattr(config, k, None) is not None for k in _IMAGE_TOKEN_KEYS)
+
+
+def _seq_len(config: Any) -> int:
+    limits = []
+    for section in (config, _text_config(config)):
+        for attr in ("max_position_embeddings", "n_positions", "max_target_positions"):
+            value = getattr(section, attr, None)
+            if isinstance(value, int) and value > 0:
+                limits.append(value)
+    return min([DEFAULT_SEQ_LEN, *limits])
+
+
+def _text_config(config: Any) -> Any:
+    get_text_config = getattr(config, "get_text_config", None)
+    return get_text_config() if callable(get_text_config) else config
+
+
+def vocab_size(config: Any) -> int | None:
+    """The vocabulary size of the model's text part, ``None`` if it has none."""
+    vocab = getattr(_text_config(config), "vocab_size", getattr(config, "vocab_size", None))
+    return vocab if isinstance(vocab, int) and vocab > 0 else None
