@@ -36,6 +36,11 @@ class TraceView:
         top: show only this many calls (and ops, with ``ops``).
         depth: show modules down to this depth.
         ops: add the per-op table (FLOPs by aten op).
+        fold: repeated blocks as one row (``--no-fold``: every row).
+
+    Without ``depth`` (and without ``sort``), the table shows the deepest levels that
+    fit in :data:`~hookscope.render.fold.DEFAULT_MAX_ROWS` rows, and its caption says
+    how many deeper rows that hides.
     """
 
     columns: Sequence[str] | None = None
@@ -43,6 +48,7 @@ class TraceView:
     top: int | None = None
     depth: int | None = None
     ops: bool = False
+    fold: bool = True
 
 
 _TABLE_ONLY = {"json": ("columns", "sort", "top", "depth"), "csv": ("sort", "top", "depth")}
@@ -125,10 +131,24 @@ def check_summary_view(depth: int | None, fmt: str) -> None:
         )
 
 
-def summary_view(result: Summary, fmt: str, *, ops: bool = False) -> Rendered:
-    """The summary table (plus the per-op table with ``ops``), or its JSON document."""
+def summary_view(
+    result: Summary, fmt: str, *, ops: bool = False, fold: bool = True
+) -> Rendered:
+    """The summary table (plus the per-op table with ``ops``), or its JSON document.
+
+    Without a depth, the table shows the deepest levels that fit in
+    :data:`~hookscope.render.fold.DEFAULT_MAX_ROWS` rows (the caption says what it hides).
+    """
     if fmt == "json":
         return Rendered.of_text(result.to_json())
+    from hookscope.render.fold import auto_depth
+    from hookscope.render.summary import Summary as Folded
+
+    depth = result.depth
+    hint = depth is None
+    if depth is None:
+        depth = auto_depth(result.trace, fold=fold)
+    result = Folded(result.trace, depth=depth, fold=fold, depth_hint=hint)
 
     def build(ascii: bool) -> list[Any]:
         tables: list[Any] = [result.table(ascii=ascii)]
@@ -148,13 +168,19 @@ def trace_view(trace: Trace, fmt: str, view: TraceView) -> Rendered:
 
         columns = None if view.columns is None else list(view.columns)
         return Rendered.of_text(trace_to_csv(trace, columns=columns))
+    from hookscope.render.fold import auto_depth
     from hookscope.render.trace_table import trace_table
+
+    depth, hint = view.depth, False
+    if depth is None and view.sort is None and view.top is None:
+        depth, hint = auto_depth(trace, fold=view.fold), True
 
     def build(ascii: bool) -> list[Any]:
         tables: list[Any] = [
             trace_table(
                 trace, columns=None if view.columns is None else list(view.columns),
-                sort=view.sort, top=view.top, depth=view.depth, ascii=ascii,
+                sort=view.sort, top=view.top, depth=depth, ascii=ascii, fold=view.fold,
+                depth_hint=hint,
             )
         ]
         if view.ops:

@@ -14,7 +14,7 @@ never imports the render layer); :meth:`ModelInfo.to_json` is ``core/structure_j
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -72,10 +72,12 @@ class ModelInfo:
         for table in (self.modules, self.parameters, self.buffers):
             if path in table:
                 return table[path]
-        for table in (self.parameters, self.buffers):
-            for info in table.values():
-                if info.tied_to is None and path in self.tied and self.tied[path] == info.path:
-                    return info
+        first = self.tied.get(path)
+        if first is not None:  # a later path of a tied tensor: it names the first
+            found: ParamInfo | BufferInfo | None = (
+                self.parameters.get(first) or self.buffers.get(first))
+            if found is not None:
+                return replace(found, path=path, tied_to=first)
         import difflib
 
         names = [*self.modules, *self.parameters, *self.buffers, *self.tied]
@@ -156,6 +158,18 @@ class ModelInfo:
         from hookscope.core.structure_json import structure_to_json
 
         return structure_to_json(self, indent=indent)
+
+    def __repr__(self) -> str:
+        tied = f", {len(self.tied)} tied" if self.tied else ""
+        return (
+            f"<hookscope.ModelInfo of {self.class_name}: {len(self.modules)} modules, "
+            f"{self.total_params:,} params{tied}>"
+        )
+
+    def _repr_html_(self) -> str:
+        """The structure table as HTML, for Jupyter."""
+        present = PRESENTERS.get("html")
+        return str(present(self)) if present is not None else repr(self)
 
     def __str__(self) -> str:
         # NB: the table is a renderer's, registered by ``hookscope.render`` when it is

@@ -19,17 +19,28 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rich.text import Text
-
 from hookscope.core.facts import REGISTRY, Column, Unit, probe_columns
 from hookscope.core.probe import PROBES
 from hookscope.core.records import Call, TensorMeta, Trace
-from hookscope.core.tensors import shapes_text
 from hookscope.errors import RenderError
+from hookscope.render.labels import shapes_cell
 from hookscope.render.units import format_bytes, format_percent, format_stat, format_time
 
-__all__ = ["COLUMNS", "Column", "View", "column", "columns", "default_columns", "render_cell",
-           "render_footer", "sort_key"]
+__all__ = [
+    "COLUMNS",
+    "PRIORITY",
+    "Column",
+    "View",
+    "cell_style",
+    "column",
+    "columns",
+    "default_columns",
+    "fold_cell",
+    "priority",
+    "render_cell",
+    "render_footer",
+    "sort_key",
+]
 
 
 @dataclass(frozen=True)
@@ -64,19 +75,64 @@ def format_value(value: Any, unit: Unit, *, ascii: bool = False) -> str:
         return format_percent(value)
     if unit is Unit.SHAPES:
         metas: Sequence[TensorMeta] = value
-        return shapes_text(metas)
+        return shapes_cell(metas)
     return str(value)
 
 
-def render_cell(col: Column, view: View, call: Call) -> str | Text:
+def render_cell(col: Column, view: View, call: Call) -> str:
     """The cell of ``call`` in column ``col``."""
     if col.text is not None:
-        text = col.text(call, view.trace)
-    else:
-        text = format_value(col.value(call, view.trace), col.unit, ascii=view.ascii)
-    if col.alert and text and not view.ascii and col.value(call, view.trace):
-        return Text(text, style="bold red")
+        return col.text(call, view.trace)
+    return format_value(col.value(call, view.trace), col.unit, ascii=view.ascii)
+
+
+def cell_style(col: Column, view: View, call: Call) -> str:
+    """The terminal style of a cell: bold red for a non-zero alert value (NaN counts)."""
+    if col.alert and not view.ascii and col.value(call, view.trace):
+        return "bold red"
+    return ""
+
+
+_SUMMED = (Unit.COUNT, Unit.TIME_NS, Unit.BYTES, Unit.PERCENT)
+
+
+def fold_cell(col: Column, view: View, calls: Sequence[Call]) -> str:
+    """The cell of a folded run of identical blocks (``render/fold.py``): counts, times,
+    bytes and shares summed (a ``+`` kept when a part is a lower bound); the shapes of
+    the first block (they are the same in all); statistics left empty."""
+    if col.unit is Unit.SHAPES:
+        return str(render_cell(col, view, calls[0]))
+    if col.unit not in _SUMMED:
+        return ""
+    total: float = 0
+    found = False
+    for c in calls:
+        v = col.value(c, view.trace)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            total += v
+            found = True
+    if not found:
+        return ""
+    text = format_value(total if col.unit is Unit.PERCENT else int(total), col.unit,
+                        ascii=view.ascii)
+    if col.text is not None and any(col.text(c, view.trace).endswith("+") for c in calls):
+        text += "+"
     return text
+
+
+PRIORITY: dict[str, int] = {
+    "layer": 1000, "time": 90, "output": 85, "params": 80, "flops_fwd": 78, "nan": 72,
+    "inf": 71, "grad_out": 70, "grad_in": 68, "bwd_time": 66, "flops_bwd": 65,
+    "input": 60, "self_time": 55, "saved_bytes": 52, "out_bytes": 50, "peak": 45,
+    "mean": 45, "std": 40, "alloc_delta": 35, "time_pct": 35, "bwd_self_time": 34,
+    "zeros": 30, "absmax": 28, "min": 25, "max": 25, "class": 20,
+}
+"""Which columns stay when the table is too wide: the lowest are left out first (a
+column not named here: 50). The layer column is never left out."""
+
+
+def priority(col: Column) -> int:
+    return PRIORITY.get(col.name, 50)
 
 
 def render_footer(col: Column, view: View) -> str:
@@ -189,4 +245,4 @@ def _any_value(trace: Trace, col: Column) -> bool:
     return any(sort_key(col, view, c) not in (None, 0) for c in trace.calls)
 
 
-Cell = Callable[[View, Call], "str | Text"]
+Cell = Callable[[View, Call], str]

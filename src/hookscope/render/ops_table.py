@@ -12,20 +12,13 @@ formula (a lower bound), listed in the caption.
 
 from __future__ import annotations
 
-from rich.table import Table
-
 from hookscope.core.records import FlopCount, FlopRule, Trace
 from hookscope.errors import RenderError, SpecError
 from hookscope.flops import OpTotals, by_op
-from hookscope.render.table import (
-    DEFAULT_WIDTH,
-    format_count,
-    separator,
-    table_box,
-    to_text,
-    tree_label,
-    visible_calls,
-)
+from hookscope.render.fold import Folded, tree_rows
+from hookscope.render.grid import Grid, GridColumn, shorten_plain
+from hookscope.render.labels import tree_text
+from hookscope.render.table import DEFAULT_WIDTH, GridTable, format_count, tree_column
 
 _RULE_TEXT = {
     FlopRule.FORMULA: "formula",
@@ -76,7 +69,7 @@ def uncounted_legend(trace: Trace) -> str | None:
     return f"+ lower bound: no FLOP formula for {listed}"
 
 
-def _caption(trace: Trace, total: FlopCount, shown: int, kinds: int, ascii: bool) -> str:
+def _caption(trace: Trace, total: FlopCount, shown: int, kinds: int) -> list[str]:
     parts = [
         f"{len(trace.ops):,} ops of {kinds} types",
         f"FLOPs forward {format_count(total.forward)}, backward {format_count(total.backward)}",
@@ -84,11 +77,10 @@ def _caption(trace: Trace, total: FlopCount, shown: int, kinds: int, ascii: bool
     ]
     if shown < kinds:
         parts.insert(1, f"showing the {shown} heaviest")
-    legend = uncounted_legend(trace)
-    return separator(ascii).join(parts) + (f"\n{legend}" if legend else "")
+    return parts
 
 
-def ops_table(trace: Trace, *, top: int | None = None, ascii: bool = False) -> Table:
+def ops_table(trace: Trace, *, top: int | None = None, ascii: bool = False) -> GridTable:
     """Per-op-type table, heaviest first.
 
     Args:
@@ -104,21 +96,33 @@ def ops_table(trace: Trace, *, top: int | None = None, ascii: bool = False) -> T
     total = _require_ops(trace)
     groups = by_op(trace)
     rows = list(groups.items())[:top]
-    table = Table(box=table_box(ascii), title="Ops")
-    # numbers are never cut: on a narrow console the op names wrap instead
-    table.add_column("Op", overflow="fold")
-    for name in ("Count", "Phase", "FLOPs fwd", "FLOPs bwd", "Share"):
-        table.add_column(name, justify="left" if name == "Phase" else "right", no_wrap=True)
-    table.add_column("FLOPs from", no_wrap=True)
-    for name, t in rows:
-        table.add_row(
-            name, format_count(t.count), _phase(t),
-            _flops_cell(t.forward, t, ran=t.count_forward),
-            _flops_cell(t.backward, t, ran=t.count_backward),
-            _share(t.total, total.total), _RULE_TEXT[t.rule],
-        )
-    table.caption = _caption(trace, total, len(rows), len(groups), ascii)
-    return table
+
+    def build(ascii: bool) -> Grid:
+        ts = [t for _, t in rows]
+        names = [n for n, _ in rows]
+        cols = [
+            # numbers are never cut: a long op name is shortened in the middle instead
+            GridColumn("op", "Op", names, numeric=False, priority=1000,
+                       shorten=shorten_plain, min_width=min(max(map(len, names), default=0),
+                                                            24)),
+            GridColumn("count", "Count", [format_count(t.count) for t in ts], priority=60),
+            GridColumn("phase", "Phase", [_phase(t) for t in ts], numeric=False, priority=30),
+            GridColumn("flops_fwd", "FLOPs fwd",
+                       [_flops_cell(t.forward, t, ran=t.count_forward) for t in ts],
+                       priority=90),
+            GridColumn("flops_bwd", "FLOPs bwd",
+                       [_flops_cell(t.backward, t, ran=t.count_backward) for t in ts],
+                       priority=80),
+            GridColumn("share", "Share", [_share(t.total, total.total) for t in ts],
+                       priority=70),
+            GridColumn("rule", "FLOPs from", [_RULE_TEXT[t.rule] for t in ts],
+                       numeric=False, priority=20),
+        ]
+        legend = uncounted_legend(trace)
+        return Grid(cols, _caption(trace, total, len(rows), len(groups)),
+                    [legend] if legend else [], title="Ops")
+
+    return GridTable(build, ascii=ascii)
 
 
 def _call_flops_cell(f: FlopCount | None, backward: bool) -> str:
@@ -127,58 +131,67 @@ def _call_flops_cell(f: FlopCount | None, backward: bool) -> str:
     return format_count(f.backward if backward else f.forward) + ("+" if f.partial else "")
 
 
-def calls_flops_table(trace: Trace, *, depth: int | None = None, ascii: bool = False) -> Table:
+def calls_flops_table(
+    trace: Trace, *, depth: int | None = None, ascii: bool = False, fold: bool = False
+) -> GridTable:
     """Module calls with their self and subtree FLOPs, forward and backward.
 
     Args:
         trace: a trace recorded with ``ops=True``.
         depth: show calls down to this depth (``None``: all).
         ascii: draw with ASCII characters.
+        fold: fold runs of identical blocks (``render/fold.py``).
 
     Raises:
         RenderError: the trace has no op records.
     """
     total = _require_ops(trace)
     backward = total.backward > 0
-    table = Table(box=table_box(ascii), show_footer=True, title="FLOPs per call")
-    table.add_column("Layer (type)", footer="Total")
-    table.add_column("Ops", justify="right", footer=format_count(len(trace.ops)))
-    columns = [("Self fwd", False, False), ("FLOPs fwd", True, False)]
-    if backward:
-        columns += [("Self bwd", False, True), ("FLOPs bwd", True, True)]
-    for name, inclusive, bwd in columns:
-        table.add_column(
-            name, justify="right", footer=_call_flops_cell(total, bwd) if inclusive else ""
-        )
-    table.add_column("Share", justify="right", footer=_share(total.total, total.total))
     counts = [0] * len(trace.calls)
     for op in trace.ops:
         if op.call is not None:
             counts[op.call] += 1
-    for call in visible_calls(trace, depth):
-        cells = [
-            _call_flops_cell(call.flops if inclusive else call.self_flops, bwd)
-            for _, inclusive, bwd in columns
+    columns = [("Self fwd", False, False), ("FLOPs fwd", True, False)]
+    if backward:
+        columns += [("Self bwd", False, True), ("FLOPs bwd", True, True)]
+
+    def build(ascii: bool) -> Grid:
+        rows = [r for r in tree_rows(trace, depth=depth, fold=fold)
+                if not isinstance(r, Folded)]
+        cols = [
+            tree_column([tree_text(trace, c, ascii=ascii) for c in rows]),
+            GridColumn("ops", "Ops", [format_count(counts[c.index]) for c in rows],
+                       footer=format_count(len(trace.ops)), priority=40),
         ]
-        share = _share(call.flops.total, total.total) if call.flops is not None else ""
-        label = tree_label(trace, call, ascii=ascii)
-        table.add_row(label, format_count(counts[call.index]), *cells, share)
-    table.caption = uncounted_legend(trace)
-    return table
+        for i, (name, inclusive, bwd) in enumerate(columns):
+            cells = [_call_flops_cell(c.flops if inclusive else c.self_flops, bwd)
+                     for c in rows]
+            cols.append(GridColumn(
+                name.lower().replace(" ", "_"), name, cells,
+                footer=_call_flops_cell(total, bwd) if inclusive else "",
+                priority=(90 if inclusive else 60) - 5 * i))
+        cols.append(GridColumn(
+            "share", "Share",
+            [_share(c.flops.total, total.total) if c.flops is not None else "" for c in rows],
+            footer=_share(total.total, total.total), priority=50))
+        legend = uncounted_legend(trace)
+        return Grid(cols, [], [legend] if legend else [], title="FLOPs per call")
+
+    return GridTable(build, ascii=ascii)
 
 
 def render_ops(
     trace: Trace, *, top: int | None = None, width: int = DEFAULT_WIDTH, ascii: bool = True
 ) -> str:
     """:func:`ops_table` as text at a fixed width."""
-    return to_text(ops_table(trace, top=top, ascii=ascii), width=width)
+    return ops_table(trace, top=top, ascii=ascii).to_text(width=width)
 
 
 def render_call_flops(
     trace: Trace, *, depth: int | None = None, width: int = DEFAULT_WIDTH, ascii: bool = True
 ) -> str:
     """:func:`calls_flops_table` as text at a fixed width."""
-    return to_text(calls_flops_table(trace, depth=depth, ascii=ascii), width=width)
+    return calls_flops_table(trace, depth=depth, ascii=ascii).to_text(width=width)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,30 +1,41 @@
-"""Terminal tables of traces and structures, built with rich.
+"""Tables of traces and structures: one :class:`GridTable` per table, drawn three ways.
 
-Every renderer here builds a ``rich.table.Table`` from records and either hands it to
-a console (``print_renderable``) or renders it to a string at a fixed width
-(``to_text``). ``ascii=True`` draws with ``+-|`` and no colour, which is what pipes,
-files and golden tests get.
+Every renderer here builds a :class:`~hookscope.render.grid.Grid` of finished cell
+text and wraps it in a :class:`GridTable`, which
+
+- prints as plain text (``str()``, ``to_text``, a pipe, a file: ``render/plain.py``,
+  no rich, a few milliseconds per hundred rows);
+- renders as a rich table on a terminal (``console.print(table)``), fitted to the
+  console's width, with colour;
+- shows as HTML in Jupyter (``_repr_html_``, ``render/notebook.py``).
+
+Whatever the width, no number is cut: columns that do not fit are left out, lowest
+priority first, and the caption says which (``render/grid.py``).
 """
 
 from __future__ import annotations
 
 import io
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rich import box
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
-from hookscope.core.records import Call, TensorMeta, Trace
-from hookscope.core.tensors import shapes_text
+from hookscope.render.grid import Fitted, Grid, GridColumn, fit, wrap_header
+from hookscope.render.labels import shorten_tree, structure_text, tree_min
+from hookscope.render.plain import GAP, draw
+from hookscope.render.units import format_bytes
 
 if TYPE_CHECKING:
     from hookscope.core.structure import ModelInfo
 
 DEFAULT_WIDTH = 120
+RICH_GAP = 3  # padding 1, divider 1, padding 1
 
 
 def make_console(
@@ -46,7 +57,10 @@ def make_console(
 
 
 def to_text(renderable: Any, *, width: int = DEFAULT_WIDTH, color: bool = False) -> str:
-    """Render ``renderable`` to a string at a fixed width."""
+    """Render ``renderable`` to a string at a fixed width (a :class:`GridTable` without
+    colour is drawn as plain text, without rich)."""
+    if isinstance(renderable, GridTable) and not color:
+        return renderable.to_text(width=width)
     buf = io.StringIO()
     console = Console(
         file=buf, width=width, color_system="standard" if color else None,
@@ -65,78 +79,152 @@ def format_count(n: int | None) -> str:
     return "" if n is None else f"{n:,}"
 
 
-def format_shapes(metas: Sequence[TensorMeta], *, root: str = "out") -> str:
-    """One line per tensor; the path is shown unless it is a bare root (``args[0]``,
-    ``out``); see :func:`hookscope.core.tensors.shapes_text`."""
-    return shapes_text(metas)
-
-
 def separator(ascii: bool) -> str:
     """What joins the parts of a caption: `` | `` in plain ASCII, `` · `` otherwise."""
     return " | " if ascii else " · "
 
 
-def tree_label(trace: Trace, call: Call, *, ascii: bool = False) -> Text:
-    """Indented ``name (Class)`` label of a call for the tree column."""
-    name = call.path.rsplit(".", 1)[-1] if call.path else trace.model.class_name
-    label = Text("  " * call.depth)
-    label.append(name, style="bold" if call.depth == 0 else "")
-    if call.call_index:
-        label.append(f"#{call.call_index}", style="dim")
-    if call.path:
-        label.append(f" ({call.module_class})", style="cyan")
-    if call.error:
-        label.append("  x raised" if ascii else "  ✗ raised", style="bold red")
-    elif trace.stop is not None and trace.stop.call == call.index:
-        label.append("  stopped" if ascii else "  ■ stopped", style="bold yellow")
-    return label
+class GridTable:
+    """A table ready to draw at any width (see the module docstring).
+
+    Attributes:
+        build: ``build(ascii) -> Grid``: the table's cells, in ASCII or not.
+        ascii: how it was asked for (``str()`` always draws ASCII).
+    """
+
+    def __init__(self, build: Callable[[bool], Grid], *, ascii: bool = False) -> None:
+        self.build = build
+        self.ascii = ascii
+        self._grids: dict[bool, Grid] = {}
+
+    def grid(self, ascii: bool | None = None) -> Grid:
+        key = self.ascii if ascii is None else ascii
+        if key not in self._grids:
+            self._grids[key] = self.build(key)
+        return self._grids[key]
+
+    @property
+    def caption(self) -> str | None:
+        """The caption and notes as one text (``None``: none)."""
+        grid = self.grid()
+        parts = [separator(self.ascii).join(grid.caption)] if grid.caption else []
+        return "\n".join(parts + grid.notes) or None
+
+    def to_text(self, *, width: int = DEFAULT_WIDTH) -> str:
+        """Plain ASCII text at ``width`` characters."""
+        return draw(fit(self.grid(True), width, gap=GAP, sep=separator(True)))
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        width = options.max_width
+        if self.ascii or (console.no_color and not console.is_terminal):
+            for line in self.to_text(width=width).splitlines():
+                yield Segment(line)
+                yield Segment.line()
+            return
+        fitted = fit(self.grid(False), width, gap=RICH_GAP, sep=separator(False))
+        yield to_rich(fitted)
+        for line in fitted.caption:
+            yield Text(line, style="dim", no_wrap=True, overflow="ignore")
+
+    def _repr_html_(self) -> str:
+        from hookscope.render.notebook import grid_html
+
+        return grid_html(self.grid(False))
 
 
-def visible_calls(trace: Trace, depth: int | None) -> list[Call]:
-    return [c for c in trace.calls if depth is None or c.depth <= depth]
+def to_rich(fitted: Fitted) -> Table:
+    """A fitted grid as a rich table (colour, box characters), every column its width."""
+    table = Table(
+        box=box.SIMPLE_HEAD, show_footer=any(c.footer for c in fitted.columns),
+        pad_edge=False, show_edge=False, title=fitted.title,
+    )
+    for col, width in zip(fitted.columns, fitted.widths, strict=True):
+        table.add_column(
+            "\n".join(wrap_header(col.header, width)), footer=col.footer,
+            justify="right" if col.numeric else "left", no_wrap=True,
+            min_width=width, max_width=width,
+        )
+    tree = fitted.columns[0] if fitted.columns else None
+    for r in range(len(tree.cells) if tree is not None else 0):
+        cells: list[Any] = []
+        for i, col in enumerate(fitted.columns):
+            style = col.styles[r] if col.styles else ""
+            text = Text(col.cells[r], style=style)
+            if i == 0:
+                text.highlight_regex(r"\([A-Za-z_][\w.…]*\)", "cyan")
+            cells.append(text)
+        table.add_row(*cells)
+    return table
 
 
-def params_cell(trace: Trace, call: Call) -> tuple[str, str]:
-    """(params, trainable) cells: counts on a module's first call, ``(reused)`` after."""
-    info = trace.modules.get(call.path)
-    if info is None:
-        return "", ""
-    if call.call_index:
-        return "(reused)", ""
-    return format_count(info.total_params), format_count(info.trainable_params)
+def tree_column(cells: list[str], *, footer: str = "Total", header: str = "Layer (type)",
+                styles: list[str] | None = None) -> GridColumn:
+    """The first column of a tree table: never left out, shortened class first."""
+    return GridColumn(
+        "layer", header, cells, footer=footer, numeric=False, priority=1000,
+        shorten=shorten_tree, min_width=tree_min(cells), styles=styles or (),
+    )
 
 
-def render_trace_text(trace: Trace, *, width: int = DEFAULT_WIDTH) -> str:
+def render_trace_text(trace: Any, *, width: int = DEFAULT_WIDTH) -> str:
     """The trace table (``render/trace_table.py``) of a trace as plain ASCII text."""
     from hookscope.render.trace_table import render_trace
 
     return render_trace(trace, width=width)
 
 
+def trace_html(trace: Any) -> str:
+    """The trace table as HTML (Jupyter): every column, repeated blocks folded."""
+    from hookscope.render.trace_table import trace_table
+
+    return trace_table(trace)._repr_html_()
+
+
 def render_structure_text(info: ModelInfo, *, width: int = DEFAULT_WIDTH) -> str:
     """The module tree of :func:`hookscope.inspect` as plain ASCII text."""
-    return to_text(structure_table(info, ascii=True), width=width)
+    return structure_table(info, ascii=True).to_text(width=width)
 
 
-def structure_table(info: ModelInfo, *, ascii: bool = False) -> Table:
-    table = Table(box=table_box(ascii), title=f"{info.class_name} structure")
-    for col in ("Module", "Class"):
-        table.add_column(col)
-    for col in ("Params", "Trainable", "Buffers"):
-        table.add_column(col, justify="right")
-    for m in info.modules.values():
-        name = ("  " * m.depth) + (m.path.rsplit(".", 1)[-1] if m.path else info.class_name)
-        if m.aliases:
-            name += f" (= {', '.join(m.aliases)})"
-        table.add_row(
-            name, m.class_name, format_count(m.total_params),
-            format_count(m.trainable_params), format_count(m.own_buffers) if m.own_buffers else "",
-        )
-    tied = f", {len(info.tied)} tied counted once" if info.tied else ""
-    table.caption = separator(ascii).join([
-        f"params: {info.total_params:,} ({info.trainable_params:,} trainable, "
-        f"{info.frozen_params:,} frozen{tied})",
-        f"buffers: {info.total_buffers:,}",
-        f"param bytes: {info.param_bytes:,}",
-    ])
-    return table
+def structure_html(info: ModelInfo) -> str:
+    """The module tree of :func:`hookscope.inspect` as an HTML table (Jupyter)."""
+    return structure_table(info)._repr_html_()
+
+
+def structure_table(info: ModelInfo, *, ascii: bool = False) -> GridTable:
+    """The module tree of :func:`hookscope.inspect`: params, trainable, buffers."""
+
+    def build(ascii: bool) -> Grid:
+        mods = list(info.modules.values())
+        tied_at: dict[str, list[str]] = {}
+        for later, first in info.tied.items():
+            tied_at.setdefault(later.rpartition(".")[0], []).append(f"{later} = {first}")
+        labels = [structure_text(m, info.class_name)
+                  + (" [tied]" if m.path in tied_at else "") for m in mods]
+        cols = [
+            tree_column(labels, footer="Total", header="Module"),
+            GridColumn("class", "Class", [m.class_name for m in mods], numeric=False,
+                       priority=60),
+            GridColumn("params", "Params", [format_count(m.total_params) for m in mods],
+                       footer=format_count(info.total_params), priority=90),
+            GridColumn("trainable", "Trainable",
+                       [format_count(m.trainable_params) for m in mods],
+                       footer=format_count(info.trainable_params), priority=40),
+            GridColumn("buffers", "Buffer elements",
+                       [format_count(m.own_buffers) if m.own_buffers else "" for m in mods],
+                       footer=format_count(info.total_buffers), priority=30),
+        ]
+        tied = f", {len(info.tied)} tied counted once" if info.tied else ""
+        caption = [
+            f"params: {info.total_params:,} ({info.trainable_params:,} trainable, "
+            f"{info.frozen_params:,} frozen{tied})",
+            f"buffers: {len(info.buffers):,} ({info.total_buffers:,} elements, "
+            f"{format_bytes(info.buffer_bytes)})",
+            f"param size: {format_bytes(info.param_bytes)}",
+        ]
+        notes = [f"tied: {', '.join(v)}" for v in tied_at.values()]
+        return Grid(cols, caption, notes, title=f"{info.class_name} structure")
+
+    return GridTable(build, ascii=ascii)

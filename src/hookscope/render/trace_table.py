@@ -14,24 +14,26 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from rich import box
-from rich.table import Table
-from rich.text import Text
-
 from hookscope.core.records import Call, Trace
 from hookscope.errors import RenderError
 from hookscope.render.columns import (
     COLUMNS,
     Column,
     View,
+    cell_style,
     column,
     columns,
     default_columns,
+    fold_cell,
+    priority,
     render_cell,
     render_footer,
     sort_key,
 )
-from hookscope.render.table import DEFAULT_WIDTH, separator, to_text, tree_label, visible_calls
+from hookscope.render.fold import Folded, Row, folded_rows, hidden_deeper, tree_rows
+from hookscope.render.grid import Grid, GridColumn, labelled_min, shorten_labelled
+from hookscope.render.labels import fold_text, path_text, tree_text
+from hookscope.render.table import DEFAULT_WIDTH, GridTable, tree_column
 from hookscope.render.units import format_stat, format_time
 
 __all__ = [
@@ -47,9 +49,6 @@ __all__ = [
     "trace_table",
 ]
 
-# Rules under the header and above the footer only: no vertical lines, to fit more columns.
-_ASCII_BOX = box.Box("    \n    \n -- \n    \n    \n -- \n    \n    \n", ascii=True)
-
 
 def trace_table(
     trace: Trace,
@@ -59,23 +58,30 @@ def trace_table(
     top: int | None = None,
     depth: int | None = None,
     ascii: bool = False,
-) -> Table:
-    """The trace as a ``rich`` table, one row per call.
+    fold: bool = True,
+    depth_hint: bool = False,
+) -> GridTable:
+    """The trace as a table, one row per call (repeated blocks folded).
 
     Args:
         trace: the trace to show.
         columns: column names from :data:`COLUMNS`, in display order (default:
             :func:`default_columns`).
-        sort: order rows by this column (numbers descending, names ascending).
+        sort: order rows by this column (numbers descending, names ascending); sorted
+            rows are not folded.
         top: keep only the first ``top`` rows (after sorting).
         depth: only calls down to this depth (0: the root only).
         ascii: draw with ASCII characters and no colour.
+        fold: show a run of identical blocks as its first block and one row for the
+            rest (``render/fold.py``); ``False`` shows every call.
+        depth_hint: the caption says how many deeper rows ``depth`` hides and how to
+            see them (what the CLI does when it chose the depth).
 
     Raises:
         RenderError: an unknown column or a bad ``top``/``depth``.
 
     Example:
-        >>> rich.print(trace_table(trace, sort="time", top=10))
+        >>> print(trace_table(trace, sort="time", top=10))
     """
     if isinstance(columns, str) or (columns is not None and not columns):
         raise RenderError(f"columns= needs a list of column names, got {columns!r}")
@@ -83,33 +89,55 @@ def trace_table(
     order = column(sort) if sort is not None else None
     _check_limit("top", top, minimum=1)
     _check_limit("depth", depth, minimum=0)
-    view = View(trace, ascii=ascii, flat=order is not None)
-    calls = visible_calls(trace, depth)
-    unsorted = False
-    if order is not None:
-        calls = sort_calls(view, calls, order)
-        # NB: e.g. CUDA memory on the CPU, saved bytes without grad: say so, or the
-        # rows look sorted when they are in call order
-        unsorted = all(sort_key(order, view, c) is None for c in calls)
-    shown = calls if top is None else calls[:top]
-    table = Table(
-        box=_ASCII_BOX if ascii else box.SIMPLE, show_footer=True, collapse_padding=True,
-        pad_edge=False, show_edge=False,
+
+    def build(ascii: bool) -> Grid:
+        view = View(trace, ascii=ascii, flat=order is not None)
+        rows: list[Row]
+        unsorted = False
+        if order is not None:
+            calls = [c for c in trace.calls if depth is None or c.depth <= depth]
+            rows = list(sort_calls(view, calls, order))
+            # NB: e.g. CUDA memory on the CPU, saved bytes without grad: say so, or the
+            # rows look sorted when they are in call order
+            unsorted = all(sort_key(order, view, c) is None for c in calls)
+        else:
+            rows = tree_rows(trace, depth=depth, fold=fold)
+        shown = rows if top is None else rows[:top]
+        grid = Grid([_grid_column(col, view, shown) for col in chosen],
+                    hint="widen with --width {width}, or pick them with --columns")
+        visible = sum(1 for c in trace.calls if depth is None or c.depth <= depth)
+        grid.caption = _caption(trace, shown=shown, total=rows, calls=visible, order=order,
+                                ascii=ascii, unsorted=unsorted)
+        if depth_hint and order is None:
+            grid.caption.extend(depth_caption(trace, depth, fold=fold))
+        return grid
+
+    return GridTable(build, ascii=ascii)
+
+
+def _grid_column(col: Column, view: View, rows: Sequence[Row]) -> GridColumn:
+    if col.name == "layer":
+        return tree_column([_layer(view, r) for r in rows], footer=render_footer(col, view))
+    cells = [fold_cell(col, view, r.calls) if isinstance(r, Folded)
+             else render_cell(col, view, r) for r in rows]
+    styles = [] if view.ascii or not col.alert else [
+        "" if isinstance(r, Folded) else cell_style(col, view, r) for r in rows]
+    labelled = col.unit.value == "shapes"
+    return GridColumn(
+        col.name, col.header, cells, footer=render_footer(col, view), numeric=col.numeric,
+        priority=priority(col), styles=styles,
+        shorten=shorten_labelled if labelled else None,
+        min_width=labelled_min(cells) if labelled else 0,
     )
-    for col in chosen:
-        table.add_column(
-            col.header,
-            justify="right" if col.numeric else "left",
-            footer=render_footer(col, view),
-            no_wrap=not col.wrap,
-            min_width=10 if col.wrap else None,
-        )
-    for call in shown:
-        table.add_row(*(_cell(col, view, call) for col in chosen))
-    table.caption = _caption(
-        trace, shown=len(shown), total=len(calls), order=order, ascii=ascii, unsorted=unsorted
-    )
-    return table
+
+
+def _layer(view: View, row: Row) -> str:
+    if isinstance(row, Folded):
+        return fold_text(view.trace, row.calls, ascii=view.ascii)
+    if not view.flat:
+        return tree_text(view.trace, row, ascii=view.ascii)
+    label = row.name or view.trace.model.class_name
+    return f"{label} ({row.module_class})" if row.path else label
 
 
 def render_trace(
@@ -121,21 +149,22 @@ def render_trace(
     depth: int | None = None,
     ascii: bool = True,
     width: int = DEFAULT_WIDTH,
+    fold: bool = True,
 ) -> str:
-    """:func:`trace_table` rendered to plain text (no colour) at ``width`` characters."""
-    table = trace_table(trace, columns=columns, sort=sort, top=top, depth=depth, ascii=ascii)
-    return to_text(table, width=width)
+    """:func:`trace_table` as plain text (no colour) at ``width`` characters."""
+    table = trace_table(trace, columns=columns, sort=sort, top=top, depth=depth, ascii=ascii,
+                        fold=fold)
+    return table.to_text(width=width)
 
 
-def _cell(col: Column, view: View, call: Call) -> str | Text:
-    if col.name != "layer":
-        return render_cell(col, view, call)
-    if not view.flat:
-        return tree_label(view.trace, call, ascii=view.ascii)
-    label = Text(call.name or view.trace.model.class_name)
-    if call.path:
-        label.append(f" ({call.module_class})", style="cyan")
-    return label
+def depth_caption(trace: Trace, depth: int | None, *, fold: bool) -> list[str]:
+    """``["12 deeper rows hidden: --depth 4 shows them"]``, or nothing."""
+    hidden = hidden_deeper(trace, depth, fold=fold)
+    if not hidden:
+        return []
+    deepest = max(c.depth for c in trace.calls)
+    noun = "row" if hidden == 1 else "rows"
+    return [f"depth {depth}: {hidden:,} deeper {noun} hidden (--depth {deepest} shows them)"]
 
 
 def sort_calls(view: View, calls: Sequence[Call], order: Column) -> list[Call]:
@@ -156,24 +185,30 @@ def _check_limit(name: str, value: int | None, *, minimum: int) -> None:
 
 
 def _caption(
-    trace: Trace, *, shown: int, total: int, order: Column | None, ascii: bool,
-    unsorted: bool = False,
-) -> str:
-    noun = "call" if total == 1 else "calls"
-    rows = f"{shown} of {total} {noun}" if shown != total else f"{total} {noun}"
+    trace: Trace, *, shown: Sequence[Row], total: Sequence[Row], calls: int,
+    order: Column | None, ascii: bool, unsorted: bool = False,
+) -> list[str]:
+    n = calls
+    noun = "call" if n == 1 else "calls"
+    rows = f"{len(shown)} of {len(total)} rows" if len(shown) != len(total) else ""
+    rows = f"{n:,} {noun}" + (f", {rows}" if rows else "")
     if order is not None and unsorted:
         rows += f", in call order: no call has a {order.name!r} value to sort by"
     elif order is not None:
         rows += f", by {order.name}"
     parts = [rows]
+    runs, hidden = folded_rows(shown)
+    if runs:
+        parts.append(f"{runs} run{'s' if runs > 1 else ''} of repeated blocks folded "
+                     f"({hidden:,} rows; --no-fold or fold=False shows them)")
     parts.append(f"params: {trace.model.params_total:,}")
     if trace.total_time_ns is not None:
         parts.append(f"time: {format_time(trace.total_time_ns, ascii=ascii)}")
     err = trace.error
     if err is not None:
-        where = "outside any module" if err.path is None else f"in {err.path or '<root>'!r}"
+        where = "outside any module" if err.path is None else f"in {path_text(err.path)!r}"
         parts.append(f"FAILED {where}: {err.exception_type}: {err.message}")
-    return separator(ascii).join(parts)
+    return parts
 
 
 def describe_input_stats(call: Call) -> str:

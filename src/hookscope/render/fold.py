@@ -1,0 +1,136 @@
+"""Which rows a tree table shows: repeated blocks folded, a depth chosen to fit.
+
+A run of sibling calls of one module class whose blocks after the first are identical
+(same class, child names, parameter counts and input and output shapes all the way
+down: GPT-2's ``h.1`` ... ``h.11``, a ResNet stage's bottlenecks after the first) is
+shown as the first block, expanded, and one :class:`Folded` row for the rest, with
+their parameters, FLOPs and times summed. ``fold=False`` shows every row.
+
+:func:`auto_depth` picks the deepest depth whose table, folded, has at most
+``max_rows`` rows (what the CLI shows without ``--depth``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hookscope.core.records import Call, Trace
+
+DEFAULT_MAX_ROWS = 60
+"""Without ``--depth``, the CLI shows the deepest levels that fit in this many rows."""
+
+
+@dataclass(frozen=True)
+class Folded:
+    """One row for a run of identical blocks.
+
+    Attributes:
+        calls: the folded blocks' calls (each the top of its block), in order.
+        hidden: how many rows folding hides (the blocks and what is inside them).
+    """
+
+    calls: tuple[Call, ...]
+    hidden: int
+
+    @property
+    def depth(self) -> int:
+        return self.calls[0].depth
+
+
+Row = Call | Folded
+
+
+def signatures(trace: Trace) -> list[int]:
+    """A hash per call of what makes two blocks the same (see the module docstring)."""
+    calls = trace.calls
+    sigs = [0] * len(calls)
+    for call in reversed(calls):  # NB: a child starts after its parent
+        info = trace.modules.get(call.path)
+        params = info.total_params if info is not None else None
+        kids = tuple((calls[i].path.rpartition(".")[2], sigs[i]) for i in call.children)
+        sigs[call.index] = hash((
+            call.module_class, params,
+            tuple((m.shape, m.dtype) for m in call.facts.get("inputs", ())),
+            tuple((m.shape, m.dtype) for m in call.facts.get("outputs", ())),
+            kids,
+        ))
+    return sigs
+
+
+def tree_rows(trace: Trace, *, depth: int | None = None, fold: bool = True) -> list[Row]:
+    """The rows of a tree table, in call order, down to ``depth``."""
+    calls = trace.calls
+    sigs = signatures(trace) if fold else []
+    sizes = _subtree_rows(trace, depth)
+    out: list[Row] = []
+    stack: list[Row] = list(reversed(_group(trace.roots, sigs, sizes, fold)))
+    while stack:
+        row = stack.pop()
+        out.append(row)
+        if isinstance(row, Folded) or (depth is not None and row.depth >= depth):
+            continue
+        kids = [calls[i] for i in row.children]
+        stack.extend(reversed(_group(kids, sigs, sizes, fold)))
+    return out
+
+
+def _group(
+    kids: Sequence[Call], sigs: list[int], sizes: list[int], fold: bool
+) -> list[Row]:
+    if not fold or len(kids) < 2:
+        return list(kids)
+    out: list[Row] = []
+    i = 0
+    while i < len(kids):
+        first = kids[i]
+        out.append(first)
+        j = i + 1
+        while (j < len(kids) and kids[j].module_class == first.module_class
+               and sigs[kids[j].index] == sigs[kids[i + 1].index]):
+            j += 1
+        rest = kids[i + 1:j]
+        hidden = sum(sizes[c.index] for c in rest)
+        repeated = len(rest) > 1 or (len(rest) == 1 and sigs[rest[0].index] == sigs[first.index])
+        if repeated and hidden > len(rest):  # blocks, not leaves: rows are saved
+            out.append(Folded(tuple(rest), hidden))
+            i = j
+        else:
+            i += 1
+    return out
+
+
+def _subtree_rows(trace: Trace, depth: int | None) -> list[int]:
+    """Per call: the rows its subtree takes, unfolded, down to ``depth``."""
+    calls = trace.calls
+    sizes = [1] * len(calls)
+    for call in reversed(calls):
+        if depth is None or call.depth < depth:
+            sizes[call.index] += sum(sizes[i] for i in call.children)
+    return sizes
+
+
+def auto_depth(trace: Trace, *, fold: bool = True, max_rows: int = DEFAULT_MAX_ROWS) -> int | None:
+    """The deepest depth whose table has at most ``max_rows`` rows (``None``: all fit)."""
+    deepest = max((c.depth for c in trace.calls), default=0)
+    if len(tree_rows(trace, fold=fold)) <= max_rows:
+        return None
+    best = 0
+    for d in range(1, deepest):
+        if len(tree_rows(trace, depth=d, fold=fold)) > max_rows:
+            break
+        best = d
+    return best
+
+
+def hidden_deeper(trace: Trace, depth: int | None, *, fold: bool = True) -> int:
+    """How many more rows the table would have without the depth limit."""
+    if depth is None:
+        return 0
+    return len(tree_rows(trace, fold=fold)) - len(tree_rows(trace, depth=depth, fold=fold))
+
+
+def folded_rows(rows: Sequence[Row]) -> tuple[int, int]:
+    """``(runs, hidden rows)`` of the folded rows among ``rows``."""
+    folds = [r for r in rows if isinstance(r, Folded)]
+    return len(folds), sum(f.hidden for f in folds) - len(folds)

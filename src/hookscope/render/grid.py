@@ -1,0 +1,246 @@
+"""The layout of every table: cells as text, fitted to a width, never cutting a number.
+
+A renderer (summary, trace, ops, structure) builds a :class:`Grid`: named columns of
+finished cell text (a cell may hold several lines, one shape per line), a footer, a
+caption made of parts. :func:`fit` then decides what fits a width:
+
+1. every line of a cell is whole: no number, shape or unit is ever cut or wrapped;
+2. long labels are shortened, distinguishably (a middle ellipsis keeps their start
+   and end): tree labels (the class name first, then the module name) and the
+   ``path:`` prefix of a shape line (``kwargs["po…ings"][0]: [1, 128, 64]``); the
+   shape after the prefix is never touched;
+3. when that is not enough, the lowest-:attr:`GridColumn.priority` columns are left
+   out, and the caption says which, and at what width they fit;
+4. the caption's parts go on one line when they fit, else one per line, a long part
+   wrapped between words only (a number stays with its unit).
+
+:mod:`hookscope.render.plain` draws a fitted grid as plain text (pipes, files,
+``str()``), :func:`to_rich` as a rich table (terminals), and
+:mod:`hookscope.render.notebook` as HTML (Jupyter).
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+ELLIPSIS = "…"
+LABEL_MIN = 12
+"""A shortened ``path:`` label keeps this many characters (``kwarg…_ids"]``)."""
+KEEP = 1000
+"""A column with this priority or more is never left out (the layer column)."""
+
+Shorten = Callable[[str, int], str]
+"""``shorten(cell, width) -> cell``: a cell whose every line fits ``width`` if it can."""
+
+
+@dataclass(frozen=True)
+class GridColumn:
+    """One column of finished cells.
+
+    Attributes:
+        name: what ``columns=`` calls it (named in the caption when left out).
+        header: its title; wraps between words only.
+        cells: one text per row; ``"\\n"`` separates the lines of a cell.
+        footer: the total below the rows (``""``: none).
+        numeric: right-justified.
+        priority: columns are left out lowest first when the width is too small.
+        shorten: how its lines are shortened (``None``: never).
+        min_width: the narrowest ``shorten`` may make it.
+        styles: per row, a rich style for the terminal (``""``: none).
+    """
+
+    name: str
+    header: str
+    cells: list[str]
+    footer: str = ""
+    numeric: bool = True
+    priority: int = 50
+    shorten: Shorten | None = None
+    min_width: int = 0
+    styles: Sequence[str] = ()
+
+
+@dataclass
+class Grid:
+    """A table before layout: columns, caption parts and notes.
+
+    Attributes:
+        columns: in display order.
+        caption: short parts, joined by a separator on one line when they fit.
+        notes: lines under the caption (legends), wrapped between words.
+        title: a line above the table.
+        hint: how to see left-out columns (``"--width N"``, ``"or pick --columns"``).
+        label_style: a terminal-only style applied to ``(Class)`` in the first column.
+    """
+
+    columns: list[GridColumn]
+    caption: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    title: str | None = None
+    hint: str = "widen with --width {width}"
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """A grid laid out at a width: the kept columns with their widths."""
+
+    columns: list[GridColumn]
+    widths: list[int]
+    dropped: list[str]
+    caption: list[str]
+    title: str | None
+    gap: int
+
+    @property
+    def width(self) -> int:
+        return sum(self.widths) + self.gap * max(len(self.widths) - 1, 0)
+
+
+def cell_width(text: str) -> int:
+    if "\n" not in text:
+        return len(text)
+    return max(len(line) for line in text.split("\n"))
+
+
+def header_min(header: str) -> int:
+    return max((len(w) for w in header.split()), default=0)
+
+
+def natural_width(col: GridColumn) -> int:
+    widest = max((cell_width(c) for c in col.cells), default=0)
+    return max(widest, cell_width(col.footer), header_min(col.header))
+
+
+def fit(grid: Grid, width: int, *, gap: int = 2, sep: str = " | ") -> Fitted:
+    """Lay ``grid`` out in ``width`` characters (see the module docstring)."""
+    cols = list(grid.columns)
+    natural = {c.name: natural_width(c) for c in cols}
+    full = sum(natural.values()) + gap * max(len(cols) - 1, 0)
+    dropped: list[str] = []
+
+    def least(c: GridColumn) -> int:
+        return min(natural[c.name], max(c.min_width, header_min(c.header))) if c.shorten \
+            else natural[c.name]
+
+    while True:
+        need = sum(least(c) for c in cols) + gap * max(len(cols) - 1, 0)
+        removable = [c for c in cols if c.priority < KEEP]
+        if need <= width or not removable:
+            break
+        worst = min(reversed(removable), key=lambda c: c.priority)
+        cols.remove(worst)
+        dropped.append(worst.name)
+    widths = [natural[c.name] for c in cols]
+    excess = sum(widths) + gap * max(len(cols) - 1, 0) - width
+    # shorten the lowest-priority shortenable columns first
+    for i in sorted(range(len(cols)), key=lambda i: cols[i].priority):
+        if excess <= 0:
+            break
+        col = cols[i]
+        if col.shorten is None:
+            continue
+        target = max(least(col), widths[i] - excess)
+        if target < widths[i]:
+            shortened = [col.shorten(c, target) for c in col.cells]
+            cols[i] = replace(col, cells=shortened)
+            new = max(max((cell_width(c) for c in shortened), default=0),
+                      cell_width(col.footer), header_min(col.header))
+            excess -= widths[i] - new
+            widths[i] = new
+    caption = list(grid.caption)
+    if dropped:
+        headers = {c.name: c.header for c in grid.columns}
+        names = ", ".join(f"{n} ({headers[n]})" if headers[n].lower() != n else n
+                          for n in dropped)
+        caption.append(f"not shown at width {width}: {names}; "
+                       + grid.hint.format(width=full))
+    lines = wrap_caption(caption, width, sep=sep) + wrap_notes(grid.notes, width)
+    return Fitted(cols, widths, dropped, lines, grid.title, gap)
+
+
+_KEEP_TOGETHER = re.compile(r"(?<=[\d)]) (?=[A-Za-zµ%]+\b)")
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    if len(text) <= width:
+        return [text]
+    glued = _KEEP_TOGETHER.sub("\u00a0", text)
+    lines = textwrap.wrap(glued, width, break_long_words=False, break_on_hyphens=False,
+                          subsequent_indent="  ")
+    return [line.replace("\u00a0", " ") for line in lines] or [text]
+
+
+def wrap_caption(parts: Sequence[str], width: int, *, sep: str = " | ") -> list[str]:
+    """The caption parts on one line when they fit, else one per line (each wrapped
+    between words, a number kept with its unit)."""
+    parts = [p for p in parts if p]
+    if not parts:
+        return []
+    joined = sep.join(parts)
+    if len(joined) <= width:
+        return [joined]
+    out: list[str] = []
+    for part in parts:
+        out.extend(_wrap(part, width))
+    return out
+
+
+def wrap_notes(notes: Sequence[str], width: int) -> list[str]:
+    out: list[str] = []
+    for note in notes:
+        for line in note.split("\n"):
+            out.extend(_wrap(line, width))
+    return out
+
+
+def wrap_header(header: str, width: int) -> list[str]:
+    if len(header) <= width:
+        return [header]
+    return textwrap.wrap(header, width, break_long_words=False) or [header]
+
+
+# -- shortening, distinguishably --------------------------------------------------------
+
+
+def elide(text: str, width: int, *, head: int | None = None) -> str:
+    """``text`` in ``width`` characters with a middle ellipsis (start and end kept)."""
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return ELLIPSIS
+    keep = width - 1
+    front = head if head is not None and head < keep else (keep + 1) // 2
+    front = min(front, keep)
+    return text[:front] + ELLIPSIS + (text[len(text) - (keep - front):] if keep > front else "")
+
+
+def shorten_labelled(cell: str, width: int) -> str:
+    """Shorten the ``path:`` prefix of each line of a shape cell; the shape stays whole."""
+    out = []
+    for line in cell.split("\n"):
+        label, colon, value = line.partition(": ")
+        if not colon or len(line) <= width:
+            out.append(line)
+            continue
+        room = max(width - len(value) - 2, LABEL_MIN)
+        out.append(f"{elide(label, room, head=max(room // 2, 3))}: {value}")
+    return "\n".join(out)
+
+
+def labelled_min(cells: Sequence[str]) -> int:
+    """The narrowest :func:`shorten_labelled` can make these cells."""
+    widest = 0
+    for cell in cells:
+        for line in cell.split("\n"):
+            _, colon, value = line.partition(": ")
+            widest = max(widest, min(len(line), len(value) + 2 + LABEL_MIN) if colon
+                         else len(line))
+    return widest
+
+
+def shorten_plain(cell: str, width: int) -> str:
+    """Every line of ``cell`` in ``width`` characters, by a middle ellipsis."""
+    return "\n".join(elide(line, width) for line in cell.split("\n"))

@@ -1,0 +1,125 @@
+"""The text of labels: tree rows, folded runs, shape cells, tied parameters.
+
+A tree row is named as the user types it: the last part of the path, with the list
+it sits in when that part is an index (``h.0 (GPT2Block)``, ``enc.layers.0``'s row is
+``layers.0``), so two lists (``enc``, ``dec``) are never confused. A shape cell shows
+one tensor per line, with its path (``args[0]``, ``kwargs["mask"]``, ``out[1]``) as
+soon as the cell holds more than one tensor, so the first positional input is labelled
+like the second.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hookscope.core.records import Call, ModuleInfo, TensorMeta, Trace
+from hookscope.core.tensors import shape_text
+from hookscope.render.grid import elide
+
+ROOT = "<root>"
+"""How the root module's path is written in captions and messages."""
+
+
+def path_text(path: str | None) -> str:
+    """``path``, or ``<root>`` for the root (``''``)."""
+    return ROOT if path == "" else str(path)
+
+
+def short_name(path: str) -> str:
+    """The last part of ``path``, with its list when that part is an index (``h.0``)."""
+    parts = path.split(".")
+    i = len(parts) - 1
+    while i > 0 and parts[i].isdigit():
+        i -= 1
+    return ".".join(parts[i:])
+
+
+def shapes_cell(metas: Sequence[TensorMeta]) -> str:
+    """One shape per line; paths shown when there is more than one tensor."""
+    if len(metas) == 1:
+        return shape_text(metas[0])
+    return "\n".join(f"{m.path}: {shape_text(m)}" for m in metas)
+
+
+def tied_here(trace: Trace, call: Call) -> int:
+    """Parameters of ``call``'s module registered on it but counted at another path."""
+    info = trace.modules.get(call.path)
+    if info is None or call.call_index:
+        return 0
+    below = info.own_params + sum(
+        m.total_params for p in info.children if (m := trace.modules.get(p)) is not None
+    )
+    return max(info.total_params - below, 0)
+
+
+def tied_names(trace: Trace, path: str) -> list[tuple[str, str]]:
+    """``(tied path, first path)`` of the tensors of module ``path`` counted elsewhere,
+    when the trace knows them (``trace.meta["tied"]``)."""
+    tied = trace.meta.get("tied") or {}
+    prefix = f"{path}." if path else ""
+    return [(p, first) for p, first in tied.items()
+            if p.startswith(prefix) and "." not in p[len(prefix):]]
+
+
+def tree_text(
+    trace: Trace, call: Call, *, ascii: bool, indent: int | None = None
+) -> str:
+    """``"    h.0 (GPT2Block)"``: indented by depth, with the call index and markers."""
+    depth = call.depth if indent is None else indent
+    name = short_name(call.path) if call.path else trace.model.class_name
+    text = "  " * depth + name
+    if call.call_index:
+        text += f"#{call.call_index}"
+    if call.path:
+        text += f" ({call.module_class})"
+    if tied_here(trace, call):
+        text += " [tied]"
+    if call.error:
+        text += "  x raised" if ascii else "  ✗ raised"
+    elif trace.stop is not None and trace.stop.call == call.index:
+        text += "  stopped" if ascii else "  ■ stopped"
+    return text
+
+
+def fold_text(trace: Trace, calls: Sequence[Call], *, ascii: bool) -> str:
+    """``"    h.1 … h.11 (GPT2Block) ×11"``: one row for a run of identical blocks."""
+    first, last = calls[0], calls[-1]
+    dots = "..." if ascii else "…"
+    times = "x" if ascii else "×"
+    names = short_name(first.name) if len(calls) == 1 else \
+        f"{short_name(first.name)} {dots} {short_name(last.name)}"
+    return f"{'  ' * first.depth}{names} ({first.module_class}) {times}{len(calls)}"
+
+
+def structure_text(info: ModuleInfo, class_name: str) -> str:
+    """The tree label of a module of :func:`hookscope.inspect`."""
+    name = short_name(info.path) if info.path else class_name
+    text = "  " * info.depth + name
+    if info.aliases:
+        text += f" (= {', '.join(info.aliases)})"
+    return text
+
+
+def shorten_tree(cell: str, width: int) -> str:
+    """A tree label in ``width``: the class shortened first, then the name; the
+    indentation, the ``×N`` of a fold and markers stay."""
+    if len(cell) <= width:
+        return cell
+    body = cell.lstrip(" ")
+    indent = cell[: len(cell) - len(body)]
+    name, paren, rest = body.partition(" (")
+    if not paren:
+        return indent + elide(body, max(width - len(indent), 4))
+    kind, close, tail = rest.partition(")")
+    over = len(cell) - width
+    kind_room = max(len(kind) - over, 4)
+    kind = elide(kind, kind_room)
+    over = len(indent) + len(name) + 2 + len(kind) + 1 + len(tail) - width
+    if over > 0:
+        name = elide(name, max(len(name) - over, 5))
+    return f"{indent}{name} ({kind}{close}{tail}"
+
+
+def tree_min(cells: Sequence[str]) -> int:
+    """The narrowest :func:`shorten_tree` can make these labels."""
+    return max((len(shorten_tree(c, 1)) if len(c) > 16 else len(c) for c in cells), default=0)
