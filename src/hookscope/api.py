@@ -151,6 +151,7 @@ def summary(
     device: str | torch.device | None = None,
     depth: int | None = None,
     ops: bool = False,
+    fold: bool = True,
 ) -> Summary:
     """Summarise a model: module tree, input/output shapes and parameters per call.
 
@@ -161,6 +162,8 @@ def summary(
         *inputs, kwargs, input_size, dtypes, device: as for :func:`trace`.
         depth: show modules down to this depth (``None``: all).
         ops: also count FLOPs per call.
+        fold: show a run of identical blocks (GPT-2's ``h.1`` ... ``h.11``) as its
+            first block and one row for the rest; ``False`` shows every row.
 
     Returns:
         A :class:`~hookscope.render.summary.Summary`: print it for the table;
@@ -175,7 +178,7 @@ def summary(
         model, *inputs, kwargs=kwargs, input_size=input_size, dtypes=dtypes, device=device,
         time=False, stats=False, memory=False, ops=ops,
     )
-    return Summary(result, depth=depth)
+    return Summary(result, depth=depth, fold=fold)
 
 
 def _resolve_inputs(

@@ -478,6 +478,10 @@ class Trace:
     def __str__(self) -> str:
         return str(_presenter("text")(self))
 
+    def _repr_html_(self) -> str:
+        """The trace table as HTML, for Jupyter."""
+        return str(_presenter("html")(self))
+
     def __repr__(self) -> str:
         stopped = f", stopped by {self.stop.probe}" if self.stop is not None else ""
         failed = f", failed in {self.error.path!r}" if self.error is not None else ""
