@@ -96,8 +96,15 @@ WidthOpt = Annotated[int | None, typer.Option(
     help="Table width in characters (default: terminal, or 120).")]
 OpsOpt = Annotated[bool, typer.Option(
     "--ops", help="Count FLOPs per call and add the per-op table.")]
+NoFoldOpt = Annotated[bool, typer.Option(
+    "--no-fold", help="Show every repeated block (by default a run of identical blocks "
+    "is its first block and one row for the rest).")]
 DebugOpt = Annotated[bool, typer.Option(
     "--debug", help="On failure, print the full traceback before the error line.")]
+DtypeOpt = Annotated[str | None, typer.Option(
+    metavar="DTYPE", show_default=False,
+    help="Cast the model and its floating inputs: float16 (half, fp16), bfloat16 (bf16), "
+    "float64 or float32.")]
 
 
 def run(argv: Sequence[str] | None) -> int:
@@ -144,27 +151,33 @@ def summary_command(
     width: WidthOpt = None,
     ops: OpsOpt = False,
     debug: DebugOpt = False,
+    dtype: DtypeOpt = None,
+    no_fold: NoFoldOpt = False,
 ) -> None:
     """Module tree with input/output shapes and parameters per call (one forward pass)."""
     import hookscope
-    from hookscope.cli.running import prepare
+    from hookscope.cli.running import check_output, dtype_hints, prepare
     from hookscope.cli.views import check_summary_view, summary_view
 
     target = OutputTarget(output, no_color, width)
     with failure_boundary(debug=debug):
         check_summary_view(depth, fmt.value)
+        check_output(output)
         with _model_prints_to_stderr():
-            prepared = prepare(model, inputs=inputs or [], config=config, device=device)
+            prepared = prepare(model, inputs=inputs or [], config=config, device=device,
+                               dtype=dtype, on_too_large="meta")
 
         def partial(trace: Trace) -> Rendered:
-            return summary_view(hookscope.Summary(trace, depth=depth), fmt.value)
+            return summary_view(hookscope.Summary(trace, depth=depth), fmt.value,
+                                fold=not no_fold)
 
-        with _partial_on_failure(partial, target), _model_prints_to_stderr():
+        with (_partial_on_failure(partial, target), _model_prints_to_stderr(),
+              dtype_hints(prepared)):
             result = hookscope.summary(
                 prepared.loaded.model, *prepared.args, kwargs=prepared.kwargs, depth=depth,
                 ops=ops,
             )
-        target.write(summary_view(result, fmt.value, ops=ops))
+        target.write(summary_view(result, fmt.value, ops=ops, fold=not no_fold))
 
 
 @app.command("trace")
@@ -194,31 +207,36 @@ def trace_command(
     no_color: NoColorOpt = False,
     width: WidthOpt = None,
     debug: DebugOpt = False,
+    dtype: DtypeOpt = None,
     find_anomaly: FindAnomalyOpt = False,
     break_at: BreakAtOpt = None,
     break_on: BreakOnOpt = None,
+    no_fold: NoFoldOpt = False,
 ) -> int:
     """Time, activation statistics and memory of every call; FLOPs with --ops."""
     from hookscope.cli import debug_options
-    from hookscope.cli.running import prepare, run_traces
+    from hookscope.cli.running import check_output, dtype_hints, prepare, run_traces
     from hookscope.cli.views import TraceView, check_trace_view, trace_view, unmeasured
 
     target = OutputTarget(output, no_color, width)
-    view = TraceView(_split(columns), sort, top, depth, ops)
+    view = TraceView(_split(columns), sort, top, depth, ops, fold=not no_fold)
     with failure_boundary(debug=debug):
         off = unmeasured(time=time, stats=stats, memory=memory, ops=ops, device=device)
         check_trace_view(view, fmt.value, unmeasured=off)
         debug_options.check_debug_options(find_anomaly=find_anomaly, break_at=break_at,
                                           break_on=break_on, repeat=repeat, fmt=fmt.value)
+        check_output(output)
+        too_large = "stop" if time or stats or memory else "meta"  # values need memory
         with _model_prints_to_stderr():
-            prepared = prepare(model, inputs=inputs or [], config=config, device=device)
+            prepared = prepare(model, inputs=inputs or [], config=config, device=device,
+                               dtype=dtype, on_too_large=too_large)
         if find_anomaly:
             with _model_prints_to_stderr():
                 found, code = debug_options.find(prepared, backward=backward, fmt=fmt.value)
             target.write(found)
             return code
         with (_partial_on_failure(lambda t: trace_view(t, fmt.value, view), target),
-              _model_prints_to_stderr(),
+              _model_prints_to_stderr(), dtype_hints(prepared),
               debug_options.breaking(prepared.loaded.model, break_at, break_on)):
             result = run_traces(
                 prepared, repeat=repeat, time=time, stats=stats, memory=memory, ops=ops,
@@ -238,16 +256,19 @@ def inspect_command(
     no_color: NoColorOpt = False,
     width: WidthOpt = None,
     debug: DebugOpt = False,
+    dtype: DtypeOpt = None,
 ) -> None:
-    """Module tree, parameters and buffers, without running the model."""
+    """Module tree, parameters and buffers, without running the model (on the meta
+    device unless --device is given: no weights are allocated)."""
     import hookscope
-    from hookscope.cli.running import load
+    from hookscope.cli.running import check_output, load
     from hookscope.cli.views import structure_view
 
     target = OutputTarget(output, no_color, width)
     with failure_boundary(debug=debug):
+        check_output(output)
         with _model_prints_to_stderr():
-            loaded = load(model, config=config, device=device)
+            loaded = load(model, config=config, device=device or "meta", dtype=dtype)
         target.write(structure_view(hookscope.inspect(loaded.model), fmt.value))
 
 
@@ -287,7 +308,8 @@ def _partial_on_failure(
 ) -> Iterator[None]:
     """When the model raises, print the partial result on stdout, then re-raise.
 
-    The partial result never goes to ``-o FILE``: that file is written only on success.
+    The partial result never goes to ``-o FILE``: that file is written only on success;
+    with ``-o FILE`` nothing goes to stdout, not even the partial result.
     """
     from hookscope.cli.output import discard_stdout
     from hookscope.errors import HookscopeError, ModelRunError
@@ -295,6 +317,8 @@ def _partial_on_failure(
     try:
         yield
     except ModelRunError as e:
+        if target.path is not None and str(target.path) != "-":
+            raise
         # NB: a bad --columns or a closed stdout must not hide the model's own error.
         try:
             with contextlib.suppress(HookscopeError):
