@@ -24,6 +24,7 @@ the same model counts with eager attention (explicit matmuls).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from math import prod
 from typing import Any
@@ -159,6 +160,18 @@ def base_name(func: torch._ops.OpOverload) -> str:
     return name
 
 
+#: Words of op names that only move, select or re-arrange data (``_pack_padded_sequence``,
+#: ``_jagged_to_padded_dense_forward``, ``diag_embed``), matched on whole ``_``-separated
+#: words of every aten op name; ``tests/probes/test_flop_rules.py`` walks the whole op set.
+_DATA_MOVEMENT = re.compile(
+    r"(^|_)(pack|unpack|pad|padded|jagged|nested|dense|index|gather|scatter|slice|select|"
+    r"cat|stack|split|chunk|copy|shuffle|unfold|diag|embed|tril|triu|rot90|take|meshgrid|"
+    r"broadcast|block|unique|nonzero|indices|window|spdiags|list|print|resize|mkldnn|"
+    r"assert|constrain|token|philox|coalesced|contiguous|pinned|complex|polar)(_|$)"
+)
+_SPECIAL_CONVENTION = ("floor_divide", "true_divide", "rsub", "isin", "trace", "dist")
+
+
 def rule_without_formula(func: torch._ops.OpOverload) -> FlopRule:
     """How an op without a FLOP formula is counted (see the module docstring)."""
     namespace = func.namespace
@@ -169,13 +182,50 @@ def rule_without_formula(func: torch._ops.OpOverload) -> FlopRule:
     if namespace != "aten":
         return FlopRule.UNCOUNTED
     name = base_name(func)
-    if func.is_view or name in FREE_OPS or any(t in func.tags for t in _FREE_TAGS):
+    tags = _tags(func, name)
+    if func.is_view or name in FREE_OPS or any(t in tags for t in _FREE_TAGS):
         return FlopRule.FREE
-    if name.startswith("_foreach_") or name in CONVENTION_OPS:
+    if not any(r.type.isSubtypeOf(torch.TensorType.get()) for r in _tensor_returns(func)):
+        return FlopRule.FREE  # returns no tensor (size, is_contiguous, _assert_scalar)
+    if name.startswith("_foreach_") or name in CONVENTION_OPS or name in _SPECIAL_CONVENTION:
         return FlopRule.CONVENTION
-    if any(t in func.tags for t in _CONVENTION_TAGS):
+    if any(t in tags for t in _CONVENTION_TAGS):
         return FlopRule.CONVENTION
+    if _SEEDED in tags or _DATA_MOVEMENT.search(name):
+        return FlopRule.FREE  # random fill, or data movement
     return FlopRule.UNCOUNTED
+
+
+_SEEDED = getattr(torch.Tag, "nondeterministic_seeded", None)
+
+
+def _tags(func: torch._ops.OpOverload, name: str) -> set[Any]:
+    """The op's tags and those of its functional op's overloads: ``out=`` and in-place
+    variants (``relu.out``, ``abs_``) are not tagged themselves."""
+    tags = set(func.tags)
+    functional = getattr(aten, name, None)
+    for packet in {func._overloadpacket, functional} - {None}:
+        for overload in packet.overloads():
+            tags.update(getattr(packet, overload).tags)
+    return tags
+
+
+def _tensor_returns(func: torch._ops.OpOverload) -> list[Any]:
+    returns = list(func._schema.returns)
+    tensor = torch.TensorType.get()
+    optional = torch.OptionalType(tensor)
+    lists = torch.ListType(tensor)
+    return [
+        r for r in returns
+        if r.type.isSubtypeOf(tensor) or r.type.isSubtypeOf(optional)
+        or r.type.isSubtypeOf(lists)
+    ] or [r for r in returns if "Tensor" in str(r.type)]
+
+
+def is_floating_op(tensors: Sequence[torch.Tensor]) -> bool:
+    """Whether any of an op's tensors is floating or complex: ops on integer and bool
+    tensors only (an int64 ``floor_divide`` in a router) are not floating-point work."""
+    return any(t.dtype.is_floating_point or t.dtype.is_complex for t in tensors)
 
 
 # -- formulas for the fused attention kernels flop_counter's registry lacks ----------
@@ -301,8 +351,28 @@ def _mkldnn_rnn_layer_flop(
     return _mm(tokens, features, weight0[0]) + steps * _mm(batch, hidden, gates_hidden)
 
 
+def _grouped_mm_flop(
+    self_shape: Sequence[int],
+    mat2_shape: Sequence[int],
+    *args: Any,
+    out_shape: Any = None,
+    **kwargs: Any,
+) -> int:
+    """``_grouped_mm`` (mixture-of-experts layers): one matmul per group.
+
+    2D x 3D (tokens sorted by expert, ``offs`` splitting the rows), 3D x 3D (batched) and
+    3D x 2D contract the full last dimension of ``self`` for every output element; 2D x 2D
+    (the weight gradient, ``offs`` splitting the contracted dimension) contracts each
+    group's share of it, ``M x K_total x N`` in all.
+    """
+    if len(self_shape) == 2 and len(mat2_shape) == 2:
+        return 2 * self_shape[0] * self_shape[1] * mat2_shape[1]
+    return 2 * self_shape[-1] * prod(out_shape)
+
+
 def _hookscope_formulas() -> dict[Any, FlopFormula]:
     table: dict[Any, Callable[..., int]] = {
+        "_grouped_mm": _grouped_mm_flop,
         "_scaled_dot_product_flash_attention_for_cpu": _sdpa_cpu_flop,
         "_scaled_dot_product_flash_attention_for_cpu_backward": _sdpa_cpu_backward_flop,
         "_native_multi_head_attention": _native_mha_flop,
@@ -320,3 +390,23 @@ def _hookscope_formulas() -> dict[Any, FlopFormula]:
 #: hookscope's formulas, keyed by ``OpOverloadPacket``, shape-wrapped like
 #: ``flop_counter``'s (called as ``formula(*args, **kwargs, out_val=out)``).
 HOOKSCOPE_FORMULAS: dict[Any, FlopFormula] = _hookscope_formulas()
+
+
+def _overrides() -> dict[Any, FlopFormula]:
+    """Formulas that replace ``flop_counter``'s: the backward of the CUDA fused attention
+    kernels (flash, memory-efficient, cuDNN), which ``flop_counter`` counts with a
+    recomputation of QKᵀ (2.5x the forward); hookscope counts the gradient matmuls only
+    (2x), as for the CPU flash kernel and eager/math attention, so a model's backward
+    FLOPs do not depend on which kernel, or device, ran."""
+    names = (
+        "_scaled_dot_product_flash_attention_backward",
+        "_scaled_dot_product_efficient_attention_backward",
+        "_scaled_dot_product_cudnn_attention_backward",
+    )
+    packets = [getattr(aten, name, None) for name in names]
+    return {p: shape_wrapper(_sdpa_cpu_backward_flop) for p in packets if p is not None}
+
+
+#: Formulas consulted before ``torch.utils.flop_counter``'s registry (one convention for
+#: the backward of fused attention, whichever kernel ran).
+HOOKSCOPE_OVERRIDES: dict[Any, FlopFormula] = _overrides()

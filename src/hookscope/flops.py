@@ -25,7 +25,12 @@ from typing import Any
 import torch
 from torch.utils import flop_counter as fc
 
-from hookscope._flop_rules import HOOKSCOPE_FORMULAS, FlopFormula, shape_wrapper
+from hookscope._flop_rules import (
+    HOOKSCOPE_FORMULAS,
+    HOOKSCOPE_OVERRIDES,
+    FlopFormula,
+    shape_wrapper,
+)
 from hookscope.core.handles import CallbackHandle
 from hookscope.core.records import Call, FlopRule, FlopTotals, OpRecord, Phase, Trace
 from hookscope.errors import SpecError
@@ -77,6 +82,9 @@ def _wrap(fn: Callable[..., int], *, get_raw: bool) -> FlopFormula:
 
 
 def _builtin_formula(packet: OpKey) -> tuple[FlopFormula | None, str]:
+    override = HOOKSCOPE_OVERRIDES.get(packet)
+    if override is not None:
+        return override, "hookscope"
     formula = fc.flop_registry.get(packet)
     if formula is not None:
         return formula, "torch.utils.flop_counter"

@@ -30,7 +30,7 @@ import torch
 from torch._ops import HigherOrderOperator
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from hookscope._flop_rules import FlopFormula, rule_without_formula
+from hookscope._flop_rules import FlopFormula, is_floating_op, rule_without_formula
 from hookscope.core import torch_private
 from hookscope.core.facts import Column, Fact, Field, Unit
 from hookscope.core.handles import CallbackHandle
@@ -238,6 +238,9 @@ class OpsProbe(Probe):
             node = torch_private.current_autograd_node()
             phase, call = Phase.BACKWARD, tracer.node_owner(node)
         rule, flops = info.rule, None
+        tensors = _tensors(args, kwargs)
+        if rule is FlopRule.UNCOUNTED and not is_floating_op([t for _, t in tensors]):
+            rule = FlopRule.FREE  # integer or bool tensors: no floating-point work
         if info.formula is not None:
             flops = self._flops(info, args, kwargs, out)
             rule = FlopRule.FORMULA if flops is not None else FlopRule.UNCOUNTED
@@ -245,7 +248,7 @@ class OpsProbe(Probe):
             flops = 0
         self._ops.append(
             OpRecord(
-                len(self._ops), info.name, call, phase, _metas(_tensors(args, kwargs)),
+                len(self._ops), info.name, call, phase, _metas(tensors),
                 _metas(_outputs(out)), flops, rule is not FlopRule.UNCOUNTED, rule,
             )
         )
