@@ -204,7 +204,8 @@ def _tags(func: torch._ops.OpOverload, name: str) -> set[Any]:
     variants (``relu.out``, ``abs_``) are not tagged themselves."""
     tags = set(func.tags)
     functional = getattr(aten, name, None)
-    for packet in {func._overloadpacket, functional} - {None}:
+    packets: list[Any] = [func._overloadpacket, functional]
+    for packet in (p for p in packets if p is not None):
         for overload in packet.overloads():
             tags.update(getattr(packet, overload).tags)
     return tags
@@ -367,7 +368,7 @@ def _grouped_mm_flop(
     """
     if len(self_shape) == 2 and len(mat2_shape) == 2:
         return 2 * self_shape[0] * self_shape[1] * mat2_shape[1]
-    return 2 * self_shape[-1] * prod(out_shape)
+    return 2 * self_shape[-1] * int(prod(out_shape))
 
 
 def _hookscope_formulas() -> dict[Any, FlopFormula]:
