@@ -273,7 +273,7 @@ def test_summary_table_to_file_is_ascii(capsys: pytest.CaptureFixture[str], tmp_
     code, _, _ = run_cli(capsys, "summary", SEED, "-i", "2,2", "-o", str(target), "--width", "90")
     assert code == 0
     text = target.read_text()
-    assert text.startswith("+--") and "\x1b[" not in text
+    assert text.startswith("Layer (type)") and "\x1b[" not in text
     assert max(len(line) for line in text.splitlines()) <= 90
 
 
@@ -289,7 +289,7 @@ def test_terminal_gets_colour_and_box_characters(
     monkeypatch.setattr("sys.stdout", plain)
     assert main(["summary", SEED, "--input", "2,2", "--width", "100", "--no-color"]) == 0
     assert "\x1b[" not in plain.getvalue()
-    assert plain.getvalue().startswith("+--")
+    assert plain.getvalue().startswith("Layer (type)")
 
 
 # ---------------------------------------------------------------------------- inspect
@@ -415,7 +415,7 @@ def test_trace_ops_table_top(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0, err
     assert "aten.convolution.default" in out and "aten.addmm.default" in out
     assert "aten.relu.default" not in out  # only the 2 heaviest op types
-    assert "2 of 13 calls" in out
+    assert "2 of 13 rows" in out or "2 of 13 calls" in out
 
 
 def test_trace_repeat_shows_progress_on_a_terminal(

@@ -301,7 +301,7 @@ def test_output_through_a_symlink_keeps_the_link_and_the_mode(
     code, _, err = run_cli(capsys, "summary", SEED, "-i", "2,2", "-o", str(link))
     assert (code, err) == (0, "")
     assert link.is_symlink()
-    assert real.read_text().startswith("+--")
+    assert real.read_text().startswith("Layer (type)")
     assert stat.S_IMODE(real.stat().st_mode) == 0o600
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.txt", "real.txt"]
 
@@ -322,7 +322,7 @@ def test_output_expands_a_tilde(
     monkeypatch.setenv("HOME", str(tmp_path))
     code, _, err = run_cli(capsys, "summary", SEED, "-i", "2,2", "--output=~/out.txt")
     assert (code, err) == (0, "")
-    assert (tmp_path / "out.txt").read_text().startswith("+--")
+    assert (tmp_path / "out.txt").read_text().startswith("Layer (type)")
 
 
 def test_ctrl_c_while_writing_the_output_file_leaves_nothing(
@@ -352,7 +352,7 @@ def test_no_color_env_on_a_terminal_gives_plain_ascii(
     monkeypatch.setattr("sys.stdout", tty)
     assert main(["summary", SEED, "--input", "2,2", "--width", "100"]) == 0
     assert "\x1b[" not in tty.getvalue()
-    assert tty.getvalue().startswith("+--")
+    assert tty.getvalue().startswith("Layer (type)")
 
 
 def test_force_color_env_in_a_pipe_gives_the_terminal_tables(
@@ -363,7 +363,7 @@ def test_force_color_env_in_a_pipe_gives_the_terminal_tables(
     assert code == 0
     assert "\x1b[" in out and "─" in out  # colour and box characters go together
     code, out, _ = run_cli(capsys, "summary", SEED, "--input", "2,2", "--no-color")
-    assert "\x1b[" not in out and out.startswith("+--")
+    assert "\x1b[" not in out and out.startswith("Layer (type)")
 
 
 # ---------------------------------------------------------------------- a broken stdout

@@ -92,8 +92,8 @@ def test_a_probe_from_a_test_file_reaches_json_csv_dataframe_and_the_table() -> 
     text = render_trace(trace, columns=["layer", "out_norm", "grad_norm"])
     assert "|out|" in text and "|grad out|" in text
     assert f"{expected:.3g}" in text
-    # the default table shows the probe's columns because it ran
-    assert "|out|" in str(trace)
+    # the default table shows the probe's columns because it ran (headers may wrap)
+    assert "|out|" in str(trace) and "|grad" in str(trace)
 
 
 def test_trace_and_tracer_accept_the_probe_alike() -> None:

@@ -130,7 +130,10 @@ def test_tied_weights_counted_once_and_shown_as_tied() -> None:
     assert info.total_params == v * d + 2 * d == sum(p.numel() for p in model.parameters())
     assert info.tied == {"head.weight": "embed.weight"}
     assert "head.weight" not in info.parameters
-    assert info["head.weight"] is info["embed.weight"]
+    # the tied path reads as the same tensor, and says where it is counted (issue 13)
+    tied, first = info["head.weight"], info["embed.weight"]
+    assert tied.tied_to == "embed.weight" and first.tied_to is None
+    assert (tied.shape, tied.numel) == (first.shape, first.numel)
     assert info["head"].total_params == v * d  # the head's own subtree does hold it
     assert info["head"].own_params == 0  # counted at its first path
     assert info["embed"].own_params == v * d

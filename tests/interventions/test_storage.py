@@ -137,7 +137,19 @@ model = nn.Sequential(*[Fresh() for _ in range(24)])
 x = torch.zeros(4 * 2**20)
 with torch.no_grad():
     model(x)
-rss = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+def rss():
+    # the peak resident memory since the reset below (VmHWM); ru_maxrss alone would
+    # start at the peak of the pytest process this one was forked from
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+try:
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset the peak to the current resident size
+except OSError:
+    pass
 base = rss()
 save_to = sys.argv[1] if len(sys.argv) > 1 else None
 acts = hookscope.capture(model, x, select="*", save_to=save_to, shard_mib=16)
@@ -161,4 +173,6 @@ def test_saving_a_capture_larger_than_the_limit_keeps_memory_bounded(tmp_path: P
     held = _peak_delta()
     assert saved["n"] == held["n"] == 25
     assert held["delta"] >= 0.9 * held["size"], held
-    assert saved["delta"] < 96 * 2**20, saved  # < a quarter of the 384 MiB capture
+    # a few shards' worth (the output, its copy, the shard and its serialised bytes),
+    # not the 384 MiB capture
+    assert saved["delta"] < 160 * 2**20, saved

@@ -91,14 +91,14 @@ def test_the_seed_conv2d_shows_its_input_and_output_shapes() -> None:
 
 EXPECTED = """\
 Layer (type)     Input shape   Output shape     Time  Self time    Mean  Std  Zeros  NaN  Out bytes
----------------------------------------------------------------------------------------------------
+---------------  ------------  ------------  -------  ---------  ------  ---  -----  ---  ---------
 Net              [1, 3, 8, 8]  [1, 2]        9.00 ms     500 us     0.5    1  25.0%    0        8 B
   conv (Conv2d)  [1, 3, 8, 8]  [1, 4, 8, 8]  1.50 ms    1.50 ms  -0.125    1  25.0%    0   1.00 KiB
   act (ReLU)     [1, 4, 8, 8]  [1, 4, 8, 8]  7.00 ms    7.00 ms    0.25    1  25.0%    0   1.00 KiB
   head (Linear)  [1, 256]      [1, 2]           0 ns       0 ns     nan    1  25.0%    2        8 B
----------------------------------------------------------------------------------------------------
+---------------  ------------  ------------  -------  ---------  ------  ---  -----  ---  ---------
 Total                                        9.00 ms
-                               4 calls | params: 626 | time: 9.00 ms
+4 calls | params: 626 | time: 9.00 ms
 """
 
 
@@ -140,7 +140,7 @@ def test_top_keeps_k_rows_after_sorting() -> None:
     trace = hand_made_trace()
     text = render_trace(trace, columns=["layer", "self_time"], sort="self_time", top=2)
     assert [line.split()[0] for line in rows(text)] == ["act", "conv"]
-    assert "2 of 4 calls, by self_time" in " ".join(text.split())
+    assert "2 of 4 rows, by self_time" in " ".join(text.split())
 
 
 def test_depth_limits_the_rows() -> None:

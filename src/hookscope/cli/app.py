@@ -338,7 +338,7 @@ def _split(text: str | None) -> list[str] | None:
 
 # NB: last, because the command modules reuse the option types above; importing one
 # registers its command on ``app``.
-import hookscope.cli.capture_command  # noqa: E402, F401
+import hookscope.cli.capture_command  # noqa: E402
+import hookscope.cli.grads_command  # noqa: E402
 import hookscope.cli.hooks_command  # noqa: E402
 import hookscope.cli.lint_command  # noqa: E402, F401
-import hookscope.cli.grads_command  # noqa: E402, F401

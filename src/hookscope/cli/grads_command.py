@@ -76,6 +76,10 @@ def _train(prepared: Any, *, steps: int, lr: float, **thresholds: Any) -> Any:
     from hookscope.core.tensors import iter_tensors
 
     net = prepared.loaded.model
+    # one observed forward first: inputs that do not fit fail with the module's path
+    # and its input shapes (a ModelRunError), not inside the training loop
+    hookscope.trace(net, *prepared.args, kwargs=prepared.kwargs, time=False, stats=False,
+                    memory=False)
     net.train()
     opt = torch.optim.SGD(net.parameters(), lr=lr)
     found: list[Any] = []

@@ -117,8 +117,10 @@ class GradsProbe(Probe):
     order = 80  # just inside the timing probe: its work is not part of a forward time
     column_rank = 60
     facts = (
-        Fact("grad_output_norm", "L2 norm of the gradient w.r.t. the call's outputs"),
-        Fact("grad_input_norm", "L2 norm of the gradient w.r.t. the call's inputs"),
+        Fact("grad_output_norm", "L2 norm of the gradient w.r.t. the call's outputs",
+             float_out, float_in),
+        Fact("grad_input_norm", "L2 norm of the gradient w.r.t. the call's inputs",
+             float_out, float_in),
         Fact("backward_ns", "time of the call's backward, inclusive, in nanoseconds"),
         Fact("backward_self_ns", "backward time minus the direct children's, in ns"),
     )
@@ -185,7 +187,8 @@ class GradsProbe(Probe):
         self._backward_seen = True
         slot = self._params.get(id(grad.param))
         if slot is not None and isinstance(grad.grad, torch.Tensor):
-            slot.values = _grad_stats(grad.grad)
+            # NB: a gradient on the meta device has a shape but no values to measure
+            slot.values = None if grad.grad.is_meta else _grad_stats(grad.grad)
             slot.events += 1
         self._own_ns += perf_counter_ns() - t0
 
@@ -218,6 +221,8 @@ class _ParamSlot:
         if stats is None:
             if not self.requires_grad:
                 return _replace(base, status=FROZEN)
+            if self.events:  # a gradient arrived without values (meta): ok, no numbers
+                return base
             return _replace(base, status=UNUSED) if backward_seen else base
         norm, max_abs, mean, nan, inf = stats
         return _replace(base, norm=norm, max_abs=max_abs, mean=mean, nan_count=int(nan),
@@ -232,7 +237,10 @@ def _replace(record: ParamGradStats, **changes: Any) -> ParamGradStats:
 
 def _joint_norm(grads: tuple[Any, ...]) -> torch.Tensor | None:
     """The L2 norm of all the tensors in ``grads`` together (``None``: no tensor)."""
-    tensors = [g for g in grads if isinstance(g, torch.Tensor) and g.is_floating_point()]
+    tensors = [
+        g for g in grads
+        if isinstance(g, torch.Tensor) and g.is_floating_point() and not g.is_meta
+    ]
     if not tensors:
         return None
     with torch.no_grad():

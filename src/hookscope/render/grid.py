@@ -109,9 +109,15 @@ def header_min(header: str) -> int:
     return max((len(w) for w in header.split()), default=0)
 
 
-def natural_width(col: GridColumn) -> int:
+def content_width(col: GridColumn) -> int:
+    """The width the cells need, the header wrapped between words."""
     widest = max((cell_width(c) for c in col.cells), default=0)
     return max(widest, cell_width(col.footer), header_min(col.header))
+
+
+def natural_width(col: GridColumn) -> int:
+    """The width with the header on one line: what a table gets when it fits."""
+    return max(content_width(col), len(col.header))
 
 
 def fit(grid: Grid, width: int, *, gap: int = 2, sep: str = " | ") -> Fitted:
@@ -123,7 +129,7 @@ def fit(grid: Grid, width: int, *, gap: int = 2, sep: str = " | ") -> Fitted:
 
     def least(c: GridColumn) -> int:
         return min(natural[c.name], max(c.min_width, header_min(c.header))) if c.shorten \
-            else natural[c.name]
+            else content_width(c)
 
     while True:
         need = sum(least(c) for c in cols) + gap * max(len(cols) - 1, 0)
@@ -135,6 +141,15 @@ def fit(grid: Grid, width: int, *, gap: int = 2, sep: str = " | ") -> Fitted:
         dropped.append(worst.name)
     widths = [natural[c.name] for c in cols]
     excess = sum(widths) + gap * max(len(cols) - 1, 0) - width
+    # first wrap headers between words, lowest-priority columns first
+    for i in sorted(range(len(cols)), key=lambda i: cols[i].priority):
+        if excess <= 0:
+            break
+        room = widths[i] - content_width(cols[i])
+        if room > 0:
+            cut = min(room, excess)
+            widths[i] -= cut
+            excess -= cut
     # shorten the lowest-priority shortenable columns first
     for i in sorted(range(len(cols)), key=lambda i: cols[i].priority):
         if excess <= 0:
