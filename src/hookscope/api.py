@@ -15,7 +15,13 @@ import torch
 from torch import nn
 
 import hookscope.render  # noqa: F401  (registers how a Trace prints and exports)
-from hookscope.core.inputs import InputSize, make_example_inputs, model_device, parse_device
+from hookscope.core.inputs import (
+    InputSize,
+    make_example_inputs,
+    model_device,
+    model_float_dtype,
+    parse_device,
+)
 from hookscope.core.meta import inputs_to_meta, is_meta_request, is_on_meta, meta_copy
 from hookscope.core.probe import Probe, register_probe
 from hookscope.core.records import Trace
@@ -205,7 +211,10 @@ def _resolve_inputs(
         raise SpecError("pass either input tensors or input_size=, not both")
     if input_size is not None:
         dev = parse_device(device) or model_device(model)
-        return make_example_inputs(input_size, dtypes=dtypes, device=dev), dict(kwargs or {})
+        made = make_example_inputs(
+            input_size, dtypes=dtypes, device=dev, float_dtype=model_float_dtype(model)
+        )
+        return made, dict(kwargs or {})
     if dtypes is not None:
         raise SpecError("dtypes= only applies to inputs made from input_size=")
     if not inputs and kwargs is None:

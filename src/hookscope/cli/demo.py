@@ -71,7 +71,7 @@ def _show_structure(console: Console, model: Any, *, ascii: bool) -> None:
 
     _heading(
         console, "1. Structure: hookscope.inspect(model)",
-        "The seed notes' Model, read without running it: the module tree, parameters "
+        "A small nested model, read without running it: the module tree, parameters "
         "and buffers (what named_modules, named_parameters and named_buffers list).",
     )
     info = hookscope.inspect(model)

@@ -13,6 +13,15 @@ from hookscope.errors import SpecError
 InputSize = Sequence[int] | Sequence[Sequence[int]]
 
 
+def model_float_dtype(model: nn.Module) -> torch.dtype:
+    """The floating dtype of the model's first floating parameter or buffer (float32 for
+    a model without one): what inputs made from sizes are drawn in."""
+    for tensor in (*model.parameters(), *model.buffers()):
+        if tensor.is_floating_point():
+            return tensor.dtype
+    return torch.float32
+
+
 def model_device(model: nn.Module) -> torch.device:
     """Device of the model's first parameter or buffer (CPU for a stateless model)."""
     for tensor in (*model.parameters(), *model.buffers()):
@@ -55,6 +64,13 @@ def parse_device(device: str | torch.device | None) -> torch.device | None:
 
 
 def _normalize_sizes(input_size: InputSize) -> list[tuple[int, ...]]:
+    if isinstance(input_size, (dict, str, bytes)) or not isinstance(input_size, Sequence):
+        # NB: list() of a dict is its keys: {3: 'a', 4: 'b'} would read as the shape (3, 4)
+        raise SpecError(
+            f"input_size must be a shape like (1, 3, 224, 224) or a list of shapes, got "
+            f"{type(input_size).__name__} {input_size!r}; for keyword inputs pass tensors "
+            "with kwargs={...}"
+        )
     items: list[Any] = list(input_size)
     sizes: list[Any] = [items] if all(isinstance(d, int) for d in items) else items
     out: list[tuple[int, ...]] = []
@@ -99,14 +115,16 @@ def make_example_inputs(
     dtypes: Sequence[torch.dtype] | None = None,
     device: torch.device,
     seed: int = 0,
+    float_dtype: torch.dtype = torch.float32,
 ) -> tuple[torch.Tensor, ...]:
     """Random tensors of the given sizes, without touching torch's global RNG.
 
     Floating dtypes are standard normal, integer dtypes are 0 or 1, bool is random.
+    Without ``dtypes``, every input gets ``float_dtype``.
     """
     sizes = _normalize_sizes(input_size)
     if dtypes is None:
-        dtypes = [torch.float32] * len(sizes)
+        dtypes = [float_dtype] * len(sizes)
     if len(dtypes) != len(sizes):
         raise SpecError(f"got {len(sizes)} input sizes but {len(dtypes)} dtypes; give one each")
     gen = torch.Generator().manual_seed(seed)

@@ -56,7 +56,13 @@ def import_file(path_text: str, spec: str) -> ModuleType:
             module_spec.loader.exec_module(module)
     except (Exception, SystemExit) as e:
         del sys.modules[name]
-        raise SpecError(f"importing {path_text!r} {raised(e)}") from e
+        hint = ""
+        if isinstance(e, ImportError) and "relative import" in str(e):
+            hint = (
+                "; the file uses relative imports: name it as a module from the directory "
+                "above its package, e.g. 'package.module:factory'"
+            )
+        raise SpecError(f"importing {path_text!r} {raised(e)}{hint}") from e
     finally:
         sys.argv = argv
     return module
