@@ -94,3 +94,13 @@ def test_python_dash_m_help() -> None:
     assert "Usage: hookscope" in result.stdout
     for command in ("summary", "trace", "inspect", "demo"):
         assert command in result.stdout
+
+
+def test_console_script_sorts_by_a_probe_column(model_file: Path) -> None:
+    """Regression: in a fresh process the columns the built-in probes declare were not
+    registered yet when --sort was checked ("unknown trace column 'time'")."""
+    result = run(console_script(), "trace", f"{model_file.name}:factory", "--input", "1,4",
+                 "--sort", "time", "--top", "2", "--columns", "layer,time,mean",
+                 cwd=model_file.parent)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0].split()[:4] == ["Layer", "(type)", "Time", "Mean"]

@@ -103,6 +103,7 @@ def check_trace_view(
         )
     if fmt != "table":
         return
+    import hookscope.probes  # noqa: F401  (the built-in probes declare their columns)
     from hookscope.render.trace_table import column
 
     off = unmeasured or {}
