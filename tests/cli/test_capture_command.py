@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import assert_one_error_line, run_cli
 from torch import nn
 
 import hookscope
+from helpers import assert_one_error_line, run_cli
 
 MODEL = """\
 import torch
