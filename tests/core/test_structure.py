@@ -220,3 +220,16 @@ def test_walk_is_named_modules_without_deduplication(cls: type[zoo.ZooModel]) ->
 
     model = zoo.build(cls)
     assert _walk(model) == list(model.named_modules(remove_duplicate=False))
+
+
+def test_a_trace_records_tied_paths_and_the_summary_names_them() -> None:
+    model = zoo.build(zoo.TiedWeights)
+    args, kwargs = zoo.TiedWeights.example_inputs()
+    summary = hookscope.summary(model, *args, kwargs=kwargs)
+    assert summary.trace.meta["tied"] == hookscope.inspect(model).tied == {
+        "head.weight": "embed.weight"
+    }
+    assert "head.weight is embed.weight" in str(summary)
+    untied = hookscope.summary(zoo.build(zoo.SharedModule),
+                               *zoo.SharedModule.example_inputs()[0])
+    assert "tied" not in untied.trace.meta

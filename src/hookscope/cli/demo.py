@@ -20,7 +20,7 @@ TRACE_RUNS = 5
 
 NEXT_COMMANDS: tuple[tuple[str, str], ...] = (
     ("hookscope summary hookscope.examples:seed_model --input 2,2",
-     "the seed model from the command line"),
+     "the nested model above, from the command line"),
     ("hookscope summary path/to/model.py:make_model --input 1,3,224,224",
      "your own model: a factory function in a file"),
     ("hookscope summary torchvision:resnet18 --depth 2", "a torchvision model, random weights"),
@@ -87,7 +87,7 @@ def _show_summaries(console: Console, runs: Sequence[tuple[Any, Any]], *, ascii:
     _heading(
         console, "2. Summary: hookscope.summary(model, x)",
         "One forward pass under torch.no_grad(): what every module received and returned, "
-        "like the seed's forward hook that printed shapes, for every layer at once.",
+        "like a forward hook that prints shapes, for every layer at once.",
     )
     for model, x in runs:
         console.print(hookscope.summary(model, x).table(ascii=ascii))

@@ -303,6 +303,8 @@ class ModuleTable:
         members: each module once, at its first path (``named_modules()``).
         parameters: each parameter once (``parameters()``).
         lazy: a lazy module's parameter is not materialised yet (counted as 0).
+        tied: each later path of a parameter registered twice -> its first path
+            (empty when nothing is tied: found only then, at no cost otherwise).
     """
 
     summary: ModelSummary
@@ -311,6 +313,7 @@ class ModuleTable:
     members: list[tuple[str, nn.Module]]
     parameters: list[nn.Parameter]
     lazy: bool
+    tied: dict[str, str] = field(default_factory=dict)
 
 
 def _walk(model: nn.Module) -> Walk:
@@ -463,7 +466,8 @@ def module_table(model: nn.Module, *, extra_repr: bool = True) -> ModuleTable:
     summary = ModelSummary(
         type(model).__name__, p_total, p_trainable, b_total, p_bytes, b_bytes
     )
-    return ModuleTable(summary, modules, walk, members, parameters, lazy)
+    tied_paths = _first_paths(walk, "_parameters")[1] if tied else {}
+    return ModuleTable(summary, modules, walk, members, parameters, lazy, tied_paths)
 
 
 def inspect(model: nn.Module) -> ModelInfo:

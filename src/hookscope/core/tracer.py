@@ -583,6 +583,8 @@ def _run_facts(table: ModuleTable) -> dict[str, Any]:
         "started_at_ns": _time.time_ns(),
         "pid": os.getpid(),
     }
+    if table.tied:  # later path -> first path, for renderers to name tied rows
+        facts["tied"] = dict(table.tied)
     first = table.parameters[0] if table.parameters else None
     facts["device"] = str(first.device) if first is not None else "cpu"
     dist = getattr(torch, "distributed", None)
