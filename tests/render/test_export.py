@@ -162,3 +162,18 @@ def test_json_round_trip_keeps_nan_statistics_and_input_stats() -> None:
     assert math.isnan(stats.mean) and (stats.nan_count, stats.inf_count) == (1, 1)
     assert trace.find("1").input_stats is not None
     assert_round_trip(trace)
+
+
+def test_one_name_selects_one_fact_in_the_table_and_the_exports() -> None:
+    """Issue 13: the table's column names select the same facts in CSV and DataFrame
+    (``time`` -> ``time_ns``), and the export field names work as table columns."""
+    from hookscope.render.trace_table import render_trace
+
+    trace = cnn_trace()
+    header = trace.to_csv(columns=["path", "time", "zeros", "out_bytes", "nan"]).splitlines()[0]
+    assert header == "path,time_ns,zero_fraction,output_bytes,nan_count"
+    frame = trace.to_dataframe(columns=["path", "self_time"])
+    assert list(frame.columns) == ["path", "self_time_ns"]
+    by_field = render_trace(trace, columns=["layer", "time_ns", "zero_fraction"])
+    by_column = render_trace(trace, columns=["layer", "time", "zeros"])
+    assert by_field == by_column

@@ -122,12 +122,16 @@ class Field:
         value: ``value(call, trace)``: plain numbers in base units, strings, or ``None``.
         dtype: the pandas dtype of the DataFrame column (``"Int64"``: integers that
             may be missing), ``None`` to let pandas infer it.
+        column: the name of the table column that shows the same fact (``time`` for
+            ``time_ns``): either name selects it in ``to_csv(columns=...)``, the
+            table's ``columns=``/``sort=`` and the command line.
         probe: the probe that declared it.
     """
 
     name: str
     value: Callable[[Any, Any], Any]
     dtype: str | None = None
+    column: str | None = None
     probe: str = ""
 
 

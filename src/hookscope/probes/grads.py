@@ -135,10 +135,10 @@ class GradsProbe(Probe):
         Column("bwd_self_time", "Bwd self", _fact("backward_self_ns"), Unit.TIME_NS),
     )
     fields = (
-        Field("grad_output_norm", _fact("grad_output_norm")),
-        Field("grad_input_norm", _fact("grad_input_norm")),
-        Field("backward_ns", _fact("backward_ns"), "Int64"),
-        Field("backward_self_ns", _fact("backward_self_ns"), "Int64"),
+        Field("grad_output_norm", _fact("grad_output_norm"), column="grad_out"),
+        Field("grad_input_norm", _fact("grad_input_norm"), column="grad_in"),
+        Field("backward_ns", _fact("backward_ns"), "Int64", column="bwd_time"),
+        Field("backward_self_ns", _fact("backward_self_ns"), "Int64", column="bwd_self_time"),
     )
 
     def __init__(self) -> None:

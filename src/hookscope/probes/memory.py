@@ -152,8 +152,9 @@ class MemoryProbe(Probe):
         Column("peak", "Peak", _memory("peak_bytes"), Unit.BYTES, when_present=True),
     )
     fields = tuple(
-        Field(name, _memory(name), "Int64")
-        for name in ("output_bytes", "saved_bytes", "allocated_delta", "peak_bytes")
+        Field(name, _memory(name), "Int64", column=column)
+        for name, column in (("output_bytes", "out_bytes"), ("saved_bytes", "saved_bytes"),
+                             ("allocated_delta", "alloc_delta"), ("peak_bytes", "peak"))
     )
 
     def __init__(self) -> None:

@@ -199,8 +199,8 @@ class OpsProbe(Probe):
                when_present=True),
     )
     fields = (
-        Field("flops_forward", lambda c, t: _flops(c, False), "Int64"),
-        Field("flops_backward", lambda c, t: _flops(c, True), "Int64"),
+        Field("flops_forward", lambda c, t: _flops(c, False), "Int64", column="flops_fwd"),
+        Field("flops_backward", lambda c, t: _flops(c, True), "Int64", column="flops_bwd"),
         Field("flops_partial", lambda c, t: _flop_attr(c, "partial"), "boolean"),
     )
 

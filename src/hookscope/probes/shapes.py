@@ -70,8 +70,10 @@ class ShapeProbe(Probe):
         _shapes_column("output", "Output shape", "outputs"),
     )
     fields = (
-        Field("inputs", lambda c, t: shapes_text(c.facts.get("inputs", []), sep="; ")),
-        Field("outputs", lambda c, t: shapes_text(c.facts.get("outputs", []), sep="; ")),
+        Field("inputs", lambda c, t: shapes_text(c.facts.get("inputs", []), sep="; "),
+              column="input"),
+        Field("outputs", lambda c, t: shapes_text(c.facts.get("outputs", []), sep="; "),
+              column="output"),
     )
 
     def __init__(self) -> None:

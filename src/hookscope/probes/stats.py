@@ -105,7 +105,8 @@ def _count_column(name: str, header: str, attr: str) -> Column:
 
 
 def _stat_field(name: str) -> Field:
-    return Field(name, lambda c, t: _first(c, name))
+    column = {"zero_fraction": "zeros"}.get(name, name)
+    return Field(name, lambda c, t: _first(c, name), column=column)
 
 
 @register_probe
@@ -133,8 +134,8 @@ class StatsProbe(Probe):
     )
     fields = (
         *(_stat_field(n) for n in ("mean", "std", "min", "max", "absmax", "zero_fraction")),
-        Field("nan_count", lambda c, t: _count(c, "nan_count"), "Int64"),
-        Field("inf_count", lambda c, t: _count(c, "inf_count"), "Int64"),
+        Field("nan_count", lambda c, t: _count(c, "nan_count"), "Int64", column="nan"),
+        Field("inf_count", lambda c, t: _count(c, "inf_count"), "Int64", column="inf"),
     )
 
     def __init__(self) -> None:

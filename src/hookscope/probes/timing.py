@@ -64,8 +64,9 @@ class TimingProbe(Probe):
         Column("time_pct", "Time %", lambda c, t: _share(c, t), Unit.PERCENT, default=False),
     )
     fields = (
-        Field("time_ns", lambda c, t: c.facts.get("time_ns"), "Int64"),
-        Field("self_time_ns", lambda c, t: c.facts.get("self_time_ns"), "Int64"),
+        Field("time_ns", lambda c, t: c.facts.get("time_ns"), "Int64", column="time"),
+        Field("self_time_ns", lambda c, t: c.facts.get("self_time_ns"), "Int64",
+              column="self_time"),
     )
 
     def __init__(self, *, cuda: bool | None = None) -> None:

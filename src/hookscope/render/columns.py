@@ -209,6 +209,9 @@ def column(name: str) -> Column:
         RenderError: no such column (the message lists the valid names).
     """
     found = columns().get(name) if isinstance(name, str) else None
+    if found is None and isinstance(name, str):  # an export field's name: its column
+        field = REGISTRY.fields.get(name)
+        found = columns().get(field.column) if field and field.column else None
     if found is None:
         raise RenderError(
             f"unknown trace column {name!r}; valid columns: {', '.join(columns())}"

@@ -90,6 +90,9 @@ def export_fields(trace: Trace, columns: Sequence[str] | None = None) -> list[st
     if isinstance(columns, str):
         raise RenderError(f"columns= needs a list of field names, got the string {columns!r}")
     known = fields()
+    # a table column's name selects the field of the same fact (``time`` -> ``time_ns``)
+    by_column = {f.column: f.name for f in known.values() if f.column and f.column not in known}
+    columns = [c if c in known else by_column.get(c, c) for c in columns]
     unknown = [c for c in columns if c not in known]
     if unknown or not columns:
         raise RenderError(
