@@ -463,8 +463,9 @@ def test_hook_registration_failure_is_not_a_model_error() -> None:
         def register_forward_hook(self, *args: Any, **kwargs: Any) -> Any:
             raise RuntimeError("this module refuses hooks")
 
-    class ReadsInputs(hookscope.Probe):  # on_enter reads inputs: per-module hooks
+    class ReadsInputs(hookscope.Probe):  # may replace values: per-module hooks
         name = "reads_inputs_test"
+        replaces = True
 
         def on_enter(self, call: Any, module: Any, args: Any, kwargs: Any) -> None:
             return None

@@ -100,9 +100,11 @@ def test_fast_path_is_taken_only_where_it_is_exact() -> None:
     # sees it, and fc gets no pre-hook of its own
     timed = hookscope.trace(model, x)
     assert timed["fc"].time_ns is not None
-    starts = StartProbe()  # reads the inputs on enter: per-module pre-hooks with kwargs
+    # a probe that reads the inputs on enter: the global pre-hook reads the kwargs from
+    # the calling frame of torch's _call_impl (core/fast_path.pre_hook_kwargs_work)
+    starts = StartProbe()
     hookscope.trace(model, x, **SHAPES_ONLY, probes=[starts])
-    assert model.seen == [0, 1, 0, 1]
+    assert model.seen == [0, 1, 0, 0]
     assert starts.entered == ["", "fc"]
     assert total_hooks(model) == 0
 
@@ -275,3 +277,31 @@ def test_keyword_inputs_and_modules_outside_the_model(width: int) -> None:
     assert (fc.error is not None) == (width == 5)
     assert [c.path for c in fast.calls] == ["", "fc"]
     assert total_hooks(model) == 0 and total_hooks(_EXTERNAL) == 0
+
+
+class KwargsProbe(hookscope.Probe):
+    """Records the keyword inputs each call's on_enter receives."""
+
+    name = "kwargs_on_enter_test"
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, list[str]]] = []
+
+    def on_enter(self, call: Any, module: Any, args: Any, kwargs: Any) -> None:
+        self.seen.append((call.path, sorted(kwargs)))
+
+
+class TakesKwargs(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = nn.Identity()
+
+    def forward(self, x: torch.Tensor, *, scale: float = 1.0) -> torch.Tensor:
+        return self.inner(input=x) * scale
+
+
+def test_on_enter_gets_the_keyword_inputs_on_the_global_path() -> None:
+    probe = KwargsProbe()
+    hookscope.trace(TakesKwargs(), kwargs={"x": torch.ones(2), "scale": 2.0},
+                    **SHAPES_ONLY, probes=[probe])
+    assert probe.seen == [("", ["scale", "x"]), ("inner", ["input"])]

@@ -9,9 +9,11 @@ other module returns at once): two registrations instead of two per module (a
 MobileNetV3 has 255), which is most of what observing a small model costs to set up.
 Global hooks run before a module's own, so a module with hooks of its own (which may
 replace its output) keeps per-module hooks, registered last, as do all modules in a
-``Tracer`` block, where user code runs between calls. It is used only when every probe
-that has ``on_enter`` declares ``reads_inputs_on_enter = False`` (a global pre-hook
-gets no keyword arguments), none replaces values and none has backward events.
+``Tracer`` block, where user code runs between calls. It is used when no probe replaces
+values and none has backward events. A global pre-hook gets no keyword arguments:
+when a probe reads inputs on entry (``reads_inputs_on_enter``), they are read from the
+frame of ``Module._call_impl`` that runs the hook, an assumption checked once per
+process by :func:`pre_hook_kwargs_work` (without it, such probes get per-module hooks).
 
 **Leaves.** When no probe needs a call's start at all, the leaf modules of ``torch.nn``
 itself (no submodules, no ``forward`` patched on the instance, not a user subclass) are
@@ -107,6 +109,33 @@ Entries = dict[int, list[Any]]
 _NO_KWARGS: dict[str, Any] = {}
 
 
+@functools.cache
+def pre_hook_kwargs_work() -> bool:
+    """Whether a global forward pre-hook finds the call's kwargs in its caller's frame
+    (``Module._call_impl``'s ``kwargs`` local). Checked once per process."""
+    seen: list[Any] = []
+
+    def probe(module: nn.Module, args: tuple[Any, ...]) -> None:
+        seen.append(torch_private.caller_frame(1).f_locals.get("kwargs"))
+
+    marker = torch.zeros(1)
+    handle = register_module_forward_pre_hook(probe)
+    try:
+        nn.Identity()(input=marker)
+    finally:
+        handle.remove()
+    works = len(seen) == 1 and isinstance(seen[0], dict) and seen[0].get("input") is marker
+    if not works:
+        warnings.warn(
+            f"hookscope: torch {torch.__version__} runs global module pre-hooks "
+            "differently than expected; probes that read inputs on entry get per-module "
+            "hooks (traces are exact, only slower)",
+            torch_private.HookscopeTorchWarning,
+            stacklevel=2,
+        )
+    return works
+
+
 def install_global_hooks(tracer: Tracer, entries: Entries) -> CallbackHandle:
     """Register the two global hooks of ``tracer`` for the modules in ``entries``; the
     handle removes both fully."""
@@ -131,6 +160,9 @@ def make_global_pre_hook(tracer: Tracer, entries: Entries) -> Callable[..., Any]
     assert tracer.trace is not None
     calls, owners, origin, clock = tracer.trace.calls, tracer._owners, tracer._t0, tracer._clock
     dispatch = tracer._dispatch_enter if tracer._enters else None
+    # NB: torch hands a global pre-hook no kwargs; a probe that reads them on entry gets
+    # them from the frame of ``_call_impl`` that runs the hook (``pre_hook_kwargs_work``)
+    read_kwargs, caller = tracer._enters_read_inputs, torch_private.caller_frame
 
     def global_pre_hook(module: nn.Module, args: tuple[Any, ...]) -> None:
         entry = entries.get(id(module))
@@ -154,7 +186,8 @@ def make_global_pre_hook(tracer: Tracer, entries: Entries) -> Callable[..., Any]
         if owners is not None:
             owners.mark(index)
         if dispatch is not None:
-            dispatch(call, module, args, _NO_KWARGS)
+            dispatch(call, module, args,
+                     torch_private.frame_kwargs(caller(1)) if read_kwargs else _NO_KWARGS)
         if clocked:
             tracer.overhead_ns += perf_counter_ns() - start
 

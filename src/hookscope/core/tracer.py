@@ -47,6 +47,7 @@ from hookscope.core.fast_path import (
     has_own_hooks,
     install_global_hooks,
     is_fast_leaf,
+    pre_hook_kwargs_work,
 )
 from hookscope.core.handles import CallbackHandle, HandleGroup
 from hookscope.core.module_hooks import (
@@ -473,7 +474,8 @@ class Tracer:
         # torch.nn leaves whole at their end when no probe needs a call's start.
         fast = (
             self._exclusive and not self._backward_probes and not self._enter_replacers
-            and not self._exit_replacers and not self._enters_read_inputs
+            and not self._exit_replacers
+            and (not self._enters_read_inputs or pre_hook_kwargs_work())
             and not global_module_hooks_present() and failure_detection_works()
         )
         leaves_fast = fast and not self._needs_start
