@@ -15,11 +15,15 @@ from torch.nn.modules import module as torch_module
 from torch.nn.modules.module import register_module_forward_hook
 
 from hookscope.core import torch_private
-from hookscope.core.fast_path import failure_detection_works
+from hookscope.core.fast_path import failure_detection_works, pre_hook_kwargs_work
 
 
 def test_always_call_hooks_run_in_the_except_block_of_call_impl_with_kwargs_local() -> None:
     assert failure_detection_works()
+
+
+def test_global_pre_hooks_run_in_a_frame_that_holds_the_calls_kwargs() -> None:
+    assert pre_hook_kwargs_work()
 
 
 def test_global_forward_hook_with_kwargs_leaves_its_id_behind_and_we_remove_it() -> None:
