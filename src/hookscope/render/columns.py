@@ -244,8 +244,12 @@ def _rank(probe: str) -> int:
 
 
 def _any_value(trace: Trace, col: Column) -> bool:
-    view = View(trace)
-    return any(sort_key(col, view, c) not in (None, 0) for c in trace.calls)
+    """Whether some call has a value other than ``None`` and 0 in ``col``."""
+    if col.key is not None:
+        view = View(trace)
+        return any(sort_key(col, view, c) not in (None, 0) for c in trace.calls)
+    value = col.value
+    return any(v is not None and v != 0 for v in (value(c, trace) for c in trace.calls))
 
 
 Cell = Callable[[View, Call], str]
