@@ -245,7 +245,7 @@ def _run_backward(
         with tracer.internal_work():
             loss = loss_fn(output)
         _check_loss(loss)
-        torch.autograd.grad(loss, _grad_targets(model, args, kw), allow_unused=True)
+        _gradients(loss, _grad_targets(model, args, kw))
         return
     roots = [
         t for _, t in iter_tensors(output, "out")
@@ -264,7 +264,22 @@ def _run_backward(
         loss = torch.stack(
             [t.sum() if t.is_floating_point() else t.abs().sum() for t in roots]
         ).sum()
-    torch.autograd.grad(loss, targets, allow_unused=True)
+    _gradients(loss, targets)
+
+
+def _gradients(loss: torch.Tensor, targets: list[torch.Tensor]) -> None:
+    """``torch.autograd.grad`` of ``loss`` (no ``.grad`` of the user's model changes)."""
+    try:
+        torch.autograd.grad(loss, targets, allow_unused=True)
+    except RuntimeError as e:
+        if "use_reentrant=True" not in str(e):
+            raise
+        raise SpecError(
+            "backward=True computes gradients with torch.autograd.grad, which the "
+            "model's torch.utils.checkpoint(use_reentrant=True) refuses; run your own "
+            "backward inside hookscope.Tracer(model, grads=True) instead, or checkpoint "
+            "with use_reentrant=False"
+        ) from e
 
 
 def _grad_targets(

@@ -62,7 +62,7 @@ class BackwardWatch:
         self._handles = handles
         self._open: dict[int, Call] = {}  # calls whose backward started and has not ended
         self._pending: dict[int, ParamGrad] = {}  # id(param) -> not yet accumulated
-        self._end_queued = False
+        self._queued_task: int | None = None  # the backward pass whose end is queued
 
     # -- module calls ----------------------------------------------------------------
 
@@ -123,13 +123,24 @@ class BackwardWatch:
     # -- the end of a backward pass ---------------------------------------------------
 
     def _queue_end(self) -> None:
-        if not self._end_queued:
-            self._end_queued = torch_private.queue_end_of_backward(self._end)
+        """Queue :meth:`_end` once per backward pass.
+
+        NB: by the pass's id, not a flag: autograd runs queued callbacks only when a
+        pass succeeds, so a flag set by a pass that raised would never be cleared, and
+        every later pass would lose its end."""
+        task = torch_private.current_graph_task_id()
+        if task == self._queued_task:
+            return
+        if self._queued_task is not None:  # the pass that queued the last end failed
+            self._pending.clear()
+            self._open.clear()
+        if torch_private.queue_end_of_backward(self._end):
+            self._queued_task = task
 
     def _end(self) -> None:
         """Calls whose inputs needed no gradient end here, and parameters whose
         gradient was computed but not accumulated (``torch.autograd.grad``)."""
-        self._end_queued = False
+        self._queued_task = None
         pending, self._pending = self._pending, {}
         for grad in pending.values():
             self._dispatch("on_param_grad", None, grad)

@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
+import threading
 import warnings
 from collections.abc import Callable
 from time import perf_counter_ns
@@ -163,10 +164,13 @@ def make_global_pre_hook(tracer: Tracer, entries: Entries) -> Callable[..., Any]
     # NB: torch hands a global pre-hook no kwargs; a probe that reads them on entry gets
     # them from the frame of ``_call_impl`` that runs the hook (``pre_hook_kwargs_work``)
     read_kwargs, caller = tracer._enters_read_inputs, torch_private.caller_frame
+    get_ident, thread = threading.get_ident, tracer._thread
 
     def global_pre_hook(module: nn.Module, args: tuple[Any, ...]) -> None:
         entry = entries.get(id(module))
         if entry is None or entry[3]:  # not this model's, or a leaf recorded at its end
+            return
+        if get_ident() != thread:  # the model run by another thread meanwhile
             return
         start = perf_counter_ns()
         if clocked:
@@ -211,10 +215,11 @@ def make_global_post_hook(tracer: Tracer, entries: Entries) -> Callable[..., Non
     origin = tracer._t0
     control = tracer._control_types
     owners = tracer._owners
+    get_ident, thread = threading.get_ident, tracer._thread
 
     def global_post_hook(module: nn.Module, args: tuple[Any, ...], *rest: Any) -> None:
         entry = entries.get(id(module))
-        if entry is None:  # not one of this model's modules
+        if entry is None or get_ident() != thread:  # not this model's, or another thread's
             return
         if clocked:
             start = tracer.chain_start_ns = perf_counter_ns()

@@ -14,6 +14,7 @@ just before the first recording tracer's, whichever was entered first.
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any
@@ -39,9 +40,12 @@ def make_module_pre_hook(
     ) else None
     count = 0  # calls of this module so far (a module is registered once)
     replaces_only = tracer._replaces_only
+    get_ident, thread = threading.get_ident, tracer._thread
 
     def pre_hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         nonlocal count
+        if get_ident() != thread:  # the model run by another thread meanwhile
+            return None
         start = perf_counter_ns()
         if clocked:
             tracer.chain_start_ns = start
@@ -100,10 +104,13 @@ def make_module_post_hook(tracer: Tracer) -> Callable[..., Any]:
     stack, clocked, exc_info = tracer._stack, tracer._clocked, sys.exc_info
     dispatch, failures, clock = tracer._dispatch_exit, tracer._failures, tracer._clock
     control = tracer._control_types
+    get_ident, thread = threading.get_ident, tracer._thread
 
     def post_hook(
         module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
     ) -> Any:
+        if get_ident() != thread:
+            return None
         if clocked:
             start = tracer.chain_start_ns = perf_counter_ns()
         if stack and stack[-1][1] is module:

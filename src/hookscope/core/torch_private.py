@@ -30,6 +30,7 @@ __all__ = [
     "HookscopeTorchWarning",
     "caller_frame",
     "current_autograd_node",
+    "current_graph_task_id",
     "dispatch_has_composite_kernel",
     "frame_kwargs",
     "global_module_hooks_present",
@@ -135,6 +136,15 @@ def node_sequence_nr(node: Any) -> int | None:
         return None
     value: int = seq()
     return None if value >= NO_SEQUENCE_NR else value
+
+
+def current_graph_task_id() -> int | None:
+    """The id of the autograd graph task (backward pass) running on this thread."""
+    if _graph_task_id is None:
+        _warn_once("telling backward passes apart", "has no _current_graph_task_id")
+        return None
+    task = _graph_task_id()
+    return None if task == -1 else task
 
 
 def graph_task_running() -> bool:

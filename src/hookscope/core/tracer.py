@@ -213,6 +213,7 @@ class Tracer:
         self._active = False
         self._t0 = 0
         self._clock = [0]  # the last hook event, ns since the trace started
+        self._thread = 0
         #: Bookkeeping clock (``time.perf_counter_ns``): when the running hook began, and
         #: the total time spent in finished hooks (tracer and probe work). The timing
         #: probe subtracts it, so hookscope's own work is not timed as the model's; a
@@ -272,6 +273,9 @@ class Tracer:
         self._state = _ModelState(table) if self._restore_state else None
         self._t0 = perf_counter_ns()
         self._clock[0] = 0
+        #: forward events come from this thread only: another thread running the same
+        #: model meanwhile is not this trace's (backward events may come from autograd's)
+        self._thread = threading.get_ident()
         try:
             self._install(table)
         except BaseException:
@@ -334,7 +338,13 @@ class Tracer:
         if self._lazy:
             table = module_table(self.model, extra_repr=False)
             trace.model, trace.modules = table.summary, table.modules
-        self._finalize_probes(trace)
+        try:
+            self._finalize_probes(trace)
+        except ProbeError as probe_error:
+            if exc is None or isinstance(exc, _CONTROL):
+                raise
+            # the model's own exception is the one to report; say what else went wrong
+            add_note(exc, f"hookscope: also, {probe_error}")
         if isinstance(control, (ProbeError, RunStopped)):
             control.trace = trace
             if exc is None:  # the model swallowed it: the run still stopped

@@ -1,0 +1,95 @@
+"""Regressions found by reviewing the engine rewrite (issue 8), each checked against
+what the engine must guarantee whatever the model or its backward does."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+import hookscope
+from helpers import count_hooks
+
+
+def _mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+
+
+def test_a_backward_that_raised_does_not_silence_the_next_ones() -> None:
+    """autograd runs end-of-backward callbacks only after a pass that succeeded."""
+    model, x = _mlp(), torch.randn(3, 4)
+    with hookscope.Tracer(model, grads=True) as tracer:
+        y = model(x)
+        handle = y.register_hook(lambda g: (_ for _ in ()).throw(ValueError("boom")))
+        with pytest.raises(ValueError, match="boom"):
+            y.sum().backward()
+        handle.remove()
+        torch.autograd.grad(model(x).sum(), list(model.parameters()))
+    assert tracer.trace is not None
+    statuses = {s.path: s.status for s in tracer.trace.param_grads}
+    assert set(statuses.values()) == {"ok"}, statuses
+    first_layer = [c for c in tracer.trace.calls if c.path == "0"][-1]
+    assert first_layer.backward_ns is not None  # its backward ended with the pass
+
+
+class BrokenFinalize(hookscope.Probe):
+    name = "broken_finalize_test"
+
+    def finalize(self, trace: Any) -> None:
+        raise ValueError("probe bug in finalize")
+
+
+class Boom(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("model bug")
+
+
+def test_the_models_failure_wins_over_a_probe_failing_in_finalize() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), Boom())
+    with pytest.raises(hookscope.ModelRunError, match="model bug") as info:
+        hookscope.trace(model, torch.randn(2, 4), probes=[BrokenFinalize()])
+    assert info.value.path == "1"
+    assert sum(count_hooks(model).values()) == 0
+
+
+class Checkpointed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return checkpoint(self.b, self.a(x), use_reentrant=True)
+
+
+def test_backward_true_on_a_reentrant_checkpoint_is_a_spec_error() -> None:
+    """torch.autograd.grad refuses reentrant checkpoints: hookscope's choice, not a
+    failure of the model, and the message says what to do instead."""
+    model = Checkpointed()
+    with pytest.raises(hookscope.SpecError, match=r"use_reentrant=True.*Tracer"):
+        hookscope.trace(model, torch.randn(2, 4, requires_grad=True), backward=True)
+    assert sum(count_hooks(model).values()) == 0
+
+
+def test_another_thread_running_the_same_model_is_not_recorded() -> None:
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(16, 16), nn.ReLU()) for _ in range(4)])
+    x = torch.randn(2, 16)
+    stop = threading.Event()
+
+    def other() -> None:
+        while not stop.is_set():
+            with torch.no_grad():
+                model(x)
+
+    worker = threading.Thread(target=other)
+    worker.start()
+    try:
+        counts = {len(hookscope.summary(model, x).trace.calls) for _ in range(30)}
+    finally:
+        stop.set()
+        worker.join()
+    assert counts == {1 + 4 * 3}
