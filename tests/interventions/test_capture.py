@@ -134,3 +134,23 @@ def test_a_raising_model_leaves_no_hook_and_keeps_what_finished() -> None:
 def test_bad_options_are_spec_errors(options: dict[str, Any], match: str) -> None:
     with pytest.raises(hookscope.SpecError, match=match):
         hookscope.capture(nn.Sequential(nn.Linear(2, 2)), torch.randn(1, 2), **options)
+
+
+def test_a_capture_that_could_not_start_is_not_left_active(tmp_path: Path) -> None:
+    """The tracer failing to start (a module refusing hooks) leaves the Capture closed,
+    not "already active", and nothing on disk presented as a complete capture."""
+
+    class NoHooks(nn.Linear):
+        def register_forward_hook(self, *args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("this module refuses hooks")
+
+    model = nn.Sequential(NoHooks(2, 2))
+    cap = hookscope.Capture(model, select="0", save_to=tmp_path / "acts")
+    with pytest.raises(RuntimeError, match="refuses hooks"):
+        cap.__enter__()
+    with pytest.raises(hookscope.SpecError, match="interrupted capture.*refuses hooks"):
+        hookscope.load_activations(tmp_path / "acts")
+    with pytest.raises(hookscope.SpecError) as reused:
+        cap.__enter__()
+    assert "already active" not in str(reused.value)
+    assert total_hooks(model) == 0

@@ -192,9 +192,16 @@ class Capture:
             self._writer = ShardWriter(self._save_to, shard_bytes=self._shard_bytes)
         probe = _OutputCapture(self) if self.what is What.OUTPUT else _InputCapture(self)
         chosen = self._chosen
-        self._tracer = Tracer(self.model, shapes=False, probes=[probe],
-                              select=lambda path: path in chosen)
-        self._tracer.__enter__()
+        tracer = Tracer(self.model, shapes=False, probes=[probe],
+                        select=lambda path: path in chosen)
+        try:
+            tracer.__enter__()
+        except BaseException as e:  # nothing started: close the writer, stay reusable
+            writer, self._writer = self._writer, None
+            if writer is not None:
+                writer.close(error=e)
+            raise
+        self._tracer = tracer
         return self
 
     def __exit__(
