@@ -4,6 +4,7 @@ structure; inputs are what ``forward`` received; no hook is left."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -148,7 +149,7 @@ def test_a_capture_that_could_not_start_is_not_left_active(tmp_path: Path) -> No
     cap = hookscope.Capture(model, select="0", save_to=tmp_path / "acts")
     with pytest.raises(RuntimeError, match="refuses hooks"):
         cap.__enter__()
-    with pytest.raises(hookscope.SpecError, match="interrupted capture.*refuses hooks"):
+    with pytest.raises(hookscope.SpecError, match=r"interrupted capture.*refuses hooks"):
         hookscope.load_activations(tmp_path / "acts")
     with pytest.raises(hookscope.SpecError) as reused:
         cap.__enter__()
