@@ -60,3 +60,13 @@ def test_capture_of_nothing_is_one_error_line(
                            "nope", "-o", str(tmp_path / "none"))
     assert_one_error_line(code, err, "matches no module")
     assert not (tmp_path / "none" / "index.json").exists()
+
+
+def test_a_model_that_raises_is_one_error_line_naming_the_module(
+    capsys: pytest.CaptureFixture[str], model_file: str, tmp_path: Path
+) -> None:
+    code, _, err = run_cli(capsys, "capture", model_file, "--input", "3,5", "--select", "0",
+                           "-o", str(tmp_path / "bad"))
+    assert_one_error_line(code, err, "module '0' (Linear, call 0)", "cannot be multiplied")
+    with pytest.raises(hookscope.SpecError, match="interrupted"):
+        hookscope.load_activations(tmp_path / "bad")

@@ -86,10 +86,14 @@ def describe_failure(trace: Trace) -> str:
     if err.call is None:
         return f"{err.exception_type}: {err.message} (outside any module call)"
     call = trace.calls[err.call]
-    inputs = call.facts.get("inputs") or ()
-    shapes = ", ".join(f"{m.path}={list(m.shape)}" for m in inputs) or "no tensor inputs"
     where = call.path or "<root>"
+    inputs = call.facts.get("inputs")
+    if inputs is None:  # the shapes probe did not run: the inputs are not known
+        received = ""
+    else:
+        shapes = ", ".join(f"{m.path}={list(m.shape)}" for m in inputs) or "no tensor inputs"
+        received = f" with inputs {shapes}"
     return (
-        f"{err.exception_type} in module {where!r} ({call.module_class}, call {call.call_index}) "
-        f"with inputs {shapes}: {err.message}"
+        f"{err.exception_type} in module {where!r} ({call.module_class}, call {call.call_index})"
+        f"{received}: {err.message}"
     )

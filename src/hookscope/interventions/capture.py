@@ -26,11 +26,12 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_map
 
+from hookscope.core.failures import describe_failure
 from hookscope.core.probe import Probe
 from hookscope.core.records import Call
 from hookscope.core.selectors import ModuleSelector, compile_module_selector
 from hookscope.core.tracer import Tracer
-from hookscope.errors import SpecError
+from hookscope.errors import HookscopeError, ModelRunError, SpecError
 from hookscope.interventions.storage import Activations, ModuleInputs, ShardWriter, load_activations
 
 
@@ -211,6 +212,7 @@ class Capture:
         tracer, self._tracer = self._tracer, None
         try:
             if tracer is not None:
+                self.trace = tracer.trace  # the calls seen, also of a run that failed
                 tracer.__exit__(exc_type, exc, tb)
         except BaseException as e:
             exc = exc or e
@@ -254,6 +256,8 @@ def capture(
 
     Raises:
         SpecError: a bad option or a selector that matches nothing.
+        ModelRunError: the model raised (the module and its input shapes in the message;
+            with ``save_to``, the directory reads as an interrupted capture).
 
     Example:
         >>> acts = hookscope.capture(model, x, select="layer*.0.conv1")
@@ -262,8 +266,21 @@ def capture(
     """
     cap = Capture(model, select=select, what=what, to=to, save_to=save_to,
                   shard_mib=shard_mib)
-    with cap, torch.no_grad():
-        model(*inputs, **(kwargs or {}))
+    started = False
+    try:
+        with cap, torch.no_grad():
+            started = True
+            model(*inputs, **(kwargs or {}))
+    except HookscopeError:
+        raise
+    except Exception as e:
+        trace = getattr(cap, "trace", None)
+        if not started or trace is None:
+            raise
+        raise ModelRunError(
+            f"the model raised {describe_failure(trace)}", trace=trace,
+            path=None if trace.error is None else trace.error.path,
+        ) from e
     return cap.activations
 
 
