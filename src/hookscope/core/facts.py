@@ -20,7 +20,7 @@ Reading ``call.time_ns`` returns ``call.facts["time_ns"]`` (``Call.__getattr__``
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -195,6 +195,17 @@ def register_declarations(
             out[kind].append(named)
     REGISTRY.by_probe[probe] = {k: [i.name for i in v] for k, v in out.items()}
     return out
+
+
+def set_exclusive(calls: Sequence[Any], inclusive: str, exclusive: str) -> None:
+    """``call.facts[exclusive]``: the call's ``inclusive`` fact (a time, say) minus its
+    direct children's, at least 0, for every call that has the inclusive fact."""
+    for call in calls:
+        total = call.facts.get(inclusive)
+        if total is None:
+            continue
+        children = sum(calls[i].facts.get(inclusive) or 0 for i in call.children)
+        call.facts[exclusive] = max(0, total - children)
 
 
 def probe_columns(probe: str) -> list[Column]:

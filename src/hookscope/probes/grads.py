@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from hookscope.core.facts import Column, Fact, Field, Unit
+from hookscope.core.facts import Column, Fact, Field, Unit, set_exclusive
 from hookscope.core.probe import Probe, register_probe
 from hookscope.core.serialize import float_in, float_out
 
@@ -288,10 +288,4 @@ def _to_host(values: list[torch.Tensor]) -> list[list[float]]:
 
 
 def _set_self_times(trace: Trace) -> None:
-    calls = trace.calls
-    for call in calls:
-        spent = call.facts.get("backward_ns")
-        if spent is None:
-            continue
-        children = sum(calls[i].facts.get("backward_ns") or 0 for i in call.children)
-        call.facts["backward_self_ns"] = max(0, spent - children)
+    set_exclusive(trace.calls, "backward_ns", "backward_self_ns")

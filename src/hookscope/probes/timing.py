@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from hookscope.core.facts import Column, Fact, Field, Unit
+from hookscope.core.facts import Column, Fact, Field, Unit, set_exclusive
 from hookscope.core.probe import Probe, register_probe
 from hookscope.core.records import Call, Trace
 
@@ -139,13 +139,7 @@ def _share(call: Call, trace: Trace) -> float | None:
 
 def set_self_times(trace: Trace) -> None:
     """``self_time_ns`` of every timed call: its time minus its children's (at least 0)."""
-    calls = trace.calls
-    for call in calls:
-        time = call.facts.get("time_ns")
-        if time is None:
-            continue
-        children = sum(calls[i].facts.get("time_ns") or 0 for i in call.children)
-        call.facts["self_time_ns"] = max(0, time - children)
+    set_exclusive(trace.calls, "time_ns", "self_time_ns")
 
 
 def _read_events(
