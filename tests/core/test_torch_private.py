@@ -97,6 +97,27 @@ def test_composite_kernels_are_found_in_the_dispatcher() -> None:
     assert not torch_private.dispatch_has_composite_kernel(torch.ops.aten.mm.default)
 
 
+def test_dispatch_off_hides_ops_from_an_active_dispatch_mode() -> None:
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen: list[str] = []
+
+    class Recorder(TorchDispatchMode):  # type: ignore[misc]
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                               kwargs: Any = None) -> Any:
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    x = torch.randn(4)
+    with Recorder():
+        x.sum()
+        with torch_private.dispatch_off():
+            total = x.cos().sum()
+        x.neg()
+    assert seen == ["aten.sum.default", "aten.neg.default"]
+    assert torch.equal(total, x.cos().sum())
+
+
 def test_frame_kwargs_reads_the_call_impl_local_and_warns_when_missing() -> None:
     frame = sys._getframe()
     kwargs = {"a": 1}  # noqa: F841  (read through the frame)

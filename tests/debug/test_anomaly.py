@@ -6,6 +6,7 @@ overflow on a reused module's second call, the gradient of sqrt at 0)."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 import torch
@@ -201,3 +202,102 @@ def test_detect_anomaly_raises_inside_the_users_loop_with_the_same_report() -> N
 def test_bad_options_are_spec_errors() -> None:
     with pytest.raises(hookscope.SpecError, match="collect_all"):
         hookscope.find_anomaly(nn.Linear(2, 2), torch.ones(1, 2), collect_all="yes")
+
+
+class MaskedAttention(nn.Module):
+    """A -inf mask inside a softmax: a non-finite op whose call still ends finite."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mask = torch.ones(x.shape[-1], x.shape[-1], dtype=torch.bool).triu(1)
+        scores = (x.unsqueeze(-1) * x.unsqueeze(-2)).masked_fill(mask, float("-inf"))
+        return scores.softmax(-1).sum(-1)
+
+
+class MaskThenOverflow(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = MaskedAttention()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.attn(x) * 1e39  # float32 overflow: the parent's own op
+
+
+def test_a_masked_non_finite_op_inside_a_finite_child_is_not_the_parents_cause() -> None:
+    model = MaskThenOverflow()
+    x = torch.ones(2, 4)
+    with torch.no_grad():
+        inner = model.attn(x)
+    assert bool(torch.isfinite(inner).all())  # the child is finite despite its -inf op
+    report = hookscope.find_anomaly(model, x)
+    assert report is not None
+    a = report.first
+    assert (a.path, a.inf_count) == ("", 8)
+    # what made the parent's output infinite: its own multiplication, not the mask
+    assert a.op is not None and a.op.name == "aten.mul.Tensor" and a.op.path == ""
+    assert [t.finite for t in a.op.inputs] == [True]
+
+
+class RepairedThenOverflow(nn.Module):
+    """A log of negatives repaired in place, then an overflow: the first op that made
+    a non-finite value is still the log, though its output no longer holds one."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x.log()
+        y.nan_to_num_(0.0)
+        return y + x * 1e39
+
+
+def test_an_op_whose_output_is_overwritten_in_place_is_checked_before_the_write() -> None:
+    x = torch.tensor([[-1.0, 2.0]])
+    report = hookscope.find_anomaly(RepairedThenOverflow(), x)
+    assert report is not None and report.first.op is not None
+    assert report.first.op.name == "aten.log.default"
+    assert report.first.op.outputs[0].nan_count == 1
+
+
+def test_holding_few_unchecked_ops_finds_the_same_op(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hookscope.debug import checks
+
+    torch.manual_seed(0)
+    x = torch.randn(3, 4)
+    expected = hookscope.find_anomaly(Counted(), x)
+    monkeypatch.setattr(checks, "PENDING_LIMIT", 1)  # every op is checked at once
+    found = hookscope.find_anomaly(Counted(), x)
+    assert expected is not None and found is not None
+    assert expected.first.op is not None and found.first.op is not None
+    assert (found.first.op.name, found.first.op.path) == (expected.first.op.name, "log")
+
+
+class ReluAfterLinear(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.act = nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.fc(x))
+
+
+@pytest.mark.parametrize("how", ["patch", "user hook"])
+def test_an_in_place_relu_whose_output_something_else_wrote_into_is_read(how: str) -> None:
+    # an in-place ReLU of a finite input is finite without reading it, unless a patch
+    # or a hook wrote into the same tensor: then its output is read, and found
+    torch.manual_seed(0)
+    model = ReluAfterLinear()
+    x = torch.randn(2, 4)
+    assert hookscope.find_anomaly(model, x) is None
+
+    def poison(module: nn.Module, inputs: Any, output: torch.Tensor) -> torch.Tensor:
+        return output.fill_(float("nan"))
+
+    if how == "patch":
+        with hookscope.patch(model, {"act": poison}):
+            report = hookscope.find_anomaly(model, x)
+    else:
+        handle = model.act.register_forward_hook(poison)
+        try:
+            report = hookscope.find_anomaly(model, x)
+        finally:
+            handle.remove()
+    assert report is not None
+    assert (report.first.path, report.first.nan_count) == ("act", 8)

@@ -4,11 +4,12 @@ hookscope relies on a few things torch does not promise: the frame layout of
 ``Module._call_impl`` (always-call hooks run in its ``except`` block, with ``kwargs`` a
 local), the registries of global module hooks, autograd's node sequence numbers and
 current node, the saved-tensor hooks currently active, the execution engine's
-end-of-backward callback queue, functorch's wrapper check and the dispatcher's kernel
-table. Each is wrapped here with a fallback for a torch release that changed it: the
-fallback **warns once** (``HookscopeTorchWarning``) and degrades that one feature,
-never silently. ``tests/core/test_torch_private.py`` checks every assumption against
-the installed torch, so a release that breaks one fails a test by name.
+end-of-backward callback queue, functorch's wrapper check, the dispatcher's kernel
+table and the guard that turns Python dispatch off. Each is wrapped here with a
+fallback for a torch release that changed it: the fallback **warns once**
+(``HookscopeTorchWarning``) and degrades that one feature, never silently.
+``tests/core/test_torch_private.py`` checks every assumption against the installed
+torch, so a release that breaks one fails a test by name.
 
 Nothing outside this module touches these APIs; ``torch.utils._pytree`` (the
 documented way to walk nested values) is imported here too.
@@ -19,6 +20,7 @@ from __future__ import annotations
 import sys
 import warnings
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from types import FrameType
 from typing import Any
 
@@ -32,6 +34,7 @@ __all__ = [
     "current_autograd_node",
     "current_graph_task_id",
     "dispatch_has_composite_kernel",
+    "dispatch_off",
     "frame_kwargs",
     "global_module_hooks_present",
     "graph_task_running",
@@ -212,3 +215,23 @@ def dispatch_has_composite_kernel(func: Any) -> bool:
         _warn_once("decomposing ops without a FLOP formula", "has no dispatcher kernel query")
         return False
     return bool(has_kernel(func._name, key))
+
+
+# -- Python dispatch -------------------------------------------------------------------
+
+_disable_dispatch: Callable[[], AbstractContextManager[None]] | None = getattr(
+    torch._C, "_DisableTorchDispatch", None)
+
+
+def dispatch_off() -> AbstractContextManager[None]:
+    """A guard under which ops skip every ``__torch_dispatch__`` (modes and subclasses).
+
+    For a probe's own check of a plain ``torch.Tensor`` while a dispatch mode is
+    active: without it each of the check's ops comes back through the mode's Python
+    ``__torch_dispatch__``, only to be recognised as hookscope's work and skipped.
+    NB: never around work on tensor subclasses, whose ops need their dispatch.
+    """
+    if _disable_dispatch is None:
+        _warn_once("the speed of finiteness checks", "has no _DisableTorchDispatch")
+        return nullcontext()
+    return _disable_dispatch()

@@ -2,12 +2,13 @@
 
 :class:`NonFiniteProbe` checks every module call's output when the call ends
 (``debug/checks.py``: one sum per tensor, exact) and, while the run lasts, an
-:class:`~hookscope.debug.checks.OpCheckMode` checks the output of every op, noting the
-first non-finite one in each call. At the first call whose output holds a NaN or an
-Inf it raises :class:`NonFiniteError` (a :class:`~hookscope.errors.RunStopped`): the
-rest of the model does not run and the caller gets the partial trace. With
-``backward=True`` (:class:`NonFiniteGradProbe`) the gradients are checked as the
-backward delivers them: of each call's outputs, of its inputs, of each parameter.
+:class:`~hookscope.debug.checks.OpCheckMode` holds the output of every op, checking
+them, to name the first non-finite one, only in a call whose output is not finite.
+At the first call whose output holds a NaN or an Inf it raises
+:class:`NonFiniteError` (a :class:`~hookscope.errors.RunStopped`): the rest of the
+model does not run and the caller gets the partial trace. With ``backward=True``
+(:class:`NonFiniteGradProbe`) the gradients are checked as the backward delivers
+them: of each call's outputs, of its inputs, of each parameter.
 
 :func:`find_anomaly` is the one-call form (a ``hookscope.trace`` with only this
 probe); :func:`detect_anomaly` wraps the user's own loop. The report
@@ -22,6 +23,7 @@ call ends: an input the call wrote into shows what it holds then (the record say
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -84,6 +86,8 @@ class NonFiniteProbe(Probe):
         self._mode: OpCheckMode | None = None
         self._tracer: Tracer | None = None
         self._versions: dict[int, tuple[int, ...]] = {}
+        #: The last tensors found finite, each with the version it had then.
+        self._finite: list[tuple[weakref.ref[torch.Tensor], int]] = []
 
     def install(self, tracer: Tracer) -> list[Removable]:
         self._tracer = tracer
@@ -111,18 +115,29 @@ class NonFiniteProbe(Probe):
         versions = self._versions.pop(call.index, None)
         if failed:
             return
+        mode = self._mode
         for path, t in iter_tensors(output, "out"):
-            if not self._finite(t):
+            if self._checked(t, t._version) or _kept_finite(module, args, t, versions, self):
+                continue
+            if not all_finite(t):
+                if mode is not None:
+                    mode.flush()  # the ops held since the call started: which one did it
                 self._found(_output_anomaly(call, path, t, args, kwargs, versions, self.findings))
                 return
-
-    def _finite(self, t: torch.Tensor) -> bool:
-        mode = self._mode
+            self._remember(t)
         if mode is not None:
-            for last, version, ok in mode.last:
-                if last is t and version == t._version:
-                    return ok
-        return all_finite(t)
+            mode.ended_finite(call.index)
+
+    def _checked(self, t: torch.Tensor, version: int) -> bool:
+        """Whether ``t`` was found finite when it was at ``version``: a container's
+        output is usually its last child's, checked already."""
+        return any(seen == version and ref() is t for ref, seen in self._finite)
+
+    def _remember(self, t: torch.Tensor) -> None:
+        finite = self._finite
+        if len(finite) >= _REMEMBERED:
+            del finite[0]
+        finite.append((weakref.ref(t), t._version))
 
     def _found(self, anomaly: Anomaly) -> None:
         self.anomalies.append(anomaly)
@@ -169,6 +184,35 @@ class NonFiniteGradProbe(NonFiniteProbe):
                     op=self.findings.backward,
                 ))
                 return
+
+
+#: How many finite tensors a probe remembers (weakly): enough for a container's
+#: output, which is its last child's.
+_REMEMBERED = 4
+
+#: Elementwise modules whose output is finite wherever their input is (a clamp, a
+#: maximum, ``x * sigmoid(x)``); run in place, their output need not be read again.
+_KEEPS_FINITE: frozenset[type[nn.Module]] = frozenset({nn.ReLU, nn.ReLU6, nn.Hardtanh, nn.SiLU})
+
+
+def _kept_finite(
+    module: nn.Module, args: tuple[Any, ...], t: torch.Tensor,
+    versions: tuple[int, ...] | None, probe: NonFiniteProbe,
+) -> bool:
+    """Whether ``t`` is finite without reading it: ``module`` (an exact
+    :data:`_KEEPS_FINITE` type, not a subclass with its own ``forward``) wrote it in
+    place, once, into its one input, which was found finite at the version it had
+    when the call started. A hook or a patch that wrote into it too, or replaced it,
+    leaves a different tensor or version, and the output is read."""
+    if type(module) not in _KEEPS_FINITE or not getattr(module, "inplace", False):
+        return False
+    if versions is None or len(versions) != 1 or len(args) != 1 or args[0] is not t:
+        return False
+    before = versions[0]
+    if t._version != before + 1 or not probe._checked(t, before):
+        return False
+    probe._remember(t)
+    return True
 
 
 def _output_anomaly(

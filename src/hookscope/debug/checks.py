@@ -7,16 +7,19 @@ Only when the sum is not finite, which a large finite tensor can also give by
 overflowing, does the exact element-wise test decide. So the check is exact, and on
 the common path it costs one reduction.
 
-:class:`OpCheckMode` is a ``TorchDispatchMode`` that runs each op and checks its
-floating outputs, recording the first op that produced a non-finite value in each
-module call (:class:`OpFindings`). It skips views (they create no value), the
-creation ops that return uninitialised memory (``empty``: whatever bits it holds are
-not the model's values), ops that probes run themselves (``core.tracer.is_internal``),
-and every op of a call that already has its finding.
+:class:`OpCheckMode` is a ``TorchDispatchMode`` that holds each op's floating outputs
+while its module call runs and checks them only when the call's output turns out not
+finite, recording the first op that produced a non-finite value in each module call
+(:class:`OpFindings`). It skips views (they create no value), the creation ops that
+return uninitialised memory (``empty``: whatever bits it holds are not the model's
+values), ops that probes run themselves (``core.tracer.is_internal``), and every op
+of a call that already has its finding.
 """
 
 from __future__ import annotations
 
+import cmath
+import math
 from bisect import bisect_left
 from typing import TYPE_CHECKING, Any
 
@@ -61,15 +64,18 @@ def all_finite(t: torch.Tensor) -> bool:
         return True
     if type(t) is not torch.Tensor:
         t = t.as_subclass(torch.Tensor)
-    if torch.is_grad_enabled():
-        with torch.no_grad():
-            return _finite(t)
-    return _finite(t)
+    # a plain tensor: no dispatch mode (the op check's, a user's) needs to see the check
+    with torch_private.dispatch_off():
+        if torch.is_grad_enabled():
+            with torch.no_grad():
+                return _finite(t)
+        return _finite(t)
 
 
 def _finite(t: torch.Tensor) -> bool:
-    total = t.sum(dtype=torch.float32) if t.dtype in _REDUCED else t.sum()
-    if bool(total.isfinite()):
+    total = (t.sum(dtype=torch.float32) if t.dtype in _REDUCED else t.sum()).item()
+    # NB: in Python: ``Tensor.isfinite`` of the 0-dim sum is a chain of ops (~40 us)
+    if cmath.isfinite(total) if isinstance(total, complex) else math.isfinite(total):
         return True
     return bool(torch.isfinite(t).all())
 
@@ -80,7 +86,7 @@ def counts(t: torch.Tensor) -> tuple[int | None, int | None]:
         return None, None
     if type(t) is not torch.Tensor:
         t = t.as_subclass(torch.Tensor)
-    with torch.no_grad():
+    with torch_private.dispatch_off(), torch.no_grad():
         return int(torch.isnan(t).sum()), int(torch.isinf(t).sum())
 
 
@@ -110,9 +116,44 @@ class OpFindings:
     def last_owner(self) -> int:
         return self.owners[-1] if self.owners else -1
 
+    def add(self, owner: int, finding: OpFinding) -> None:
+        self.owners.append(owner)
+        self.findings.append(finding)
+
+    def drop_inside(self, call: int) -> None:
+        """Forget the findings of ``call`` and the calls nested in it (a suffix)."""
+        i = bisect_left(self.owners, call)
+        del self.owners[i:], self.findings[i:]
+
+
+#: An op that ran in a call and is not checked yet: ``(func, args, kwargs, out, owner,
+#: elements)``, holding its inputs and outputs until the call's own output is known
+#: finite (the op is then never checked) or not (the held ops are then checked in the
+#: order they ran). A tuple: one is made per op.
+_Pending = tuple[Any, tuple[Any, ...], dict[str, Any], Any, int, int]
+
+
+#: Elements of op outputs held unchecked before they are checked anyway: the memory an
+#: anomaly hunt may keep alive beyond the model's own (256 MiB of float32).
+PENDING_LIMIT = 1 << 26
+
 
 class OpCheckMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch: untyped
-    """Run each op; note the first one per call whose floating output is not finite.
+    """Note, per call, the first op whose floating output is not finite.
+
+    Forward ops are checked lazily. Each op's outputs are held, unchecked, while its
+    call runs. When a call ends with a finite output (nearly always) the ops that ran
+    inside it are dropped unchecked, with any finding inside it: so what a call's
+    finding names is the first non-finite op not hidden inside a nested call that
+    ended finite (a ``-inf`` attention mask inside a finite attention block is not
+    the cause of a later overflow). When a call's output is not finite,
+    :meth:`flush` checks the held ops in the order they ran. An op that writes into a
+    tensor, and a held volume above :data:`PENDING_LIMIT` elements, flush first, so
+    every check reads the value the op produced. The module outputs are checked
+    anyway: one read of each op output inside a finite module was the whole cost of
+    checking eagerly.
+
+    Backward ops are checked as they run, until the first non-finite one.
 
     While a mode runs an op, torch disables the mode, so the checks' own ``sum`` and
     ``isfinite`` do not come back here.
@@ -122,62 +163,98 @@ class OpCheckMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         super().__init__()  # type: ignore[no-untyped-call]  # torch leaves it untyped
         self._tracer = tracer
         self._findings = findings
-        #: The outputs of the last op checked, with their versions and verdicts: a
-        #: module usually returns its last op's output, whose check need not be
-        #: repeated.
-        self.last: list[tuple[torch.Tensor, int, bool]] = []
+        self._pending: list[_Pending] = []
+        self._held = 0  # elements of the pending outputs
+        self._writes: dict[Any, bool] = {}  # op -> it writes into an argument
 
     def __torch_dispatch__(
         self, func: Any, types: Any, args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
-        out = func(*args, **kwargs)
         if func in _UNINITIALISED or getattr(func, "is_view", False) or is_internal():
-            return out
-        backward = torch_private.graph_task_running()
-        if backward:
+            return func(*args, **kwargs)
+        if torch_private.graph_task_running():
+            out = func(*args, **kwargs)
             if self._findings.backward is None:
-                self._check(func, args, kwargs, out, None, backward=True)
+                outputs = _checkable(out)
+                if outputs and not all(all_finite(t) for _, t in outputs):
+                    self._record(func, args, kwargs, outputs, None, backward=True)
             return out
         call = self._tracer.current_call
-        if call is not None and call.index > self._findings.last_owner():
-            self._check(func, args, kwargs, out, call.index, backward=False)
+        if call is None or call.index <= self._findings.last_owner():
+            return func(*args, **kwargs)
+        writes = self._writes.get(func)
+        if writes is None:
+            writes = self._writes[func] = _writes(func)
+        if writes and self._pending:
+            self.flush()
+        out = func(*args, **kwargs)
+        # the outputs are sorted out (floating? dense?) only if they are ever checked
+        held = out.numel() if type(out) is torch.Tensor else 0
+        self._pending.append((func, args, kwargs, out, call.index, held))
+        if held:
+            self._held += held
+            if self._held > PENDING_LIMIT:
+                self.flush()
         return out
 
-    def _check(
-        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any,
-        owner: int | None, *, backward: bool,
+    def flush(self) -> None:
+        """Check the held ops in the order they ran; note each call's first bad one."""
+        pending, self._pending, self._held = self._pending, [], 0
+        findings = self._findings
+        for func, args, kwargs, out, owner, _ in pending:
+            if owner <= findings.last_owner():
+                continue
+            outputs = _checkable(out)
+            if outputs and not all(all_finite(t) for _, t in outputs):
+                self._record(func, args, kwargs, outputs, owner, backward=False)
+
+    def ended_finite(self, call: int) -> None:
+        """``call`` ended with a finite output: drop what ran inside it, unchecked."""
+        pending = self._pending
+        i = len(pending)
+        while i and pending[i - 1][4] >= call:  # the ops since it started: a suffix
+            i -= 1
+        if i < len(pending):
+            self._held -= sum(op[5] for op in pending[i:])
+            del pending[i:]
+        if self._findings.last_owner() >= call:
+            self._findings.drop_inside(call)
+
+    def _record(
+        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+        outputs: list[tuple[str, torch.Tensor]], owner: int | None, *, backward: bool,
     ) -> None:
-        outputs = _op_tensors(out, "out")
-        bad = False
-        last = self.last = []
-        for _, t in outputs:
-            ok = all_finite(t)
-            last.append((t, t._version, ok))
-            bad = bad or not ok
-        if not bad:
-            return
         if backward:
             node = torch_private.current_autograd_node()
             owner = self._tracer.node_owner(node)
         trace = self._tracer.trace
         path = None if owner is None or trace is None else trace.calls[owner].path
-        schema = getattr(func, "_schema", None)
-        schema_mutates = schema is not None and any(
-            a.alias_info is not None and a.alias_info.is_write for a in schema.arguments
-        )
         finding = OpFinding(
             name=str(func), phase="backward" if backward else "forward", call=owner,
             path=path,
             inputs=tuple(tensor_check(p, t) for p, t in _arg_tensors(args, kwargs)),
-            outputs=tuple(tensor_check(p, t) for p, t in outputs), inplace=schema_mutates,
+            outputs=tuple(tensor_check(p, t) for p, t in outputs), inplace=_writes(func),
         )
         if backward:
             self._findings.backward = finding
         elif owner is not None:
-            self._findings.owners.append(owner)
-            self._findings.findings.append(finding)
+            self._findings.add(owner, finding)
+
+
+def _writes(func: Any) -> bool:
+    """Whether the op writes into one of its arguments (``add_``, ``out=``)."""
+    schema = getattr(func, "_schema", None)
+    return schema is not None and any(
+        a.alias_info is not None and a.alias_info.is_write for a in schema.arguments
+    )
+
+
+def _checkable(out: Any) -> list[tuple[str, torch.Tensor]]:
+    if isinstance(out, torch.Tensor):  # the common case, without building a list first
+        return [("out", out)] if checkable(out) else []
+    return [(p, t) for p, t in _op_tensors(out, "out") if checkable(t)]
 
 
 def _op_tensors(value: Any, root: str) -> list[tuple[str, torch.Tensor]]:
