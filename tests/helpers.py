@@ -22,6 +22,8 @@ import torch
 import torch.nn.modules.module as torch_module
 from torch import nn
 
+from hookscope.core import torch_private
+
 #: Every per-module hook dict ``nn.Module.__init__`` creates (torch 2.x).
 MODULE_HOOK_DICTS: tuple[str, ...] = (
     "_forward_hooks",
@@ -94,6 +96,9 @@ def count_hooks(model: nn.Module) -> dict[str, int]:
             counts[f"tensor.{attr}"] += len(getattr(t, attr, None) or ())
     for name in GLOBAL_HOOK_DICTS:
         counts[f"global.{name}"] = len(getattr(torch_module, name))
+    # the exclusive fast path stands in for Module._call_impl while a run lasts
+    counts["global.Module._call_impl replaced"] = int(
+        nn.Module.__dict__["_call_impl"] is not torch_private.torch_call_impl())
     return counts
 
 
@@ -186,6 +191,7 @@ def snapshot_state(model: nn.Module) -> StateSnapshot:
     global_hooks = {
         name: _hook_items(getattr(torch_module, name)) for name in GLOBAL_HOOK_DICTS
     }
+    global_hooks["Module._call_impl"] = (("fn", _fn_key(nn.Module.__dict__["_call_impl"])),)
     return StateSnapshot(
         hooks=hooks,
         global_hooks=global_hooks,

@@ -305,3 +305,94 @@ def test_on_enter_gets_the_keyword_inputs_on_the_global_path() -> None:
     hookscope.trace(TakesKwargs(), kwargs={"x": torch.ones(2), "scale": 2.0},
                     **SHAPES_ONLY, probes=[probe])
     assert probe.seen == [("", ["scale", "x"]), ("inner", ["input"])]
+
+
+class SeesCallImpl(nn.Module):
+    """Notes, from inside its forward, what stands in Module._call_impl."""
+
+    def __init__(self, fail: bool = False) -> None:
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+        self.fail = fail
+        self.seen: list[Any] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seen.append(nn.Module.__dict__["_call_impl"])
+        if self.fail:
+            raise ValueError("boom")
+        return self.fc(x)
+
+
+def test_the_stand_in_for_call_impl_lasts_only_while_the_run_does() -> None:
+    from hookscope.core import torch_private
+
+    torchs = torch_private.torch_call_impl()
+    model = SeesCallImpl()
+    hookscope.summary(model, torch.randn(2, 3))
+    assert model.seen[-1] is not torchs  # the fast path ran
+    assert nn.Module.__dict__["_call_impl"] is torchs
+    failing = SeesCallImpl(fail=True)
+    with pytest.raises(hookscope.ModelRunError):
+        hookscope.trace(failing, torch.randn(2, 3))
+    assert failing.seen[-1] is not torchs and nn.Module.__dict__["_call_impl"] is torchs
+    # a Tracer block (user code runs inside) never replaces it
+    with hookscope.Tracer(model):
+        model(torch.randn(2, 3))
+    assert model.seen[-1] is torchs
+    assert total_hooks(model) == total_hooks(failing) == 0
+
+
+class TracesInside(nn.Module):
+    """Runs hookscope.trace on another model from inside its own forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = nn.Sequential(nn.Linear(3, 3), nn.ReLU())
+        self.other = nn.Sequential(nn.Linear(3, 2))
+        self.inner_trace: hookscope.Trace | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.inner_trace = hookscope.trace(self.other, x, **SHAPES_ONLY)
+        return self.inner(x)
+
+
+def test_a_trace_inside_a_trace_records_both_models_each_in_its_own() -> None:
+    model = TracesInside()
+    outer = hookscope.trace(model, torch.randn(2, 3), **SHAPES_ONLY)
+    inner = model.inner_trace
+    assert inner is not None
+    # the outer run holds the stand-in, the inner one takes plain hooks: each records
+    # its own model's calls (``other`` is part of the outer model too)
+    assert [c.path for c in outer.calls] == [
+        "", "other", "other.0", "inner", "inner.0", "inner.1"]
+    assert [c.path for c in inner.calls] == ["", "0"]
+    assert inner["0"].outputs[0].shape == (2, 2)
+    assert total_hooks(model) == 0
+
+
+def test_another_threads_model_is_not_recorded_and_runs_unchanged() -> None:
+    import threading
+
+    model = nn.Sequential(nn.Linear(3, 3), nn.Tanh())
+    other = nn.Sequential(nn.Linear(3, 3))
+    x = torch.randn(2, 3)
+    with torch.no_grad():
+        expected = other(x)
+    started, results = threading.Event(), []
+
+    class Waits(nn.Module):
+        def forward(self, t: torch.Tensor) -> torch.Tensor:
+            started.set()
+            thread.join()  # the other thread runs its model while this run lasts
+            return t
+
+    def run_other() -> None:
+        started.wait()
+        with torch.no_grad():
+            results.append(other(x))
+
+    thread = threading.Thread(target=run_other)
+    thread.start()
+    trace = hookscope.trace(nn.Sequential(model, Waits()), x, **SHAPES_ONLY)
+    assert torch.equal(results[0], expected)
+    assert [c.path for c in trace.calls] == ["", "0", "0.0", "0.1", "1"]

@@ -4,7 +4,6 @@ hookscope degrading silently. Each wrapper's fallback warns once (checked too)."
 
 from __future__ import annotations
 
-import sys
 import warnings
 from typing import Any
 
@@ -15,23 +14,33 @@ from torch.nn.modules import module as torch_module
 from torch.nn.modules.module import register_module_forward_hook
 
 from hookscope.core import torch_private
-from hookscope.core.fast_path import failure_detection_works, pre_hook_kwargs_work
 
 
-def test_always_call_hooks_run_in_the_except_block_of_call_impl_with_kwargs_local() -> None:
-    assert failure_detection_works()
+def test_module_calls_look_call_impl_up_at_call_time() -> None:
+    assert torch_private.call_impl_replaceable()
+    assert nn.Module.__dict__["_call_impl"] is torch_private.torch_call_impl()
+    seen: list[nn.Module] = []
+
+    def standin(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        seen.append(module)
+        return torch_private.torch_call_impl()(module, *args, **kwargs)
+
+    model = nn.Sequential(nn.ReLU())
+    assert torch_private.replace_call_impl(torch_private.torch_call_impl(), standin)
+    try:
+        assert not torch_private.replace_call_impl(torch_private.torch_call_impl(), standin)
+        model(torch.randn(2))
+    finally:
+        assert torch_private.replace_call_impl(standin, torch_private.torch_call_impl())
+    assert seen == [model, model[0]]
+    assert nn.Module.__dict__["_call_impl"] is torch_private.torch_call_impl()
 
 
-def test_global_pre_hooks_run_in_a_frame_that_holds_the_calls_kwargs() -> None:
-    assert pre_hook_kwargs_work()
-
-
-def test_global_forward_hook_with_kwargs_leaves_its_id_behind_and_we_remove_it() -> None:
+def test_global_module_hooks_are_seen() -> None:
     handle = register_module_forward_hook(lambda *a: None, with_kwargs=True, always_call=True)
     assert torch_private.global_module_hooks_present()
     handle.remove()
-    torch_private.remove_global_forward_hook_kwargs_entry(handle.id)
-    assert handle.id not in torch_module._global_forward_hooks_with_kwargs
+    torch_module._global_forward_hooks_with_kwargs.pop(handle.id, None)
     assert not torch_private.global_module_hooks_present()
 
 
@@ -116,22 +125,6 @@ def test_dispatch_off_hides_ops_from_an_active_dispatch_mode() -> None:
         x.neg()
     assert seen == ["aten.sum.default", "aten.neg.default"]
     assert torch.equal(total, x.cos().sum())
-
-
-def test_frame_kwargs_reads_the_call_impl_local_and_warns_when_missing() -> None:
-    frame = sys._getframe()
-    kwargs = {"a": 1}  # noqa: F841  (read through the frame)
-    assert torch_private.frame_kwargs(frame) == {"a": 1}
-    torch_private._warned.discard("keyword inputs of a failing leaf call")
-
-    def no_kwargs() -> dict[str, Any]:
-        return torch_private.frame_kwargs(sys._getframe())
-
-    with pytest.warns(torch_private.HookscopeTorchWarning, match="degraded"):
-        assert no_kwargs() == {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # once only
-        assert no_kwargs() == {}
 
 
 def test_a_missing_private_api_degrades_with_one_warning(monkeypatch: pytest.MonkeyPatch) -> None:

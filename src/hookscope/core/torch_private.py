@@ -1,8 +1,8 @@
 """Every use of a private torch API, in one module.
 
-hookscope relies on a few things torch does not promise: the frame layout of
-``Module._call_impl`` (always-call hooks run in its ``except`` block, with ``kwargs`` a
-local), the registries of global module hooks, autograd's node sequence numbers and
+hookscope relies on a few things torch does not promise: that every module call looks
+``Module._call_impl`` up when it runs (the exclusive fast path stands in for it), the
+registries of global module hooks, autograd's node sequence numbers and
 current node, the saved-tensor hooks currently active, the execution engine's
 end-of-backward callback queue, functorch's wrapper check, the dispatcher's kernel
 table and the guard that turns Python dispatch off. Each is wrapped here with a
@@ -17,25 +17,25 @@ documented way to walk nested values) is imported here too.
 
 from __future__ import annotations
 
-import sys
+import functools
+import threading
 import warnings
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from types import FrameType
 from typing import Any
 
 import torch
+from torch import nn
 from torch.nn.modules import module as _torch_module
 from torch.utils import _pytree as pytree
 
 __all__ = [
     "HookscopeTorchWarning",
-    "caller_frame",
+    "call_impl_replaceable",
     "current_autograd_node",
     "current_graph_task_id",
     "dispatch_has_composite_kernel",
     "dispatch_off",
-    "frame_kwargs",
     "global_module_hooks_present",
     "graph_task_running",
     "is_functorch_wrapped",
@@ -43,8 +43,9 @@ __all__ = [
     "node_sequence_nr",
     "pytree",
     "queue_end_of_backward",
-    "remove_global_forward_hook_kwargs_entry",
+    "replace_call_impl",
     "saved_tensor_default_hooks",
+    "torch_call_impl",
 ]
 
 
@@ -67,21 +68,52 @@ def _warn_once(feature: str, what: str) -> None:
     )
 
 
-# -- frames of Module._call_impl -----------------------------------------------------
+# -- Module._call_impl -------------------------------------------------------------------
 
-caller_frame: Callable[[int], FrameType] = sys._getframe
-"""``sys._getframe``: the leaf fast path compares the frame that runs a hook with the
-frame an exception was caught in (see ``core/fast_path.py``)."""
+_TORCH_CALL_IMPL: Callable[..., Any] = nn.Module._call_impl
+_call_impl_lock = threading.Lock()
 
 
-def frame_kwargs(frame: FrameType) -> dict[str, Any]:
-    """The ``kwargs`` local of ``Module._call_impl``'s frame: torch calls global
-    always-call hooks without kwargs when ``forward`` raised."""
-    found = frame.f_locals.get("kwargs")
-    if isinstance(found, dict):
-        return found
-    _warn_once("keyword inputs of a failing leaf call", "has no 'kwargs' in _call_impl")
-    return {}
+def torch_call_impl() -> Callable[..., Any]:
+    """torch's own ``Module._call_impl``, as it was when hookscope was imported."""
+    return _TORCH_CALL_IMPL
+
+
+def replace_call_impl(expected: Callable[..., Any], new: Callable[..., Any]) -> bool:
+    """Set ``Module._call_impl`` to ``new`` if it is ``expected`` now (atomically);
+    whether it was. ``nn.Module.__call__`` (``_wrapped_call_impl``) looks it up on the
+    module for every call that is not compiled."""
+    with _call_impl_lock:
+        if nn.Module.__dict__.get("_call_impl") is not expected:
+            return False
+        nn.Module._call_impl = new  # type: ignore[method-assign]
+        return True
+
+
+@functools.cache
+def call_impl_replaceable() -> bool:
+    """Whether a module call goes through ``Module._call_impl`` looked up at call
+    time, with the module and its arguments. Checked once per process; without it the
+    exclusive fast path is off (per-module hooks, with a warning)."""
+    seen: list[Any] = []
+
+    def standin(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        seen.append((module, args, kwargs))
+        return _TORCH_CALL_IMPL(module, *args, **kwargs)
+
+    probe, marker = nn.Identity(), torch.zeros(1)
+    works = False
+    if replace_call_impl(_TORCH_CALL_IMPL, standin):
+        try:
+            out = probe(input=marker)
+        finally:
+            replace_call_impl(standin, _TORCH_CALL_IMPL)
+        works = out is marker and len(seen) == 1 and seen[0][0] is probe and (
+            seen[0][2].get("input") is marker)
+    if not works:
+        _warn_once("the speed of trace() and summary()",
+                   "does not call modules through Module._call_impl")
+    return works
 
 
 # -- global module hooks ---------------------------------------------------------------
@@ -93,17 +125,6 @@ def global_module_hooks_present() -> bool:
         getattr(_torch_module, "_global_forward_pre_hooks", None)
         or getattr(_torch_module, "_global_forward_hooks", None)
     )
-
-
-def remove_global_forward_hook_kwargs_entry(handle_id: int) -> None:
-    """Drop ``handle_id`` from ``_global_forward_hooks_with_kwargs``.
-
-    NB: torch's handle of a global forward hook registered ``with_kwargs=True`` leaves
-    its id there (the handle's extra dicts omit it, torch 2.14).
-    """
-    registry = getattr(_torch_module, "_global_forward_hooks_with_kwargs", None)
-    if isinstance(registry, dict):
-        registry.pop(handle_id, None)
 
 
 # -- autograd: sequence numbers, current node, graph tasks -----------------------------

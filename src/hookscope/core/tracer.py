@@ -42,13 +42,7 @@ from torch import nn
 
 from hookscope.core.backward import BackwardWatch, NodeOwners
 from hookscope.core.failures import FailureTracker, add_note, describe_failure
-from hookscope.core.fast_path import (
-    failure_detection_works,
-    has_own_hooks,
-    install_global_hooks,
-    is_fast_leaf,
-    pre_hook_kwargs_work,
-)
+from hookscope.core.fast_path import has_own_hooks, install_call_path, is_fast_leaf
 from hookscope.core.handles import CallbackHandle, HandleGroup
 from hookscope.core.module_hooks import (
     RECORDING_HOOKS,
@@ -60,7 +54,7 @@ from hookscope.core.process import PROCESS
 from hookscope.core.records import Call, StopRecord, Trace
 from hookscope.core.selectors import Selector, compile_selector
 from hookscope.core.structure import ModuleTable, module_table
-from hookscope.core.torch_private import global_module_hooks_present
+from hookscope.core.torch_private import call_impl_replaceable, global_module_hooks_present
 from hookscope.errors import HookscopeError, ProbeError, RunStopped, SpecError
 
 __all__ = ["ProbeSpec", "Tracer", "describe_failure", "internal_work"]
@@ -480,16 +474,21 @@ class Tracer:
         post_hook = make_module_post_hook(self)  # one function: it finds its call on the stack
         add, matches = self._handles.add, self._matches
         kinds: dict[type, _Kind] = {}
-        # Exclusive runs observe hook-free modules through two global hooks, and record
-        # torch.nn leaves whole at their end when no probe needs a call's start.
+        # Exclusive runs observe hook-free modules in a stand-in for Module._call_impl,
+        # and record torch.nn leaves whole at their end when no probe needs a start.
         fast = (
             self._exclusive and not self._backward_probes and not self._enter_replacers
-            and not self._exit_replacers
-            and (not self._enters_read_inputs or pre_hook_kwargs_work())
-            and not global_module_hooks_present() and failure_detection_works()
+            and not self._exit_replacers and not global_module_hooks_present()
+            and call_impl_replaceable()
         )
         leaves_fast = fast and not self._needs_start
         entries: dict[int, list[Any]] = {}  # see core/fast_path.py
+        if fast:  # the stand-in reads ``entries``, filled below
+            fast_handle = install_call_path(self, entries)
+            if fast_handle is None:  # another tracer's stand-in is there: plain hooks
+                fast = leaves_fast = False
+            else:
+                add(fast_handle)
         for path, module in members:
             if matches is not None and not matches(path):
                 continue
@@ -510,8 +509,6 @@ class Tracer:
                 add(CallbackHandle(functools.partial(RECORDING_HOOKS.discard, post.id)))
             pre_hook = make_module_pre_hook(self, path, cls.__name__, post.id)
             add(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
-        if entries:
-            add(install_global_hooks(self, entries))
 
     def _unwind(self, module: nn.Module) -> _Frame | None:
         """The frame of ``module``'s call when it is not on top of the stack: a pre-hook
