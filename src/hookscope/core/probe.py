@@ -84,8 +84,9 @@ class Probe:
     #: ``on_enter``/``on_exit`` may return replacement inputs/outputs.
     replaces: ClassVar[bool] = False
     #: ``on_enter`` reads ``args``/``kwargs``. A probe that only notes a call started
-    #: (timing, memory) sets False: it then gets ``kwargs={}`` in exclusive runs, where
-    #: the engine observes calls through global hooks (``core/fast_path.py``).
+    #: (timing, memory) sets False. Every path of the engine hands the call's real
+    #: inputs today (``core/fast_path.py``); the declaration keeps paths that cannot
+    #: (a global pre-hook gets no kwargs) open to the engine.
     reads_inputs_on_enter: ClassVar[bool] = True
     #: True for a probe that reads ``tracer.chain_start_ns``/``overhead_ns`` (timing):
     #: only then does the tracer time its own hooks.

@@ -566,6 +566,8 @@ def _stop_record(trace: Trace, stop: RunStopped) -> StopRecord:
 
 
 def _cuda_devices(table: ModuleTable) -> list[torch.device]:
+    if not torch.cuda.is_initialized():  # type: ignore[no-untyped-call]  # no CUDA tensor yet
+        return []
     found = {p.device for p in table.parameters}
     for _, module in table.members:
         found.update(b.device for b in module._buffers.values() if b is not None)
