@@ -37,6 +37,7 @@ from torch import nn
 
 from hookscope.core import torch_private
 from hookscope.core.handles import CallbackHandle
+from hookscope.core.module_hooks import new_call
 from hookscope.core.records import started_call
 
 if TYPE_CHECKING:
@@ -92,7 +93,6 @@ def make_traced_call(
     assert tracer.trace is not None
     calls, owners, origin, clock = tracer.trace.calls, tracer._owners, tracer._t0, tracer._clock
     dispatch_enter = tracer._dispatch_enter if tracer._enters else None
-    failures, control = tracer._failures, tracer._control_types
     get_ident, thread = threading.get_ident, tracer._thread
 
     def traced_call_impl(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
@@ -108,15 +108,12 @@ def make_traced_call(
             except Exception as exc:
                 if clocked:
                     tracer.chain_start_ns = perf_counter_ns()
-                call = _leaf_call(stack, calls, path, cls, count, clock[0])
-                if isinstance(exc, control):
-                    raise  # hookscope's own stop or error passing through
-                failures.record(call, exc)
-                _ended(tracer, call, module, args, kwargs, None, True, dispatch_exit, clock)
+                call = new_call(stack, calls, path, cls, count, clock[0])
+                _raised(tracer, call, exc, module, args, kwargs)
                 raise
             if clocked:
                 tracer.chain_start_ns = perf_counter_ns()
-            # NB: _leaf_call and _ended inline: this runs for most calls of a CNN
+            # NB: new_call and the exit bookkeeping inline: most calls of a CNN end here
             index = len(calls)
             if stack:
                 parent = stack[-1][0]
@@ -134,15 +131,9 @@ def make_traced_call(
         start = perf_counter_ns()
         if clocked:
             tracer.chain_start_ns = start
-        index = len(calls)
         clock[0] = begun = start - origin
-        if stack:
-            parent = stack[-1][0]
-            parent.children.append(index)
-            call = started_call(index, path, cls, count, len(stack), parent.index, begun)
-        else:
-            call = started_call(index, path, cls, count, 0, None, begun)
-        calls.append(call)
+        call = new_call(stack, calls, path, cls, count, begun)
+        index = call.index
         frame = (call, module, None)
         stack.append(frame)
         if owners is not None:
@@ -157,10 +148,7 @@ def make_traced_call(
             if clocked:
                 tracer.chain_start_ns = perf_counter_ns()
             _pop(stack, frame, owners, call)
-            if isinstance(exc, control):
-                raise  # hookscope's own stop or error passing through
-            failures.record(call, exc)
-            _ended(tracer, call, module, args, kwargs, None, True, dispatch_exit, clock)
+            _raised(tracer, call, exc, module, args, kwargs)
             raise
         if clocked:
             tracer.chain_start_ns = perf_counter_ns()
@@ -180,20 +168,6 @@ def make_traced_call(
     return traced_call_impl
 
 
-def _leaf_call(
-    stack: list[Any], calls: list[Call], path: str, cls: str, count: int, begun: int
-) -> Call:
-    index = len(calls)
-    if stack:
-        parent = stack[-1][0]
-        parent.children.append(index)
-        call = started_call(index, path, cls, count, len(stack), parent.index, begun)
-    else:
-        call = started_call(index, path, cls, count, 0, None, begun)
-    calls.append(call)
-    return call
-
-
 def _pop(stack: list[Any], frame: Any, owners: NodeOwners | None, call: Call) -> None:
     if stack and stack[-1] is frame:
         stack.pop()
@@ -203,13 +177,17 @@ def _pop(stack: list[Any], frame: Any, owners: NodeOwners | None, call: Call) ->
         owners.mark(call.parent)
 
 
-def _ended(
-    tracer: Tracer, call: Call, module: nn.Module, args: tuple[Any, ...],
-    kwargs: dict[str, Any], output: Any, failed: bool,
-    dispatch_exit: Callable[..., Any], clock: list[int],
+def _raised(
+    tracer: Tracer, call: Call, exc: Exception, module: nn.Module, args: tuple[Any, ...],
+    kwargs: dict[str, Any],
 ) -> None:
-    dispatch_exit(call, module, args, kwargs, output, failed)
+    """``call`` raised ``exc``: record the failure and hand it to the exit dispatch,
+    unless it is hookscope's own stop or error passing through."""
+    if isinstance(exc, tracer._control_types):
+        return
+    tracer._failures.record(call, exc)
+    tracer._dispatch_exit(call, module, args, kwargs, None, True)
     now = perf_counter_ns()
-    clock[0] = now - tracer._t0
+    tracer._clock[0] = now - tracer._t0
     if tracer._clocked:
         tracer.overhead_ns += now - tracer.chain_start_ns

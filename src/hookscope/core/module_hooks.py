@@ -24,6 +24,7 @@ from torch import nn
 from hookscope.core.records import started_call
 
 if TYPE_CHECKING:
+    from hookscope.core.records import Call
     from hookscope.core.tracer import Tracer
 
 
@@ -57,25 +58,34 @@ def make_module_pre_hook(
             # replace the output: run ours last, to record what the caller receives.
             # The order of the user's own hooks is unchanged.
             hooks[post_id] = hooks.pop(post_id)
-        index = len(calls)
         clock[0] = begun = start - origin
-        if stack:
-            parent = stack[-1][0]
-            parent.children.append(index)
-            call = started_call(index, path, cls, count, len(stack), parent.index, begun)
-        else:
-            call = started_call(index, path, cls, count, 0, None, begun)
+        call = new_call(stack, calls, path, cls, count, begun)
         count += 1
-        calls.append(call)
         stack.append((call, module, exc_info()[1]))
         if owners is not None:
-            owners.mark(index)
+            owners.mark(call.index)
         result = None if dispatch is None else dispatch(call, module, args, kwargs)
         if clocked:
             tracer.overhead_ns += perf_counter_ns() - start
         return result
 
     return pre_hook
+
+
+def new_call(
+    stack: list[Any], calls: list[Call], path: str, cls: str, count: int, begun: int
+) -> Call:
+    """Record a call that starts now (or, for a leaf recorded whole, that started at
+    ``begun``) as the next of ``calls``, a child of the call on top of ``stack``."""
+    index = len(calls)
+    if stack:
+        parent = stack[-1][0]
+        parent.children.append(index)
+        call = started_call(index, path, cls, count, len(stack), parent.index, begun)
+    else:
+        call = started_call(index, path, cls, count, 0, None, begun)
+    calls.append(call)
+    return call
 
 
 RECORDING_HOOKS: set[int] = set()
