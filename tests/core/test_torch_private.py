@@ -127,6 +127,32 @@ def test_dispatch_off_hides_ops_from_an_active_dispatch_mode() -> None:
     assert torch.equal(total, x.cos().sum())
 
 
+def test_a_dispatch_mode_keeps_its_torch_dispatch_unwrapped() -> None:
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen: list[str] = []
+
+    def handler(self: Any, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        seen.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+    class Plain(TorchDispatchMode):  # type: ignore[misc]
+        __torch_dispatch__ = handler
+
+    # torch wraps it (torch._disable_dynamo): the wrapper is what we take off
+    assert Plain.__dict__["__torch_dispatch__"] is not handler
+    assert Plain.__dict__["__torch_dispatch__"].__wrapped__ is handler
+
+    @torch_private.unwrapped_dispatch_mode
+    class Fast(TorchDispatchMode):  # type: ignore[misc]
+        __torch_dispatch__ = handler
+
+    assert Fast.__dict__["__torch_dispatch__"] is handler
+    with Fast():
+        torch.randn(2).neg()
+    assert "aten.neg.default" in seen
+
+
 def test_a_missing_private_api_degrades_with_one_warning(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch_private, "_get_sequence_nr", None)
     torch_private._warned.discard("attributing backward work to module calls")

@@ -46,6 +46,7 @@ __all__ = [
     "replace_call_impl",
     "saved_tensor_default_hooks",
     "torch_call_impl",
+    "unwrapped_dispatch_mode",
 ]
 
 
@@ -256,3 +257,22 @@ def dispatch_off() -> AbstractContextManager[None]:
         _warn_once("the speed of finiteness checks", "has no _DisableTorchDispatch")
         return nullcontext()
     return _disable_dispatch()
+
+
+def unwrapped_dispatch_mode(cls: type[Any]) -> type[Any]:
+    """Class decorator for a ``TorchDispatchMode`` subclass: keep its
+    ``__torch_dispatch__`` as written (two Python frames fewer per op).
+
+    torch wraps a mode's ``__torch_dispatch__`` in ``torch._disable_dynamo`` when the
+    class's ``_should_skip_dynamo()`` is true (the default), so that a compiled region
+    never traces it. hookscope's modes run only while a tracer is active, and then
+    ``torch.compile`` runs eagerly (``core/process.py``): nothing compiles to keep out.
+    """
+    raw = cls.__dict__.get("__torch_dispatch__")
+    wrapped_by_torch = getattr(raw, "__wrapped__", None)
+    if wrapped_by_torch is None:
+        _warn_once("the speed of the op log", "no longer wraps __torch_dispatch__")
+        return cls
+    cls.__torch_dispatch__ = wrapped_by_torch
+    cls._should_skip_dynamo = classmethod(lambda c: False)
+    return cls

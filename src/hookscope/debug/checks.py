@@ -138,6 +138,7 @@ _Pending = tuple[Any, tuple[Any, ...], dict[str, Any], Any, int, int]
 PENDING_LIMIT = 1 << 26
 
 
+@torch_private.unwrapped_dispatch_mode
 class OpCheckMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch: untyped
     """Note, per call, the first op whose floating output is not finite.
 

@@ -121,6 +121,7 @@ def _readable_metas(tensors: list[tuple[str, torch.Tensor]]) -> list[TensorMeta]
     return metas
 
 
+@torch_private.unwrapped_dispatch_mode
 class _OpsMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch: untyped
     """The dispatch mode: run each op, then hand it to the probe.
 
