@@ -93,3 +93,41 @@ def test_another_thread_running_the_same_model_is_not_recorded() -> None:
         stop.set()
         worker.join()
     assert counts == {1 + 4 * 3}
+
+
+class RecomputedBlock(nn.Module):
+    """A block under non-reentrant activation checkpointing: its forward runs again
+    inside the backward pass, to recompute what it did not save."""
+
+    def __init__(self, checkpointed: bool) -> None:
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.block = nn.Sequential(nn.Linear(4, 4), nn.Tanh())
+        self.checkpointed = checkpointed
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.a(x)
+        if self.checkpointed:
+            out: torch.Tensor = checkpoint(self.block, x, use_reentrant=False)
+            return out
+        return self.block(x)
+
+
+def _calls(trace: hookscope.Trace) -> list[tuple[str, int, int, int | None]]:
+    return [(c.path, c.call_index, c.depth, c.parent) for c in trace.calls]
+
+
+def test_a_forward_recomputed_by_checkpointing_is_not_recorded_again() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(2, 4)
+    plain, checkpointed = RecomputedBlock(False), RecomputedBlock(True)
+    checkpointed.load_state_dict(plain.state_dict())
+    expected = hookscope.trace(plain, x, backward=True)
+    traced = hookscope.trace(checkpointed, x, backward=True)
+    assert _calls(traced) == _calls(expected)  # no extra root calls from the recompute
+    assert traced["block.0"].grad_output_norm == pytest.approx(
+        expected["block.0"].grad_output_norm)
+    with hookscope.Tracer(checkpointed) as tracer:  # a user's training step
+        checkpointed(x).sum().backward()
+    assert tracer.trace is not None and _calls(tracer.trace) == _calls(expected)
+    assert sum(count_hooks(checkpointed).values()) == 0

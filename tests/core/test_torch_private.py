@@ -60,12 +60,13 @@ def test_the_current_node_and_graph_task_are_visible_inside_a_backward() -> None
     seen: list[Any] = []
     x = torch.randn(3, requires_grad=True)
     y = x * 2
+    task = torch_private.graph_task_id_function()
     y.register_hook(lambda g: seen.append(
-        (torch_private.graph_task_running(), torch_private.current_autograd_node())
+        (torch_private.graph_task_running(), torch_private.current_autograd_node(), task())
     ))
-    assert not torch_private.graph_task_running()
+    assert not torch_private.graph_task_running() and task() == -1
     y.sum().backward()
-    assert seen and seen[0][0] is True
+    assert seen and seen[0][0] is True and seen[0][2] != -1
 
 
 def test_end_of_backward_callbacks_run_after_the_pass() -> None:

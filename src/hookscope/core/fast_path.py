@@ -94,11 +94,13 @@ def make_traced_call(
     calls, owners, origin, clock = tracer.trace.calls, tracer._owners, tracer._t0, tracer._clock
     dispatch_enter = tracer._dispatch_enter if tracer._enters else None
     get_ident, thread = threading.get_ident, tracer._thread
+    graph_task = torch_private.graph_task_id_function()
 
     def traced_call_impl(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
         entry = entries.get(id(module))
-        # not this model's module, another thread's call, or after the run
-        if entry is None or get_ident() != thread or not alive[0]:
+        # not this model's module, another thread's call, after the run, or a forward
+        # run again by a backward pass (activation checkpointing): not a call of the run
+        if entry is None or get_ident() != thread or not alive[0] or graph_task() != -1:
             return original(module, *args, **kwargs)
         path, cls, count = entry[0], entry[1], entry[2]
         entry[2] = count + 1

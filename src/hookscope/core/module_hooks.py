@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
+from hookscope.core import torch_private
 from hookscope.core.records import started_call
 
 if TYPE_CHECKING:
@@ -42,10 +43,13 @@ def make_module_pre_hook(
     count = 0  # calls of this module so far (a module is registered once)
     replaces_only = tracer._replaces_only
     get_ident, thread = threading.get_ident, tracer._thread
+    graph_task = torch_private.graph_task_id_function()
 
     def pre_hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         nonlocal count
-        if get_ident() != thread:  # the model run by another thread meanwhile
+        # the model run by another thread meanwhile, or a forward run again by a backward
+        # pass (activation checkpointing recomputes): not a call of this run
+        if get_ident() != thread or graph_task() != -1:
             return None
         start = perf_counter_ns()
         if clocked:
@@ -115,11 +119,12 @@ def make_module_post_hook(tracer: Tracer) -> Callable[..., Any]:
     dispatch, failures, clock = tracer._dispatch_exit, tracer._failures, tracer._clock
     control = tracer._control_types
     get_ident, thread = threading.get_ident, tracer._thread
+    graph_task = torch_private.graph_task_id_function()
 
     def post_hook(
         module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
     ) -> Any:
-        if get_ident() != thread:
+        if get_ident() != thread or graph_task() != -1:  # as in the pre-hook
             return None
         if clocked:
             start = tracer.chain_start_ns = perf_counter_ns()

@@ -37,6 +37,7 @@ __all__ = [
     "dispatch_has_composite_kernel",
     "dispatch_off",
     "global_module_hooks_present",
+    "graph_task_id_function",
     "graph_task_running",
     "is_functorch_wrapped",
     "next_sequence_nr",
@@ -170,6 +171,15 @@ def current_graph_task_id() -> int | None:
         return None
     task = _graph_task_id()
     return None if task == -1 else task
+
+
+def graph_task_id_function() -> Callable[[], int]:
+    """A function giving the id of the graph task (backward pass) running on this thread,
+    ``-1`` for none: for the hooks, which ask on every module call."""
+    if _graph_task_id is None:
+        _warn_once("telling backward ops from forward ops", "has no _current_graph_task_id")
+        return lambda: -1
+    return _graph_task_id
 
 
 def graph_task_running() -> bool:
