@@ -131,3 +131,42 @@ def test_a_forward_recomputed_by_checkpointing_is_not_recorded_again() -> None:
         checkpointed(x).sum().backward()
     assert tracer.trace is not None and _calls(tracer.trace) == _calls(expected)
     assert sum(count_hooks(checkpointed).values()) == 0
+
+
+class UnusedBranch(nn.Module):
+    """``side``'s output is thrown away; its input feeds ``main`` too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Linear(4, 4)
+        self.side = nn.Linear(4, 4)
+        self.main = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.stem(x)
+        self.side(h)  # unused: no gradient reaches it
+        return self.main(h)
+
+
+class BackwardOrder(hookscope.Probe):
+    name = ""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+
+    def on_backward_enter(self, call: Any, grad_outputs: Any) -> None:
+        self.events.append(("enter", call.path))
+
+    def on_backward_exit(self, call: Any, grad_inputs: Any) -> None:
+        self.events.append(("exit", call.path))
+
+
+def test_a_call_whose_output_gets_no_gradient_has_no_backward_events() -> None:
+    probe = BackwardOrder()
+    hookscope.trace(UnusedBranch(), torch.randn(2, 4), backward=True, probes=[probe],
+                    time=False, stats=False, memory=False)
+    paths = {path for _, path in probe.events}
+    assert "side" not in paths and {"", "main", "stem"} <= paths
+    for path in paths:  # every exit follows its enter
+        kinds = [kind for kind, p in probe.events if p == path]
+        assert kinds == ["enter", "exit"], (path, kinds)

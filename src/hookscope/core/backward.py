@@ -9,6 +9,10 @@ probe receives backward events (``Probe.needs_backward``):
 - when the call ends, its outputs that require grad get another: it fires once the
   gradient of all of them is known, the start of its backward (``on_backward_enter``).
 
+A probe gets ``on_backward_exit`` only after ``on_backward_enter`` for the same call: a
+call whose outputs get no gradient (unused, or not differentiable) has no backward,
+even when its inputs get one from other branches.
+
 This is how ``torch.utils.module_tracker`` follows the backward, and unlike full
 backward module hooks it works with in-place ops (torchvision's
 ``ReLU(inplace=True)``): the input hook is attached before the op modifies the tensor.
@@ -91,7 +95,10 @@ class BackwardWatch:
 
     def _exit(self, call: Call, grads: tuple[Any, ...]) -> None:
         self._queue_end()
-        self._open.pop(call.index, None)
+        if self._open.pop(call.index, None) is None:
+            # its outputs got no gradient (unused, or not differentiable): its backward
+            # did not run, and the gradient of its inputs came from other branches
+            return
         self._dispatch("on_backward_exit", call, grads)
 
     # -- parameters --------------------------------------------------------------------
