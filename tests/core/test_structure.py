@@ -7,6 +7,9 @@ Oracles are torch's own accessors: ``parameters()`` (which deduplicates tied ten
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 import pytest
 import torch
 from torch import nn
@@ -15,7 +18,7 @@ import hookscope
 import zoo
 from helpers import assert_state_unchanged, snapshot_state
 from hookscope.core.records import ModuleInfo
-from hookscope.core.structure import BufferInfo, ParamInfo
+from hookscope.core.structure import BufferInfo, ParamInfo, module_table
 
 ZOO_IDS = {"ids": lambda c: c.__name__}
 
@@ -233,3 +236,48 @@ def test_a_trace_records_tied_paths_and_the_summary_names_them() -> None:
     untied = hookscope.summary(zoo.build(zoo.SharedModule),
                                *zoo.SharedModule.example_inputs()[0])
     assert "tied" not in untied.trace.meta
+
+
+def _records(model: nn.Module) -> tuple[Any, dict[str, Any]]:
+    x = torch.randn(2, 4, dtype=next(model.parameters()).dtype)
+    trace = hookscope.trace(model, x, time=False, stats=False, memory=False)
+    return trace.model, trace.modules
+
+
+@pytest.mark.parametrize("change", [
+    "replace a submodule", "freeze a parameter", "add a submodule", "change the dtype",
+    "resize a parameter", "change a class",
+])
+def test_the_module_records_of_a_later_run_see_every_change_to_the_model(change: str) -> None:
+    # a tracer reuses the records of its last run of a model when nothing they are made
+    # of changed: the oracle is a table made from scratch (extra_repr=True never reuses)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))
+    _records(model)
+    if change == "replace a submodule":
+        model[2] = nn.Linear(4, 4, bias=False)
+    elif change == "freeze a parameter":
+        model[0].weight.requires_grad_(False)
+    elif change == "add a submodule":
+        model.append(nn.Tanh())
+    elif change == "change the dtype":
+        model.double()
+    elif change == "resize a parameter":
+        with torch.no_grad():
+            model[0].bias.data = torch.zeros(4)  # same size: no change expected
+            model[2].bias = nn.Parameter(torch.zeros(4))
+    else:
+        model[1].__class__ = nn.Tanh  # a class swapped on the instance
+    summary, modules = _records(model)
+    fresh = module_table(model)
+    assert summary == fresh.summary
+    assert {p: replace(m, extra_repr=None) for p, m in modules.items()} == {
+        p: replace(m, extra_repr=None) for p, m in fresh.modules.items()}
+
+
+def test_reused_module_records_are_a_new_dict_each_run() -> None:
+    model = nn.Sequential(nn.Linear(4, 4))
+    _, first = _records(model)
+    first.pop("0")
+    _, second = _records(model)
+    assert "0" in second

@@ -13,6 +13,7 @@ never imports the render layer); :meth:`ModelInfo.to_json` is ``core/structure_j
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -416,8 +417,10 @@ def module_table(model: nn.Module, *, extra_repr: bool = True) -> ModuleTable:
     canonical: dict[int, str] = {}
     aliases: dict[int, list[str]] = {}
     members: Walk = []
+    shape: list[tuple[str, int, type]] = []  # what the records derive from, with the counts
     for path, module in walk:
         key = id(module)
+        shape.append((path, key, type(module)))
         if key in canonical:
             aliases.setdefault(key, []).append(path)
         else:
@@ -425,6 +428,14 @@ def module_table(model: nn.Module, *, extra_repr: bool = True) -> ModuleTable:
             members.append((path, module))
     counted = _own_counts(members, exact=False)
     tied = counted.tied
+    reusable = not extra_repr and not tied and not aliases
+    if reusable:
+        made = _MADE.get(model)
+        if made is not None and made[0] == shape and made[1] == counted.own and (
+            made[2] == counted.totals and made[3] == counted.lazy
+        ):
+            return ModuleTable(made[4], dict(made[5]), walk, members, counted.parameters,
+                               counted.lazy)
     if tied:  # a tensor registered twice: count it at its first path only
         counted = _own_counts(members, exact=True)
     own, parameters, lazy = counted.own, counted.parameters, counted.lazy
@@ -467,7 +478,19 @@ def module_table(model: nn.Module, *, extra_repr: bool = True) -> ModuleTable:
         type(model).__name__, p_total, p_trainable, b_total, p_bytes, b_bytes
     )
     tied_paths = _first_paths(walk, "_parameters")[1] if tied else {}
-    return ModuleTable(summary, modules, walk, members, parameters, lazy, tied_paths)
+    if reusable:
+        _MADE[model] = (shape, own, counted.totals, lazy, summary, modules)
+    return ModuleTable(summary, dict(modules) if reusable else modules, walk, members,
+                       parameters, lazy, tied_paths)
+
+
+#: The records of the last table made for each model, with what they were made from:
+#: a tracer makes a table on every run, and when the walk (paths, module identities and
+#: classes) and every module's own counts are what they were, so are the records
+#: (``ModuleInfo``, ``ModelSummary``: read-only, shared between traces; the dict of
+#: them is a copy). Weak: a model that is gone takes its entry with it. Tables with
+#: tied tensors, shared modules or ``extra_repr`` are made anew every time.
+_MADE: weakref.WeakKeyDictionary[nn.Module, tuple[Any, ...]] = weakref.WeakKeyDictionary()
 
 
 def inspect(model: nn.Module) -> ModelInfo:
