@@ -396,3 +396,26 @@ def test_another_threads_model_is_not_recorded_and_runs_unchanged() -> None:
     trace = hookscope.trace(nn.Sequential(model, Waits()), x, **SHAPES_ONLY)
     assert torch.equal(results[0], expected)
     assert [c.path for c in trace.calls] == ["", "0", "0.0", "0.1", "1"]
+
+
+@pytest.mark.parametrize("how", ["torch.compile", "Module.compile"])
+def test_a_compiled_model_gives_every_call_on_the_fast_path(how: str) -> None:
+    torch._dynamo.reset()
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    x = torch.randn(3, 4)
+    eager = hookscope.trace(model, x, **SHAPES_ONLY)
+    if how == "torch.compile":
+        compiled: nn.Module = torch.compile(model, backend="eager")  # type: ignore[assignment]
+        prefix = "_orig_mod"
+    else:
+        compiled = model
+        compiled.compile(backend="eager")  # in place: calls go to its compiled _call_impl
+        prefix = ""
+    compiled(x)  # compile now
+    trace = hookscope.trace(compiled, x, **SHAPES_ONLY)
+    expected = [c.path for c in eager.calls]
+    if prefix:
+        expected = ["", prefix] + [f"{prefix}.{p}" for p in expected[1:]]
+    assert [c.path for c in trace.calls] == expected
+    assert trace.calls[-1].outputs[0].shape == (3, 2)
+    assert total_hooks(model) == 0

@@ -46,9 +46,14 @@ if TYPE_CHECKING:
     from hookscope.core.tracer import Tracer
 
 
-def has_own_hooks(module: nn.Module) -> bool:
-    """Whether the module has forward (pre-)hooks of its own: it keeps per-module hooks."""
-    return bool(module._forward_hooks or module._forward_pre_hooks)
+def needs_own_hooks(module: nn.Module) -> bool:
+    """Whether the module keeps per-module hooks: it has forward (pre-)hooks of its own,
+    or was compiled in place (``module.compile()``: its calls go to the compiled
+    ``_call_impl`` it captured, never through the stand-in)."""
+    return bool(
+        module._forward_hooks or module._forward_pre_hooks
+        or module.__dict__.get("_compiled_call_impl") is not None
+    )
 
 
 def is_fast_leaf(module: nn.Module, torch_nn_class: bool) -> bool:

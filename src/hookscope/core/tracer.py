@@ -42,7 +42,7 @@ from torch import nn
 
 from hookscope.core.backward import BackwardWatch, NodeOwners
 from hookscope.core.failures import FailureTracker, add_note, describe_failure
-from hookscope.core.fast_path import has_own_hooks, install_call_path, is_fast_leaf
+from hookscope.core.fast_path import install_call_path, is_fast_leaf, needs_own_hooks
 from hookscope.core.handles import CallbackHandle, HandleGroup
 from hookscope.core.module_hooks import (
     RECORDING_HOOKS,
@@ -498,7 +498,7 @@ class Tracer:
                 kind = kinds[cls] = _kind_of(cls)
             if kind is _Kind.SCRIPTED:
                 continue  # NB: TorchScript runs no module hooks; its work is its caller's
-            if fast and not has_own_hooks(module):
+            if fast and not needs_own_hooks(module):
                 leaf = leaves_fast and is_fast_leaf(module, kind is _Kind.TORCH_NN)
                 entries[id(module)] = [path, cls.__name__, 0, leaf]
                 continue
