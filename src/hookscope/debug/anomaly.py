@@ -284,7 +284,7 @@ def find_anomaly(
     try:
         result = _trace(
             model, *inputs, kwargs=kwargs, backward=backward, shapes=False, time=False,
-            stats=False, memory=False, probes=[probe],
+            stats=False, memory=False, grads=False, probes=[probe],
         )
     except NonFiniteError as e:
         return e.report
