@@ -170,3 +170,16 @@ def test_a_call_whose_output_gets_no_gradient_has_no_backward_events() -> None:
     for path in paths:  # every exit follows its enter
         kinds = [kind for kind, p in probe.events if p == path]
         assert kinds == ["enter", "exit"], (path, kinds)
+
+
+def test_a_call_that_returns_its_input_gets_its_input_gradient() -> None:
+    # nn.Identity's input hook and output hook sit on one tensor: the exit fires first
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.Identity(), nn.Linear(4, 1))
+    probe = BackwardOrder()
+    trace = hookscope.trace(model, torch.randn(2, 4), backward=True, probes=[probe],
+                            time=False, stats=False, memory=False)
+    assert [k for k, p in probe.events if p == "1"] == ["enter", "exit"]
+    identity = trace["1"]
+    assert identity.grad_input_norm is not None
+    assert identity.grad_input_norm == pytest.approx(identity.grad_output_norm)

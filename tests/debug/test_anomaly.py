@@ -301,3 +301,54 @@ def test_an_in_place_relu_whose_output_something_else_wrote_into_is_read(how: st
             handle.remove()
     assert report is not None
     assert (report.first.path, report.first.nan_count) == ("act", 8)
+
+
+class WritesThroughData(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.fc(x)
+        y.data[0, 0] = float("nan")  # no version bump: the value changes unseen by autograd
+        return y
+
+
+@pytest.mark.parametrize("ops", [True, False])
+def test_a_nan_written_through_data_after_a_child_checked_it_is_found(ops: bool) -> None:
+    report = hookscope.find_anomaly(nn.Sequential(WritesThroughData()), torch.randn(2, 4),
+                                    ops=ops)
+    assert report is not None and report.first.path == "0"
+
+
+def test_an_in_place_relu_with_a_forward_patched_on_the_instance_is_read() -> None:
+    torch.manual_seed(0)
+    model = ReluAfterLinear()
+    model.act.forward = lambda x: x.mul_(float("nan"))  # type: ignore[method-assign]
+    report = hookscope.find_anomaly(model, torch.randn(2, 4))
+    assert report is not None and report.first.path == "act"
+
+
+class LayerNorms(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for _ in range(4):
+            x = torch.nn.functional.layer_norm(x, x.shape[-1:])
+        return x
+
+
+def test_ops_with_tuple_outputs_count_against_the_held_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from hookscope.debug import checks
+
+    held: list[int] = []
+    flush = checks.OpCheckMode.flush
+
+    def counting_flush(self: checks.OpCheckMode) -> None:
+        held.append(self._held)
+        flush(self)
+
+    monkeypatch.setattr(checks, "PENDING_LIMIT", 100)
+    monkeypatch.setattr(checks.OpCheckMode, "flush", counting_flush)
+    assert hookscope.find_anomaly(LayerNorms(), torch.randn(8, 32)) is None
+    assert held and max(held) > 100  # native_layer_norm returns a tuple: counted

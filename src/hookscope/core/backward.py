@@ -67,6 +67,7 @@ class BackwardWatch:
         self._open: dict[int, Call] = {}  # calls whose backward started and has not ended
         self._pending: dict[int, ParamGrad] = {}  # id(param) -> not yet accumulated
         self._queued_task: int | None = None  # the backward pass whose end is queued
+        self._early: dict[int, tuple[Any, ...]] = {}  # exits that came before their enter
 
     # -- module calls ----------------------------------------------------------------
 
@@ -92,12 +93,19 @@ class BackwardWatch:
         self._queue_end()
         self._open[call.index] = call
         self._dispatch("on_backward_enter", call, grads)
+        early = self._early.pop(call.index, None)
+        if early is not None:  # a call that returned its input: both hooks on one tensor
+            self._open.pop(call.index, None)
+            self._dispatch("on_backward_exit", call, early)
 
     def _exit(self, call: Call, grads: tuple[Any, ...]) -> None:
         self._queue_end()
         if self._open.pop(call.index, None) is None:
-            # its outputs got no gradient (unused, or not differentiable): its backward
-            # did not run, and the gradient of its inputs came from other branches
+            # Not entered: either its outputs get no gradient (unused, not
+            # differentiable: it has no backward, its inputs' gradient came from other
+            # branches; dropped at the end of the pass), or it returned its input
+            # (``nn.Identity``), whose input hook fires just before its output hook
+            self._early[call.index] = grads
             return
         self._dispatch("on_backward_exit", call, grads)
 
@@ -141,6 +149,7 @@ class BackwardWatch:
         if self._queued_task is not None:  # the pass that queued the last end failed
             self._pending.clear()
             self._open.clear()
+            self._early.clear()
         if torch_private.queue_end_of_backward(self._end):
             self._queued_task = task
 
@@ -148,6 +157,7 @@ class BackwardWatch:
         """Calls whose inputs needed no gradient end here, and parameters whose
         gradient was computed but not accumulated (``torch.autograd.grad``)."""
         self._queued_task = None
+        self._early.clear()  # calls whose outputs got no gradient: no backward
         pending, self._pending = self._pending, {}
         for grad in pending.values():
             self._dispatch("on_param_grad", None, grad)

@@ -87,7 +87,7 @@ class NonFiniteProbe(Probe):
         self._tracer: Tracer | None = None
         self._versions: dict[int, tuple[int, ...]] = {}
         #: The last tensors found finite, each with the version it had then.
-        self._finite: list[tuple[weakref.ref[torch.Tensor], int]] = []
+        self._finite: list[tuple[weakref.ref[torch.Tensor], int, int]] = []
 
     def install(self, tracer: Tracer) -> list[Removable]:
         self._tracer = tracer
@@ -113,9 +113,11 @@ class NonFiniteProbe(Probe):
         output: Any, failed: bool,
     ) -> None:
         versions = self._versions.pop(call.index, None)
-        if failed:
-            return
         mode = self._mode
+        if failed:
+            if mode is not None:
+                mode.ended_finite(call.index)  # no output to blame its ops for
+            return
         for path, t in iter_tensors(output, "out"):
             if self._checked(t, t._version) or _kept_finite(module, args, t, versions, self):
                 continue
@@ -128,16 +130,27 @@ class NonFiniteProbe(Probe):
         if mode is not None:
             mode.ended_finite(call.index)
 
-    def _checked(self, t: torch.Tensor, version: int) -> bool:
-        """Whether ``t`` was found finite when it was at ``version``: a container's
-        output is usually its last child's, checked already."""
-        return any(seen == version and ref() is t for ref, seen in self._finite)
+    def _checked(self, t: torch.Tensor, version: int, writes_since: int = 0) -> bool:
+        """Whether ``t`` was found finite when it was at ``version``, with exactly
+        ``writes_since`` ops writing into any tensor since: a container's output is
+        usually its last child's, checked already. Only with the op check on: it
+        counts the writes (a write through ``.data`` bumps no version)."""
+        mode = self._mode
+        if mode is None:
+            return False
+        writes = mode.writes - writes_since
+        return any(
+            seen == version and at == writes and ref() is t for ref, seen, at in self._finite
+        )
 
     def _remember(self, t: torch.Tensor) -> None:
+        mode = self._mode
+        if mode is None:
+            return
         finite = self._finite
         if len(finite) >= _REMEMBERED:
             del finite[0]
-        finite.append((weakref.ref(t), t._version))
+        finite.append((weakref.ref(t), t._version, mode.writes))
 
     def _found(self, anomaly: Anomaly) -> None:
         self.anomalies.append(anomaly)
@@ -200,16 +213,19 @@ def _kept_finite(
     versions: tuple[int, ...] | None, probe: NonFiniteProbe,
 ) -> bool:
     """Whether ``t`` is finite without reading it: ``module`` (an exact
-    :data:`_KEEPS_FINITE` type, not a subclass with its own ``forward``) wrote it in
-    place, once, into its one input, which was found finite at the version it had
-    when the call started. A hook or a patch that wrote into it too, or replaced it,
-    leaves a different tensor or version, and the output is read."""
+    :data:`_KEEPS_FINITE` type, not a subclass, no ``forward`` patched on the instance)
+    wrote it in place, once, into its one input, which was found finite at the version
+    it had when the call started, with that one write the only one since. A hook or a
+    patch that wrote into it too, or replaced it, leaves a different tensor, version
+    or count of writes, and the output is read."""
     if type(module) not in _KEEPS_FINITE or not getattr(module, "inplace", False):
+        return False
+    if "forward" in module.__dict__:
         return False
     if versions is None or len(versions) != 1 or len(args) != 1 or args[0] is not t:
         return False
     before = versions[0]
-    if t._version != before + 1 or not probe._checked(t, before):
+    if t._version != before + 1 or not probe._checked(t, before, writes_since=1):
         return False
     probe._remember(t)
     return True

@@ -149,8 +149,9 @@ class OpCheckMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
     ended finite (a ``-inf`` attention mask inside a finite attention block is not
     the cause of a later overflow). When a call's output is not finite,
     :meth:`flush` checks the held ops in the order they ran. An op that writes into a
-    tensor, and a held volume above :data:`PENDING_LIMIT` elements, flush first, so
-    every check reads the value the op produced. The module outputs are checked
+    tensor (also ``resize_``, in-place views), and a held volume above
+    :data:`PENDING_LIMIT` elements, flush first, so every check reads the value the op
+    produced. The module outputs are checked
     anyway: one read of each op output inside a finite module was the whole cost of
     checking eagerly.
 
@@ -167,13 +168,25 @@ class OpCheckMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         self._pending: list[_Pending] = []
         self._held = 0  # elements of the pending outputs
         self._writes: dict[Any, bool] = {}  # op -> it writes into an argument
+        #: Ops so far that wrote into a tensor: a value read before is still the value
+        #: only while this has not moved (a write through ``.data`` bumps no version).
+        self.writes = 0
 
     def __torch_dispatch__(
         self, func: Any, types: Any, args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
-        if func in _UNINITIALISED or getattr(func, "is_view", False) or is_internal():
+        if is_internal():
+            return func(*args, **kwargs)
+        writes = self._writes.get(func)
+        if writes is None:
+            writes = self._writes[func] = _writes(func)
+        if writes:
+            self.writes += 1
+            if self._pending:  # so that every check reads the value its op produced
+                self.flush()
+        if func in _UNINITIALISED or getattr(func, "is_view", False):
             return func(*args, **kwargs)
         if torch_private.graph_task_running():
             out = func(*args, **kwargs)
@@ -185,14 +198,9 @@ class OpCheckMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         call = self._tracer.current_call
         if call is None or call.index <= self._findings.last_owner():
             return func(*args, **kwargs)
-        writes = self._writes.get(func)
-        if writes is None:
-            writes = self._writes[func] = _writes(func)
-        if writes and self._pending:
-            self.flush()
         out = func(*args, **kwargs)
         # the outputs are sorted out (floating? dense?) only if they are ever checked
-        held = out.numel() if type(out) is torch.Tensor else 0
+        held = out.numel() if type(out) is torch.Tensor else _elements(out)
         self._pending.append((func, args, kwargs, out, call.index, held))
         if held:
             self._held += held
@@ -250,6 +258,13 @@ def _writes(func: Any) -> bool:
     return schema is not None and any(
         a.alias_info is not None and a.alias_info.is_write for a in schema.arguments
     )
+
+
+def _elements(out: Any) -> int:
+    """Elements of the tensors in an op's tuple or list output (what holding it keeps)."""
+    if isinstance(out, (tuple, list)):
+        return sum(t.numel() for t in out if isinstance(t, torch.Tensor))
+    return 0
 
 
 def _checkable(out: Any) -> list[tuple[str, torch.Tensor]]:
