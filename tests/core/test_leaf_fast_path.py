@@ -419,3 +419,95 @@ def test_a_compiled_model_gives_every_call_on_the_fast_path(how: str) -> None:
     assert [c.path for c in trace.calls] == expected
     assert trace.calls[-1].outputs[0].shape == (3, 2)
     assert total_hooks(model) == 0
+
+
+@torch.compiler.disable
+class NotCompiled(nn.Module):
+    """``torch.compiler.disable`` on a class gives it a ``_call_impl`` of its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x)
+
+
+def test_a_class_with_its_own_call_impl_is_recorded_by_hooks() -> None:
+    model = nn.Sequential(NotCompiled(), nn.ReLU())
+    fast, normal = both_paths(model, (torch.randn(2, 3),), {})
+    assert rows(fast) == rows(normal)
+    assert [c.path for c in fast.calls] == ["", "0", "0.fc", "1"]
+
+
+class RaisesOnFailedExit(hookscope.Probe):
+    name = ""
+
+    def on_exit(self, call: Any, module: Any, args: Any, kwargs: Any, output: Any,
+                failed: bool) -> None:
+        if failed:
+            raise RuntimeError("probe trouble")
+
+
+class Fails(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise ValueError("model trouble")
+
+
+def test_a_probe_failing_on_a_failed_call_leaves_the_models_exception_to_report() -> None:
+    model = nn.Sequential(nn.Linear(3, 3), Fails())
+    with pytest.raises(hookscope.ModelRunError) as info:
+        hookscope.trace(model, torch.randn(2, 3), probes=[RaisesOnFailedExit()],
+                        **SHAPES_ONLY)
+    assert "model trouble" in str(info.value)
+    assert info.value.trace is not None and info.value.trace.error is not None
+    assert info.value.trace.error.path == "1"
+    assert any("probe trouble" in note for note in getattr(info.value.__cause__, "__notes__", []))
+    assert total_hooks(model) == 0
+
+
+class ImportsDynamo(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import torch._dynamo.utils  # noqa: F401  (what a lazy import in a library does)
+
+        return x
+
+
+def test_dynamo_imported_during_a_run_does_not_keep_the_stand_in() -> None:
+    import sys
+
+    from hookscope.core import torch_private
+
+    saved = {k: v for k, v in sys.modules.items() if k.startswith("torch._dynamo")}
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is not None:  # already imported: make it look as if it is imported now
+        original = utils.unpatched_nn_module_call_impl
+    hookscope.trace(nn.Sequential(ImportsDynamo()), torch.randn(2, 3), **SHAPES_ONLY)
+    utils = sys.modules["torch._dynamo.utils"]
+    assert utils.unpatched_nn_module_call_impl is torch_private.torch_call_impl()
+    assert saved or original is None or original is torch_private.torch_call_impl()
+
+
+class HookedLater(nn.Module):
+    """Adds, during its forward, a hook to a leaf that calls another module."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.leaf = nn.Linear(3, 3)
+        self.other = nn.Tanh()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        handle = self.leaf.register_forward_pre_hook(lambda m, a: (self.other(a[0]),))
+        try:
+            return self.leaf(x)
+        finally:
+            handle.remove()
+
+
+def test_a_hook_added_to_a_leaf_during_the_run_keeps_the_call_order() -> None:
+    trace = hookscope.trace(HookedLater(), torch.randn(2, 3), **SHAPES_ONLY)
+    assert [(c.path, c.parent) for c in trace.calls] == [("", None), ("leaf", 0), ("other", 1)]

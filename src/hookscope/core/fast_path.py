@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from torch import nn
 
 from hookscope.core import torch_private
+from hookscope.core.failures import add_note
 from hookscope.core.handles import CallbackHandle
 from hookscope.core.module_hooks import new_call
 from hookscope.core.records import started_call
@@ -46,13 +47,20 @@ if TYPE_CHECKING:
     from hookscope.core.tracer import Tracer
 
 
-def needs_own_hooks(module: nn.Module) -> bool:
+def needs_own_hooks(module: nn.Module, overrides: dict[type, bool]) -> bool:
     """Whether the module keeps per-module hooks: it has forward (pre-)hooks of its own,
-    or was compiled in place (``module.compile()``: its calls go to the compiled
-    ``_call_impl`` it captured, never through the stand-in)."""
+    or its calls never reach the stand-in: compiled in place (``module.compile()``: they
+    go to the compiled ``_call_impl`` it captured), or a ``_call_impl`` of its class's or
+    its own (``torch.compiler.disable`` on the class). ``overrides`` caches, per class,
+    :func:`~hookscope.core.torch_private.overrides_call_impl`."""
+    cls = type(module)
+    overridden = overrides.get(cls)
+    if overridden is None:
+        overridden = overrides[cls] = torch_private.overrides_call_impl(cls)
     return bool(
-        module._forward_hooks or module._forward_pre_hooks
+        overridden or module._forward_hooks or module._forward_pre_hooks
         or module.__dict__.get("_compiled_call_impl") is not None
+        or "_call_impl" in module.__dict__
     )
 
 
@@ -109,7 +117,9 @@ def make_traced_call(
             return original(module, *args, **kwargs)
         path, cls, count = entry[0], entry[1], entry[2]
         entry[2] = count + 1
-        if entry[3]:  # a leaf, recorded whole when it ends
+        # a leaf, recorded whole when it ends (unless a hook added meanwhile, which may
+        # call another module, needs its start)
+        if entry[3] and not (module._forward_hooks or module._forward_pre_hooks):
             try:
                 output = original(module, *args, **kwargs)
             except Exception as exc:
@@ -193,7 +203,14 @@ def _raised(
     if isinstance(exc, tracer._control_types):
         return
     tracer._failures.record(call, exc)
-    tracer._dispatch_exit(call, module, args, kwargs, None, True)
+    control = tracer._control
+    try:
+        tracer._dispatch_exit(call, module, args, kwargs, None, True)
+    except Exception as probe_error:  # the model's exception is the one to report
+        tracer._control = control
+        cause = probe_error.__cause__ or probe_error
+        add_note(exc, f"hookscope: also, a probe raised while recording this failure "
+                      f"in {call.path or '<root>'!r}: {type(cause).__name__}: {cause}")
     now = perf_counter_ns()
     tracer._clock[0] = now - tracer._t0
     if tracer._clocked:

@@ -17,7 +17,7 @@ documented way to walk nested values) is imported here too.
 
 from __future__ import annotations
 
-import functools
+import sys
 import threading
 import warnings
 from collections.abc import Callable
@@ -42,6 +42,7 @@ __all__ = [
     "is_functorch_wrapped",
     "next_sequence_nr",
     "node_sequence_nr",
+    "overrides_call_impl",
     "pytree",
     "queue_end_of_backward",
     "replace_call_impl",
@@ -84,38 +85,59 @@ def torch_call_impl() -> Callable[..., Any]:
 def replace_call_impl(expected: Callable[..., Any], new: Callable[..., Any]) -> bool:
     """Set ``Module._call_impl`` to ``new`` if it is ``expected`` now (atomically);
     whether it was. ``nn.Module.__call__`` (``_wrapped_call_impl``) looks it up on the
-    module for every call that is not compiled."""
+    module for every call that is not compiled.
+
+    NB: ``torch._dynamo.utils`` keeps the ``_call_impl`` it finds when first imported
+    (``unpatched_nn_module_call_impl``); an import during a run (transformers imports
+    dynamo lazily) would keep the stand-in for good, so it is put back here too."""
     with _call_impl_lock:
         if nn.Module.__dict__.get("_call_impl") is not expected:
             return False
         nn.Module._call_impl = new  # type: ignore[method-assign]
+        dynamo_utils: Any = sys.modules.get("torch._dynamo.utils")
+        if getattr(dynamo_utils, "unpatched_nn_module_call_impl", None) is expected and (
+            new is _TORCH_CALL_IMPL
+        ):
+            dynamo_utils.unpatched_nn_module_call_impl = new
         return True
 
 
-@functools.cache
+def overrides_call_impl(cls: type) -> bool:
+    """Whether a module class has a ``_call_impl`` of its own (``torch.compiler.disable``
+    on the class puts one there): its calls never reach the stand-in."""
+    return any("_call_impl" in k.__dict__ for k in cls.__mro__ if k is not nn.Module)
+
+
+_replaceable: bool | None = None
+
+
 def call_impl_replaceable() -> bool:
     """Whether a module call goes through ``Module._call_impl`` looked up at call
-    time, with the module and its arguments. Checked once per process; without it the
+    time, with the module and its arguments. Checked once per process (not while
+    another stand-in is there: then ``False``, asked again next time); without it the
     exclusive fast path is off (per-module hooks, with a warning)."""
+    global _replaceable
+    if _replaceable is not None:
+        return _replaceable
     seen: list[Any] = []
+    probe, marker, thread = nn.Identity(), torch.zeros(1), threading.get_ident()
 
     def standin(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
-        seen.append((module, args, kwargs))
+        if module is probe and threading.get_ident() == thread:  # not another thread's
+            seen.append((args, kwargs))
         return _TORCH_CALL_IMPL(module, *args, **kwargs)
 
-    probe, marker = nn.Identity(), torch.zeros(1)
-    works = False
-    if replace_call_impl(_TORCH_CALL_IMPL, standin):
-        try:
-            out = probe(input=marker)
-        finally:
-            replace_call_impl(standin, _TORCH_CALL_IMPL)
-        works = out is marker and len(seen) == 1 and seen[0][0] is probe and (
-            seen[0][2].get("input") is marker)
-    if not works:
+    if not replace_call_impl(_TORCH_CALL_IMPL, standin):
+        return False  # someone's stand-in is there now: not an answer about torch
+    try:
+        out = probe(input=marker)
+    finally:
+        replace_call_impl(standin, _TORCH_CALL_IMPL)
+    _replaceable = out is marker and len(seen) == 1 and seen[0][1].get("input") is marker
+    if not _replaceable:
         _warn_once("the speed of trace() and summary()",
                    "does not call modules through Module._call_impl")
-    return works
+    return _replaceable
 
 
 # -- global module hooks ---------------------------------------------------------------

@@ -474,6 +474,7 @@ class Tracer:
         post_hook = make_module_post_hook(self)  # one function: it finds its call on the stack
         add, matches = self._handles.add, self._matches
         kinds: dict[type, _Kind] = {}
+        overrides: dict[type, bool] = {}  # class -> it has a _call_impl of its own
         # Exclusive runs observe hook-free modules in a stand-in for Module._call_impl,
         # and record torch.nn leaves whole at their end when no probe needs a start.
         fast = (
@@ -498,7 +499,7 @@ class Tracer:
                 kind = kinds[cls] = _kind_of(cls)
             if kind is _Kind.SCRIPTED:
                 continue  # NB: TorchScript runs no module hooks; its work is its caller's
-            if fast and not needs_own_hooks(module):
+            if fast and not needs_own_hooks(module, overrides):
                 leaf = leaves_fast and is_fast_leaf(module, kind is _Kind.TORCH_NN)
                 entries[id(module)] = [path, cls.__name__, 0, leaf]
                 continue
