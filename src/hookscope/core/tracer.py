@@ -239,9 +239,6 @@ class Tracer:
         self._backward_probes = [p for p in probes if type(p).needs_backward()]
         self._replaces_only = bool(self._exit_replacers) and not self._exits
         self._needs_start = any(type(p).needs_start() for p in probes)
-        self._enters_read_inputs = any(
-            p.reads_inputs_on_enter for p in probes if overrides(p, "on_enter")
-        )
         # Hot-path switches: keep the overhead clock only for probes that subtract it
         # (timing), and mark probe work as internal only while a probe that watches the
         # dispatched ops (ops) is active, in this tracer or in one it is nested in.
