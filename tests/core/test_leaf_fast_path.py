@@ -9,6 +9,7 @@ class, call index, depth, parent, children, shapes, errors).
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import pytest
@@ -511,3 +512,77 @@ class HookedLater(nn.Module):
 def test_a_hook_added_to_a_leaf_during_the_run_keeps_the_call_order() -> None:
     trace = hookscope.trace(HookedLater(), torch.randn(2, 3), **SHAPES_ONLY)
     assert [(c.path, c.parent) for c in trace.calls] == [("", None), ("leaf", 0), ("other", 1)]
+
+
+class RegistersGlobalHook(nn.Module):
+    """Registers a process-wide forward hook between its two children's calls."""
+
+    def __init__(self, seen: list[str]) -> None:
+        super().__init__()
+        self.first, self.second = nn.ReLU(), nn.Sequential(nn.Tanh())
+        self.seen = seen
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.first(x)
+        hook = nn.modules.module.register_module_forward_hook(
+            lambda m, a, o: self.seen.append(type(m).__name__))
+        try:
+            return self.second(x)
+        finally:
+            hook.remove()
+
+
+def test_a_global_hook_registered_during_the_run_runs_for_the_calls_after_it() -> None:
+    """The stand-in calls ``forward`` itself only while torch would (no hook anywhere)."""
+    seen: list[str] = []
+    trace = hookscope.trace(RegistersGlobalHook(seen), torch.randn(2), **SHAPES_ONLY)
+    assert seen == ["Tanh", "Sequential"]
+    assert [c.path for c in trace.calls] == ["", "first", "second", "second.0"]
+
+
+class GradFnProbe(hookscope.Probe):
+    """Notes the autograd node type of each call's output."""
+
+    name = "grad_fn_for_tests"
+
+    def install(self, tracer: Any) -> list[Any]:
+        self.seen: dict[str, str] = {}
+        return []
+
+    def on_exit(self, call: Any, module: nn.Module, args: Any, kwargs: Any, output: Any,
+                failed: bool) -> None:
+        self.seen[call.path] = type(output.grad_fn).__name__
+
+
+def test_a_modules_backward_hooks_still_run_on_the_fast_path() -> None:
+    """A module with only a backward hook has no forward hook to keep it off the fast
+    path: torch's ``_call_impl`` still runs for it, and wraps its output for the hook."""
+    model = nn.Sequential(nn.Linear(3, 3), nn.ReLU(), nn.Linear(3, 1))
+    model[1].register_full_backward_hook(lambda m, gi, go: None)
+    probe = GradFnProbe()
+    hookscope.trace(model, torch.randn(2, 3), grad=True, probes=[probe], **SHAPES_ONLY)
+    assert probe.seen["1"] == "BackwardHookFunctionBackward"
+    assert probe.seen["0"] == "AddmmBackward0"  # no hook: forward called as torch would
+
+
+def test_torch_jit_trace_inside_a_trace_gets_its_module_scopes() -> None:
+    """Under ``torch.jit.trace`` torch calls ``_slow_forward``, which names each op's
+    module scope: the stand-in leaves those calls to torch's ``_call_impl``."""
+
+    class JitInside(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
+            self.graphs: list[str] = []
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            traced = torch.jit.trace(self.inner, x)
+            self.graphs.append(str(traced.inlined_graph))
+            return traced(x)
+
+    model = JitInside()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.jit.trace is deprecated
+        trace = hookscope.trace(model, torch.randn(1, 2), **SHAPES_ONLY)
+    assert "scope: __module.0" in model.graphs[0] and "scope: __module.1" in model.graphs[0]
+    assert trace.calls[0].outputs[0].shape == (1, 2)

@@ -168,3 +168,44 @@ def test_a_missing_private_api_degrades_with_one_warning(monkeypatch: pytest.Mon
         warnings.simplefilter("ignore", torch_private.HookscopeTorchWarning)
         trace = hookscope.trace(model, x, ops=True, backward=True, time=False, stats=False)
     assert trace.totals_flops is not None and trace.totals_flops.backward > 0
+
+
+def test_call_impl_calls_forward_and_nothing_else_without_hooks() -> None:
+    """The shortcut the fast path takes: torch's ``_call_impl`` reads as expected, and
+    the dicts it checks are torch's process-wide hook dicts, filled in place."""
+    dicts = torch_private.call_impl_shortcut()
+    assert dicts is not None
+    assert dicts == (torch_module._global_forward_pre_hooks, torch_module._global_forward_hooks,
+                     torch_module._global_backward_pre_hooks,
+                     torch_module._global_backward_hooks)
+    assert all(d is getattr(torch_module, n) for d, n in zip(
+        dicts, ("_global_forward_pre_hooks", "_global_forward_hooks",
+                "_global_backward_pre_hooks", "_global_backward_hooks"), strict=True))
+    handle = register_module_forward_hook(lambda *a: None)
+    try:
+        assert dicts[1]  # registered into the same dict object
+    finally:
+        handle.remove()
+    assert not torch_private.jit_tracing_state()
+
+
+def test_a_changed_call_impl_turns_the_shortcut_off_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def changed(self: nn.Module, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover
+        return self.forward(*args, **kwargs)
+
+    monkeypatch.setattr(torch_private, "_TORCH_CALL_IMPL", changed)
+    monkeypatch.setattr(torch_private, "_shortcut", [])
+    torch_private._warned.discard("the speed of trace() and summary()")
+    with pytest.warns(torch_private.HookscopeTorchWarning, match="hook-free path"):
+        assert torch_private.call_impl_shortcut() is None
+    monkeypatch.undo()
+    import hookscope
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch_private.HookscopeTorchWarning)
+        monkeypatch.setattr(torch_private, "_shortcut", [None])
+        model = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
+        trace = hookscope.trace(model, torch.randn(1, 2), time=False, stats=False)
+    assert [c.path for c in trace.calls] == ["", "0", "1"]  # torch's _call_impl for all

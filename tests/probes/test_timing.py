@@ -42,6 +42,34 @@ class SlowProbe(Probe):
         time.sleep(0.030)
 
 
+class SleepLeaf(nn.Module):
+    """A leaf the engine takes for one of ``torch.nn``'s (recorded whole at its end,
+    ``core/fast_path.py``) that spends a known wall time in its forward."""
+
+    __module__ = "torch.nn.modules.sleep_for_tests"
+
+    def __init__(self, ms: float) -> None:
+        super().__init__()
+        self.ms = ms
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(self.ms / 1000)
+        return x + 1
+
+
+class SleepThen(nn.Module):
+    """Sleeps in its own forward, then calls its leaf."""
+
+    def __init__(self, ms: float) -> None:
+        super().__init__()
+        self.ms = ms
+        self.leaf = nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(self.ms / 1000)
+        return self.leaf(x)
+
+
 def assert_time_invariants(trace: Trace) -> None:
     for call in trace:
         assert call.time_ns is not None and call.self_time_ns is not None
@@ -87,6 +115,36 @@ def test_time_excludes_the_work_of_other_probes() -> None:
     assert wall >= 4 * 30 * MS  # the probe really ran in every exit
     assert trace.find("").time_ns < 45 * MS
     assert_time_invariants(trace)
+
+
+def test_leaves_recorded_whole_are_timed_without_other_probes_work() -> None:
+    """On the CPU the time probe needs no start event: leaves of torch.nn take the
+    engine's leaf path, timed by its own clock, and 30 ms of another probe's work
+    after each of them is not their parent's time."""
+    model = nn.Sequential(SleepLeaf(20), SleepLeaf(10), nn.ReLU())
+    trace = hookscope.trace(model, torch.zeros(2), probes=[SlowProbe()], stats=False,
+                            memory=False)
+    assert trace.find("0").time_ns >= 20 * MS and trace.find("1").time_ns >= 10 * MS
+    assert trace.find("0").time_ns < 28 * MS  # not the probe's 30 ms after it
+    assert 30 * MS <= trace.find("").time_ns < 60 * MS  # 3 leaves x 30 ms not counted
+    assert_time_invariants(trace)
+    with hookscope.Tracer(model, time=True) as tracer:
+        assert tracer._needs_start is False  # no probe needs a call's start
+        model(torch.zeros(2))
+
+
+@pytest.mark.parametrize("time_probe", [True, False])
+def test_a_leaf_recorded_whole_starts_when_it_starts(time_probe: bool) -> None:
+    """A leaf recorded at its end still gets its real start time, not the time of the
+    last event before it (here 30 ms of its parent's own work earlier)."""
+    trace = hookscope.trace(SleepThen(30), torch.zeros(2), time=time_probe, stats=False,
+                            memory=False)
+    root, leaf = trace.find(""), trace.find("leaf")
+    assert root.start_ns is not None and leaf.start_ns is not None
+    assert leaf.start_ns - root.start_ns >= 30 * MS
+    if time_probe:
+        assert leaf.time_ns is not None and leaf.time_ns < 10 * MS
+        assert root.time_ns >= 30 * MS + leaf.time_ns
 
 
 def test_a_failing_call_is_timed_up_to_the_failure() -> None:
@@ -147,3 +205,39 @@ def test_cuda_events_time_a_cuda_model() -> None:
     assert tracer.trace is not None
     assert_time_invariants(tracer.trace)
     assert all(c.time_ns > 0 for c in tracer.trace)
+
+
+class OwnClock(Probe):
+    """A user's probe timing calls with the engine's clock."""
+
+    name = "own_clock_for_tests"
+    uses_overhead_clock = True
+
+    def install(self, tracer: Any) -> list[Any]:
+        self.tracer = tracer
+        self.times: dict[str, int | None] = {}
+        return []
+
+    def on_exit(
+        self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+        output: Any, failed: bool,
+    ) -> None:
+        self.times[call.path] = self.tracer.model_time_ns(call)
+
+
+def test_a_probe_times_calls_with_the_engines_clock() -> None:
+    probe = OwnClock()
+    model = nn.Sequential(Sleep(20), nn.ReLU())
+    hookscope.trace(model, torch.zeros(2), probes=[probe, SlowProbe()], time=False)
+    assert probe.times["0"] is not None and 20 * MS <= probe.times["0"] < 28 * MS
+    assert probe.times[""] is not None and 20 * MS <= probe.times[""] < 50 * MS
+
+
+def test_the_engines_clock_is_none_without_a_probe_that_asks_for_it() -> None:
+    probe = OwnClock()
+    type(probe).uses_overhead_clock = False
+    try:
+        hookscope.trace(nn.Linear(2, 2), torch.zeros(1, 2), probes=[probe], time=False)
+    finally:
+        type(probe).uses_overhead_clock = True
+    assert probe.times == {"": None}

@@ -23,7 +23,10 @@ exist: torch's hook order is then kept by plain hooks.
 itself (no submodules, no ``forward`` patched on the instance, not a user subclass) are
 recorded whole when they end. This is exact: such a ``forward`` calls no other module,
 so no call starts between its start and its end, and the index, parent and depth a call
-gets at the end are those it would have got at the start.
+gets at the end are those it would have got at the start. Its start time is read before
+``forward`` runs, so ``start_ns`` and the engine's time window
+(:meth:`~hookscope.core.tracer.Tracer.model_time_ns`) are those of any other call: the
+time probe needs no start event on the CPU, and its leaves take this path too.
 """
 
 from __future__ import annotations
@@ -105,9 +108,17 @@ def make_traced_call(
     stack, clocked, dispatch_exit = tracer._stack, tracer._clocked, tracer._dispatch_exit
     assert tracer.trace is not None
     calls, owners, origin, clock = tracer.trace.calls, tracer._owners, tracer._t0, tracer._clock
+    at_start = tracer._overhead_at_start
     dispatch_enter = tracer._dispatch_enter if tracer._enters else None
     get_ident, thread = threading.get_ident, tracer._thread
     graph_task = torch_private.graph_task_id_function()
+    # torch's own hook-free shortcut, taken here: forward called without the frame of
+    # _call_impl (torch_private.call_impl_shortcut)
+    shortcut = torch_private.call_impl_shortcut()
+    if shortcut is None:
+        shortcut = ({0: None},) * 4  # never empty: always torch's _call_impl
+    g_pre, g_post, g_back_pre, g_back = shortcut
+    jit_tracing = torch_private.jit_tracing_state
 
     def traced_call_impl(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
         entry = entries.get(id(module))
@@ -120,12 +131,21 @@ def make_traced_call(
         # a leaf, recorded whole when it ends (unless a hook added meanwhile, which may
         # call another module, needs its start)
         if entry[3] and not (module._forward_hooks or module._forward_pre_hooks):
+            if clocked:
+                overhead = tracer.overhead_ns
+            start = perf_counter_ns()
             try:
-                output = original(module, *args, **kwargs)
+                if (
+                    module._backward_hooks or module._backward_pre_hooks or g_pre or g_post
+                    or g_back_pre or g_back or jit_tracing()
+                ):
+                    output = original(module, *args, **kwargs)
+                else:
+                    output = module.forward(*args, **kwargs)
             except Exception as exc:
                 if clocked:
                     tracer.chain_start_ns = perf_counter_ns()
-                call = new_call(stack, calls, path, cls, count, clock[0])
+                call = new_call(stack, calls, path, cls, count, start - origin)
                 _raised(tracer, call, exc, module, args, kwargs)
                 raise
             if clocked:
@@ -135,10 +155,14 @@ def make_traced_call(
             if stack:
                 parent = stack[-1][0]
                 parent.children.append(index)
-                call = started_call(index, path, cls, count, len(stack), parent.index, clock[0])
+                call = started_call(
+                    index, path, cls, count, len(stack), parent.index, start - origin
+                )
             else:
-                call = started_call(index, path, cls, count, 0, None, clock[0])
+                call = started_call(index, path, cls, count, 0, None, start - origin)
             calls.append(call)
+            if clocked:
+                at_start[index] = overhead
             dispatch_exit(call, module, args, kwargs, output, False)
             now = perf_counter_ns()
             clock[0] = now - origin
@@ -151,6 +175,8 @@ def make_traced_call(
         clock[0] = begun = start - origin
         call = new_call(stack, calls, path, cls, count, begun)
         index = call.index
+        if clocked:
+            at_start[index] = tracer.overhead_ns
         frame = (call, module, None)
         stack.append(frame)
         if owners is not None:
@@ -160,7 +186,14 @@ def make_traced_call(
                 dispatch_enter(call, module, args, kwargs)
             if clocked:
                 tracer.overhead_ns += perf_counter_ns() - start
-            output = original(module, *args, **kwargs)
+            if (
+                module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+                or module._backward_pre_hooks or g_pre or g_post or g_back_pre or g_back
+                or jit_tracing()
+            ):
+                output = original(module, *args, **kwargs)
+            else:
+                output = module.forward(*args, **kwargs)
         except Exception as exc:
             if clocked:
                 tracer.chain_start_ns = perf_counter_ns()

@@ -64,6 +64,8 @@ def make_module_pre_hook(
             hooks[post_id] = hooks.pop(post_id)
         clock[0] = begun = start - origin
         call = new_call(stack, calls, path, cls, count, begun)
+        if clocked:
+            tracer._overhead_at_start[call.index] = tracer.overhead_ns
         count += 1
         stack.append((call, module, exc_info()[1]))
         if owners is not None:

@@ -112,9 +112,12 @@ class Probe:
 
     # -- what the probe needs, derived from what it overrides -------------------
 
-    @classmethod
-    def needs_start(cls) -> bool:
-        """Whether the probe must see a call start (it overrides ``on_enter``)."""
+    def needs_start(self) -> bool:
+        """Whether the probe must see calls start (it overrides ``on_enter``, replaces
+        values or watches ops). Asked once the probe is installed; a probe answering
+        ``False`` gets no ``on_enter``, and the leaves of ``torch.nn`` may then be
+        recorded whole when they end (``core/fast_path.py``)."""
+        cls = type(self)
         return cls.on_enter is not Probe.on_enter or cls.replaces or cls.watches_ops
 
     @classmethod

@@ -173,9 +173,8 @@ class Call:
     that raised), ``memory``, ``flops``/``self_flops`` (ops).
 
     Attributes:
-        start_ns: when the call started, in nanoseconds since the trace started. For a
-            leaf recorded whole when it ended (``docs/architecture.md``, the leaf fast
-            path), the last moment known before it started.
+        start_ns: when the call started, in nanoseconds since the trace started (read
+            before any probe's work for the call).
         error: ``"TypeName: message"`` when the call raised.
     """
 

@@ -32,6 +32,7 @@ from torch.utils import _pytree as pytree
 __all__ = [
     "HookscopeTorchWarning",
     "call_impl_replaceable",
+    "call_impl_shortcut",
     "current_autograd_node",
     "current_graph_task_id",
     "dispatch_has_composite_kernel",
@@ -40,6 +41,7 @@ __all__ = [
     "graph_task_id_function",
     "graph_task_running",
     "is_functorch_wrapped",
+    "jit_tracing_state",
     "next_sequence_nr",
     "node_sequence_nr",
     "overrides_call_impl",
@@ -138,6 +140,54 @@ def call_impl_replaceable() -> bool:
         _warn_once("the speed of trace() and summary()",
                    "does not call modules through Module._call_impl")
     return _replaceable
+
+
+HookDicts = tuple[dict[int, Any], dict[int, Any], dict[int, Any], dict[int, Any]]
+_GLOBAL_HOOK_NAMES = ("_global_forward_pre_hooks", "_global_forward_hooks",
+                      "_global_backward_pre_hooks", "_global_backward_hooks")
+# NB: the start of torch's ``_call_impl``, whitespace removed: with no hook anywhere it
+# calls ``forward`` (``_slow_forward`` under ``torch.jit.trace``) and does nothing else
+_CALL_IMPL_SHORTCUT = (
+    "forward_call=(self._slow_forwardiftorch._C._get_tracing_state()elseself.forward)"
+    "ifnot(self._backward_hooksorself._backward_pre_hooksorself._forward_hooks"
+    "orself._forward_pre_hooksor_global_backward_pre_hooksor_global_backward_hooks"
+    "or_global_forward_hooksor_global_forward_pre_hooks):"
+    "returnforward_call(*args,**kwargs)"
+)
+_shortcut: list[HookDicts | None] = []
+
+
+def call_impl_shortcut() -> HookDicts | None:
+    """The process-wide forward pre-hook, forward hook, backward pre-hook and backward
+    hook dicts, when torch's ``_call_impl`` is known to call ``module.forward(*args,
+    **kwargs)`` and nothing else for a module without hooks while all four are empty
+    and ``torch.jit.trace`` is not running (:data:`jit_tracing_state`). The fast path then
+    calls ``forward`` itself: one interpreter frame less per module call. ``None``
+    (with a warning) when this torch's ``_call_impl`` reads differently. Checked once
+    per process, from its source."""
+    if not _shortcut:
+        import inspect
+
+        try:
+            source = inspect.getsource(_TORCH_CALL_IMPL)
+        except (OSError, TypeError):
+            source = ""
+        body = "".join(
+            line.split("#", 1)[0].strip() for line in source.splitlines()[1:]
+        ).replace(" ", "")
+        dicts = tuple(getattr(_torch_module, name, None) for name in _GLOBAL_HOOK_NAMES)
+        if body.startswith(_CALL_IMPL_SHORTCUT) and all(isinstance(d, dict) for d in dicts):
+            _shortcut.append(dicts)  # type: ignore[arg-type]
+        else:
+            _shortcut.append(None)
+            _warn_once("the speed of trace() and summary()",
+                       "changed the hook-free path of Module._call_impl")
+    return _shortcut[0]
+
+
+#: ``torch.jit.trace``'s state, truthy while it runs (then ``_call_impl`` calls
+#: ``_slow_forward``): the fast path's per-call check
+jit_tracing_state: Callable[[], Any] = torch._C._get_tracing_state
 
 
 # -- global module hooks ---------------------------------------------------------------

@@ -215,6 +215,7 @@ class Tracer:
         #: mode) adds its own time to ``overhead_ns`` for the same reason.
         self.chain_start_ns = 0
         self.overhead_ns = 0
+        self._overhead_at_start: dict[int, int] = {}  # call index -> overhead_ns then
         #: The CUDA devices that hold the model's parameters or buffers (set on entry,
         #: from the one walk of the model the tracer makes).
         self.cuda_devices: list[torch.device] = []
@@ -223,9 +224,7 @@ class Tracer:
     def _plan_dispatch(self) -> None:
         """Which probe callbacks run for which event, from what the probes declare."""
         probes = self.probes
-        self._enters: list[Callable[..., Any]] = [
-            p.on_enter for p in probes if overrides(p, "on_enter") and not p.replaces
-        ]
+        self._enters: list[Callable[..., Any]] = []  # set on entry: see _plan_starts
         self._enter_replacers: list[Callable[..., Any]] = [
             p.on_enter for p in probes if overrides(p, "on_enter") and p.replaces
         ]
@@ -238,12 +237,21 @@ class Tracer:
         ]
         self._backward_probes = [p for p in probes if type(p).needs_backward()]
         self._replaces_only = bool(self._exit_replacers) and not self._exits
-        self._needs_start = any(type(p).needs_start() for p in probes)
+        self._needs_start = False
         # Hot-path switches: keep the overhead clock only for probes that subtract it
         # (timing), and mark probe work as internal only while a probe that watches the
         # dispatched ops (ops) is active, in this tracer or in one it is nested in.
         self._clocked = any(p.uses_overhead_clock for p in probes)
         self._guarded = any(p.watches_ops for p in probes)
+
+    def _plan_starts(self) -> None:
+        """Which probes see calls start, from what they need once installed (the timing
+        probe needs a start event only for CUDA events)."""
+        starting = [p for p in self.probes if p.needs_start()]
+        self._enters = [
+            p.on_enter for p in starting if overrides(p, "on_enter") and not p.replaces
+        ]
+        self._needs_start = bool(starting)
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -259,6 +267,7 @@ class Tracer:
             meta=_run_facts(table),
         )
         self._stack.clear()
+        self._overhead_at_start.clear()
         self._failures = FailureTracker(self.trace.calls)
         self._control = None
         self._state = _ModelState(table) if self._restore_state else None
@@ -284,7 +293,6 @@ class Tracer:
             self._backward = BackwardWatch(self._dispatch_backward, grad_handles)
             self._backward.watch_parameters(_named_parameters(table))
         self._owners = NodeOwners() if self._guarded else None
-        self._register_module_hooks(table.members)
         for probe in self.probes:
             try:
                 installed = probe.install(self)
@@ -293,6 +301,8 @@ class Tracer:
             except Exception as e:
                 raise _probe_error(probe, "install", None, e) from e
             handles.extend(installed)
+        self._plan_starts()
+        self._register_module_hooks(table.members)
         if self._guarded:
             _shared.watchers += 1
             handles.add(CallbackHandle(_unwatch))
@@ -331,6 +341,7 @@ class Tracer:
             trace.model, trace.modules = table.summary, table.modules
         try:
             self._finalize_probes(trace)
+            self._overhead_at_start.clear()
         except ProbeError as probe_error:
             if exc is None or isinstance(exc, _CONTROL):
                 raise
@@ -371,6 +382,19 @@ class Tracer:
     def internal_work(self) -> Any:
         """:func:`internal_work`, for probes that hold a tracer."""
         return internal_work()
+
+    def model_time_ns(self, call: Call) -> int | None:
+        """The time since ``call`` started, less hookscope's own work in that window
+        (the engine's bookkeeping, the probes' work for the call's children): the time
+        the call takes without hookscope, read in ``on_exit``. ``None`` unless a probe
+        of this tracer declares ``uses_overhead_clock`` (then the engine keeps the
+        clock), or for a call that did not start in this run."""
+        now = perf_counter_ns()
+        at_start = self._overhead_at_start.get(call.index)
+        if at_start is None or call.start_ns is None:
+            return None
+        overhead = self.overhead_ns + now - self.chain_start_ns - at_start
+        return max(0, now - self._t0 - call.start_ns - overhead)
 
     def node_owner(self, node: Any) -> int | None:
         """Index of the call whose forward created autograd ``node`` (``None``: no call,

@@ -1,12 +1,14 @@
 """Timing probe: inclusive and self (exclusive) time of every module call.
 
-On the CPU a call is timed with ``time.perf_counter_ns`` between the probe's
-``on_enter`` and ``on_exit``. The probe has the highest ``order``, so it enters last
-and exits first: no other probe's work for the call itself falls inside its window.
-The work hookscope does for the call's *children* (their hooks, statistics, memory
-accounting) does fall inside it; the tracer keeps a clock of that work
-(``Tracer.overhead_ns``) and the probe subtracts it, so a parent's time is the
-model's own time, as it would be without hookscope.
+On the CPU a call is timed by the engine's clock (``Tracer.model_time_ns``): from
+the call's start, read with ``time.perf_counter_ns`` before any probe's work for it,
+to the probe's ``on_exit``, less the work hookscope did in between (the engine's
+bookkeeping, the hooks, statistics and memory accounting of the call's *children*:
+``Tracer.overhead_ns``), so a parent's time is the model's own time, as it would be
+without hookscope. The probe has the highest ``order``, so it exits first: no other
+probe's work for the call itself falls inside its window. It needs no start event on
+the CPU, so the leaves of ``torch.nn`` are recorded whole at their end
+(``core/fast_path.py``).
 
 On CUDA (a parameter or buffer of the model lives on a CUDA device) a call is timed
 with a pair of ``torch.cuda.Event(enable_timing=True)`` recorded on the current
@@ -19,7 +21,6 @@ inclusive times of its direct children (clamped at 0).
 
 from __future__ import annotations
 
-from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -74,13 +75,10 @@ class TimingProbe(Probe):
         self._cuda = False
         self._devices: list[torch.device] = []
         self._tracer: Tracer | None = None
-        # call index -> (start ns, hookscope overhead ns at start)
-        self._open: dict[int, tuple[int, int]] = {}
         self._events: dict[int, tuple[Any, Any]] = {}
 
     def install(self, tracer: Tracer) -> list[Removable]:
         self._tracer = tracer
-        self._open.clear()
         self._events.clear()
         self._devices = list(tracer.cuda_devices)
         cuda = self._cuda_option
@@ -89,19 +87,15 @@ class TimingProbe(Probe):
         self._cuda = cuda and torch.cuda.is_available()
         return []
 
+    def needs_start(self) -> bool:
+        return self._cuda  # a CUDA event recorded when the call starts
+
     def on_enter(
         self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> None:
-        if self._cuda:
-            start = _timing_event()
-            start.record()
-            self._events[call.index] = (start, None)
-            return
-        now = perf_counter_ns()
-        tracer = self._tracer
-        assert tracer is not None
-        # The part of this hook that ran before now is hookscope's, not the model's.
-        self._open[call.index] = (now, tracer.overhead_ns + now - tracer.chain_start_ns)
+        start = _timing_event()
+        start.record()
+        self._events[call.index] = (start, None)
 
     def on_exit(
         self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -114,20 +108,16 @@ class TimingProbe(Probe):
                 end.record()
                 self._events[call.index] = (pair[0], end)
             return
-        now = perf_counter_ns()
-        opened = self._open.pop(call.index, None)
-        if opened is None:
-            return
         tracer = self._tracer
         assert tracer is not None
-        overhead = tracer.overhead_ns + now - tracer.chain_start_ns - opened[1]
-        call.facts["time_ns"] = max(0, now - opened[0] - overhead)
+        time_ns = tracer.model_time_ns(call)
+        if time_ns is not None:
+            call.facts["time_ns"] = time_ns
 
     def finalize(self, trace: Trace) -> None:
         if self._events:
             _read_events(trace, self._events, self._devices)
         self._events.clear()
-        self._open.clear()
         self._tracer = None
         set_self_times(trace)
 
