@@ -32,10 +32,12 @@ time probe needs no start event on the CPU, and its leaves take this path too.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from enum import Enum
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any
 
+import torch
 from torch import nn
 
 from hookscope.core import torch_private
@@ -50,33 +52,74 @@ if TYPE_CHECKING:
     from hookscope.core.tracer import Tracer
 
 
-def needs_own_hooks(module: nn.Module, overrides: dict[type, bool]) -> bool:
-    """Whether the module keeps per-module hooks: it has forward (pre-)hooks of its own,
-    or its calls never reach the stand-in: compiled in place (``module.compile()``: they
-    go to the compiled ``_call_impl`` it captured), or a ``_call_impl`` of its class's or
-    its own (``torch.compiler.disable`` on the class). ``overrides`` caches, per class,
-    :func:`~hookscope.core.torch_private.overrides_call_impl`."""
-    cls = type(module)
-    overridden = overrides.get(cls)
-    if overridden is None:
-        overridden = overrides[cls] = torch_private.overrides_call_impl(cls)
-    return bool(
-        overridden or module._forward_hooks or module._forward_pre_hooks
-        or module.__dict__.get("_compiled_call_impl") is not None
-        or "_call_impl" in module.__dict__
-    )
+class Kind(Enum):
+    """What the tracer needs to know about a module class."""
+
+    SCRIPTED = "scripted"  # TorchScript: runs no module hooks
+    TORCH_NN = "torch.nn"  # a class of torch.nn itself, not a subclass of the user's
+    OTHER = "other"
 
 
-def is_fast_leaf(module: nn.Module, torch_nn_class: bool) -> bool:
-    """Whether a hook-free module of a ``torch.nn`` class can be recorded whole at its end."""
-    return (
-        torch_nn_class and not module._modules
-        and "forward" not in module.__dict__  # NB: a forward patched on the instance
-    )
+def kind_of(cls: type) -> Kind:
+    if issubclass(cls, torch.jit.ScriptModule):
+        return Kind.SCRIPTED
+    if cls.__module__.startswith("torch.nn.modules."):
+        return Kind.TORCH_NN
+    return Kind.OTHER
 
 
 Entries = dict[int, list[Any]]
 """``id(module) -> [path, class name, calls so far, is a fast leaf]``."""
+
+
+def plan_calls(
+    members: Iterable[tuple[str, nn.Module]], matches: Callable[[str], bool] | None,
+    fast: bool, leaves_fast: bool,
+) -> tuple[Entries, list[tuple[str, nn.Module]]]:
+    """Which modules the stand-in observes (``entries``) and which get per-module hooks
+    (the list), of the ``members`` that ``matches`` selects; TorchScript modules get
+    neither (they run no module hooks: their work is their caller's).
+
+    With ``fast``, a module keeps per-module hooks only when it has forward (pre-)hooks
+    of its own, or when its calls never reach the stand-in: compiled in place
+    (``module.compile()``: they go to the compiled ``_call_impl`` it captured), or a
+    ``_call_impl`` of its class's or its own (``torch.compiler.disable`` on the class).
+    With ``leaves_fast``, a hook-free module of a ``torch.nn`` class, without
+    submodules and without a ``forward`` patched on the instance, is a fast leaf.
+
+    NB: one loop over every module, every run: per-class facts looked up once per
+    class, the per-module checks inline.
+    """
+    entries: Entries = {}
+    hooked: list[tuple[str, nn.Module]] = []
+    classes: dict[type, tuple[Kind, bool, str]] = {}
+    scripted, torch_nn = Kind.SCRIPTED, Kind.TORCH_NN
+    for path, module in members:
+        if matches is not None and not matches(path):
+            continue
+        cls = type(module)
+        facts = classes.get(cls)
+        if facts is None:
+            facts = classes[cls] = (
+                kind_of(cls), torch_private.overrides_call_impl(cls), cls.__name__
+            )
+        kind = facts[0]
+        if kind is scripted:
+            continue
+        if fast:
+            own = module.__dict__
+            if not (
+                facts[1] or module._forward_hooks or module._forward_pre_hooks
+                or own.get("_compiled_call_impl") is not None or "_call_impl" in own
+            ):
+                entries[id(module)] = [
+                    path, facts[2], 0,
+                    leaves_fast and kind is torch_nn and not module._modules
+                    and "forward" not in own,  # NB: a forward patched on the instance
+                ]
+                continue
+        hooked.append((path, module))
+    return entries, hooked
 
 
 def install_call_path(tracer: Tracer, entries: Entries) -> CallbackHandle | None:

@@ -32,7 +32,6 @@ import threading
 import time as _time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from enum import Enum
 from time import perf_counter_ns
 from types import TracebackType
 from typing import Any, NoReturn
@@ -42,7 +41,7 @@ from torch import nn
 
 from hookscope.core.backward import BackwardWatch, NodeOwners
 from hookscope.core.failures import FailureTracker, add_note, describe_failure
-from hookscope.core.fast_path import install_call_path, is_fast_leaf, needs_own_hooks
+from hookscope.core.fast_path import install_call_path, plan_calls
 from hookscope.core.handles import CallbackHandle, HandleGroup
 from hookscope.core.module_hooks import (
     RECORDING_HOOKS,
@@ -493,9 +492,7 @@ class Tracer:
 
     def _register_module_hooks(self, members: Iterable[tuple[str, nn.Module]]) -> None:
         post_hook = make_module_post_hook(self)  # one function: it finds its call on the stack
-        add, matches = self._handles.add, self._matches
-        kinds: dict[type, _Kind] = {}
-        overrides: dict[type, bool] = {}  # class -> it has a _call_impl of its own
+        add = self._handles.add
         # Exclusive runs observe hook-free modules in a stand-in for Module._call_impl,
         # and record torch.nn leaves whole at their end when no probe needs a start.
         fast = (
@@ -503,33 +500,20 @@ class Tracer:
             and not self._exit_replacers and not global_module_hooks_present()
             and call_impl_replaceable()
         )
-        leaves_fast = fast and not self._needs_start
-        entries: dict[int, list[Any]] = {}  # see core/fast_path.py
-        if fast:  # the stand-in reads ``entries``, filled below
+        entries, hooked = plan_calls(members, self._matches, fast, not self._needs_start)
+        if entries:  # the stand-in reads ``entries`` (core/fast_path.py)
             fast_handle = install_call_path(self, entries)
             if fast_handle is None:  # another tracer's stand-in is there: plain hooks
-                fast = leaves_fast = False
+                entries, hooked = plan_calls(members, self._matches, False, False)
             else:
                 add(fast_handle)
-        for path, module in members:
-            if matches is not None and not matches(path):
-                continue
-            cls = type(module)
-            kind = kinds.get(cls)
-            if kind is None:
-                kind = kinds[cls] = _kind_of(cls)
-            if kind is _Kind.SCRIPTED:
-                continue  # NB: TorchScript runs no module hooks; its work is its caller's
-            if fast and not needs_own_hooks(module, overrides):
-                leaf = leaves_fast and is_fast_leaf(module, kind is _Kind.TORCH_NN)
-                entries[id(module)] = [path, cls.__name__, 0, leaf]
-                continue
+        for path, module in hooked:
             post = module.register_forward_hook(post_hook, with_kwargs=True, always_call=True)
             add(post)
             if not self._replaces_only:
                 RECORDING_HOOKS.add(post.id)
                 add(CallbackHandle(functools.partial(RECORDING_HOOKS.discard, post.id)))
-            pre_hook = make_module_pre_hook(self, path, cls.__name__, post.id)
+            pre_hook = make_module_pre_hook(self, path, type(module).__name__, post.id)
             add(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
 
     def _unwind(self, module: nn.Module) -> _Frame | None:
@@ -638,22 +622,6 @@ def _hookscope_version() -> str:
         except PackageNotFoundError:  # running from a source checkout
             _VERSION.append("0.0.0+unknown")
     return _VERSION[0]
-
-
-class _Kind(Enum):
-    """What the tracer needs to know about a module class."""
-
-    SCRIPTED = "scripted"  # TorchScript: runs no module hooks
-    TORCH_NN = "torch.nn"  # a class of torch.nn itself, not a subclass of the user's
-    OTHER = "other"
-
-
-def _kind_of(cls: type) -> _Kind:
-    if issubclass(cls, torch.jit.ScriptModule):
-        return _Kind.SCRIPTED
-    if cls.__module__.startswith("torch.nn.modules."):
-        return _Kind.TORCH_NN
-    return _Kind.OTHER
 
 
 def _unwatch() -> None:
