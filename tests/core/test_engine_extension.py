@@ -154,6 +154,65 @@ def test_no_hook_is_left_on_modules_or_parameters() -> None:
     assert tracer.trace is not None
 
 
+class ParamGradsOnly(Probe):
+    """Takes one backward event: each parameter's gradient."""
+
+    name = "param_grads_only_test"
+
+    def __init__(self) -> None:
+        self.norms: dict[str, float] = {}
+
+    def on_param_grad(self, grad: Any) -> None:
+        self.norms[grad.path] = float(grad.grad.norm())
+
+
+class BackwardStartsOnly(Probe):
+    """Takes one backward event: the gradient of each call's outputs."""
+
+    name = "backward_starts_only_test"
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+
+    def on_backward_enter(self, call: Any, grad_outputs: tuple[Any, ...]) -> None:
+        self.started.append(call.path)
+
+
+def counting_multi_grad_hooks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    from hookscope.core import backward
+
+    made: list[int] = []
+    real = backward.register_multi_grad_hook
+
+    def counted(tensors: Any, fn: Any) -> Any:
+        made.append(len(tensors))
+        return real(tensors, fn)
+
+    monkeypatch.setattr(backward, "register_multi_grad_hook", counted)
+    return made
+
+
+def test_a_probe_gets_only_the_backward_events_it_takes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parameter gradients alone need no hook on any call's tensors (and leave the
+    forward on the fast path); a call's backward start needs hooks on its outputs only."""
+    made = counting_multi_grad_hooks(monkeypatch)
+    model, x = mlp(), torch.randn(5, 4)
+    params = ParamGradsOnly()
+    hookscope.trace(model, x, backward=True, probes=[params], grads=False, time=False,
+                    stats=False, memory=False)
+    assert made == []
+    twin = mlp()
+    twin(x).sum().backward()  # trace()'s default loss: the sum of the output
+    assert params.norms == pytest.approx(
+        {n: float(p.grad.norm()) for n, p in twin.named_parameters()})
+    starts = BackwardStartsOnly()
+    with hookscope.Tracer(model, shapes=False, probes=[starts]):
+        model(x).sum().backward()
+    assert sorted(starts.started) == ["", "0", "1", "2"]
+    assert len(made) == 4  # the outputs of the four calls; no input hooks
+    assert all(p.grad is not None for p in model.parameters())
+
+
 class StopAtProbe(Probe):
     name = "stop_at_test"
 

@@ -1,11 +1,14 @@
 """Backward events: the gradients of each call's outputs and inputs, and of each parameter.
 
 The tracer (``core/tracer.py``) hands every module call to :class:`BackwardWatch` when a
-probe receives backward events (``Probe.needs_backward``):
+probe receives a call's backward events (``on_backward_enter``/``on_backward_exit``),
+and watches parameters when one receives ``on_param_grad``; each event goes only to
+the probes that override it:
 
 - when the call starts, its inputs that require grad get one
   ``torch.autograd.graph.register_multi_grad_hook``: it fires once autograd has the
-  gradient of all of them, the end of that call's backward (``on_backward_exit``);
+  gradient of all of them, the end of that call's backward (``on_backward_exit``;
+  only when a probe takes that event);
 - when the call ends, its outputs that require grad get another: it fires once the
   gradient of all of them is known, the start of its backward (``on_backward_enter``).
 
@@ -61,9 +64,10 @@ def _needing_grad(tensors: Iterable[tuple[str, torch.Tensor]]) -> list[torch.Ten
 class BackwardWatch:
     """Registers the backward hooks of module calls and parameters; delivers events."""
 
-    def __init__(self, dispatch: Dispatch, handles: HandleGroup) -> None:
+    def __init__(self, dispatch: Dispatch, handles: HandleGroup, *, inputs: bool = True) -> None:
         self._dispatch = dispatch
         self._handles = handles
+        self._inputs = inputs  # a probe wants on_backward_exit: watch the calls' inputs
         self._open: dict[int, Call] = {}  # calls whose backward started and has not ended
         self._pending: dict[int, ParamGrad] = {}  # id(param) -> not yet accumulated
         self._queued_task: int | None = None  # the backward pass whose end is queued
@@ -72,7 +76,7 @@ class BackwardWatch:
     # -- module calls ----------------------------------------------------------------
 
     def watch_inputs(self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        if not torch.is_grad_enabled():
+        if not self._inputs or not torch.is_grad_enabled():
             return
         tensors = _needing_grad(iter_call_inputs(args, kwargs))
         if tensors:

@@ -38,7 +38,7 @@ def make_module_pre_hook(
     assert trace is not None
     calls, owners, origin, clock = trace.calls, tracer._owners, tracer._t0, tracer._clock
     dispatch = tracer._dispatch_enter if (
-        tracer._enters or tracer._enter_replacers or tracer._backward_probes
+        tracer._enters or tracer._enter_replacers or tracer._watches_calls
     ) else None
     count = 0  # calls of this module so far (a module is registered once)
     replaces_only = tracer._replaces_only

@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from hookscope.core.records import Call, ParamGrad, Trace
     from hookscope.core.tracer import Tracer
 
-_BACKWARD_EVENTS = ("on_backward_enter", "on_backward_exit", "on_param_grad")
+BACKWARD_EVENTS = ("on_backward_enter", "on_backward_exit", "on_param_grad")
 
 
 class Probe:
@@ -123,7 +123,7 @@ class Probe:
     @classmethod
     def needs_backward(cls) -> bool:
         """Whether the probe receives backward events."""
-        return any(getattr(cls, e) is not getattr(Probe, e) for e in _BACKWARD_EVENTS)
+        return any(getattr(cls, e) is not getattr(Probe, e) for e in BACKWARD_EVENTS)
 
     # -- events -------------------------------------------------------------------
 

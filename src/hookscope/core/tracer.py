@@ -48,7 +48,15 @@ from hookscope.core.module_hooks import (
     make_module_post_hook,
     make_module_pre_hook,
 )
-from hookscope.core.probe import PROBES, Probe, ProbeSpec, build_probes, exit_callback, overrides
+from hookscope.core.probe import (
+    BACKWARD_EVENTS,
+    PROBES,
+    Probe,
+    ProbeSpec,
+    build_probes,
+    exit_callback,
+    overrides,
+)
 from hookscope.core.process import PROCESS
 from hookscope.core.records import Call, StopRecord, Trace
 from hookscope.core.selectors import Selector, compile_selector
@@ -235,6 +243,16 @@ class Tracer:
             if overrides(p, "on_exit") and not p.replaces
         ]
         self._backward_probes = [p for p in probes if type(p).needs_backward()]
+        # each backward event goes to the probes that override it; hooks on the calls'
+        # tensors only when one wants a call's backward, on parameters for on_param_grad
+        self._backward_handlers: dict[str, list[Callable[..., Any]]] = {
+            event: [getattr(p, event) for p in self._backward_probes if overrides(p, event)]
+            for event in BACKWARD_EVENTS
+        }
+        self._watches_calls = bool(
+            self._backward_handlers["on_backward_enter"]
+            or self._backward_handlers["on_backward_exit"]
+        )
         self._replaces_only = bool(self._exit_replacers) and not self._exits
         self._needs_start = False
         # Hot-path switches: keep the overhead clock only for probes that subtract it
@@ -289,8 +307,12 @@ class Tracer:
         if self._backward_probes:
             grad_handles = HandleGroup()  # hooks on parameters and on the graph's tensors
             handles.add(grad_handles)
-            self._backward = BackwardWatch(self._dispatch_backward, grad_handles)
-            self._backward.watch_parameters(_named_parameters(table))
+            self._backward = BackwardWatch(
+                self._dispatch_backward, grad_handles,
+                inputs=bool(self._backward_handlers["on_backward_exit"]),
+            )
+            if self._backward_handlers["on_param_grad"]:
+                self._backward.watch_parameters(_named_parameters(table))
         self._owners = NodeOwners() if self._guarded else None
         for probe in self.probes:
             try:
@@ -429,7 +451,7 @@ class Tracer:
         finally:
             if guarded:
                 shared.internal -= 1
-        if self._backward is not None:
+        if self._backward is not None and self._watches_calls:
             self._backward.watch_inputs(call, args, kwargs)
         return replaced
 
@@ -455,22 +477,21 @@ class Tracer:
         finally:
             if guarded:
                 shared.internal -= 1
-        if self._backward is not None and not failed:
+        if self._backward is not None and self._watches_calls and not failed:
             self._backward.watch_outputs(call, output)
         return replaced
 
     def _dispatch_backward(self, event: str, call: Call | None, payload: Any) -> None:
-        probe: Probe | None = None
+        handler: Callable[..., Any] | None = None
         _shared.internal += 1
         try:
-            for probe in self._backward_probes:
-                handler = getattr(probe, event)
+            for handler in self._backward_handlers[event]:
                 if call is None:  # on_param_grad
                     handler(payload)
                 else:
                     handler(call, payload)
         except Exception as e:
-            raise self._failed(e, probe, event, call) from e
+            raise self._failed(e, handler, event, call) from e
         finally:
             _shared.internal -= 1
 
@@ -496,7 +517,7 @@ class Tracer:
         # Exclusive runs observe hook-free modules in a stand-in for Module._call_impl,
         # and record torch.nn leaves whole at their end when no probe needs a start.
         fast = (
-            self._exclusive and not self._backward_probes and not self._enter_replacers
+            self._exclusive and not self._watches_calls and not self._enter_replacers
             and not self._exit_replacers and not global_module_hooks_present()
             and call_impl_replaceable()
         )
