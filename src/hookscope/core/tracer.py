@@ -27,9 +27,7 @@ Failure attribution is in ``core/failures.py``, process-wide settings in
 from __future__ import annotations
 
 import functools
-import os
 import threading
-import time as _time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from time import perf_counter_ns
@@ -59,6 +57,7 @@ from hookscope.core.probe import (
 )
 from hookscope.core.process import PROCESS
 from hookscope.core.records import Call, StopRecord, Trace
+from hookscope.core.run_facts import ModelState, cuda_devices, run_facts
 from hookscope.core.selectors import Selector, compile_selector
 from hookscope.core.structure import ModuleTable, module_table
 from hookscope.core.torch_private import call_impl_replaceable, global_module_hooks_present
@@ -106,24 +105,6 @@ def is_internal() -> bool:
 # call failed only if a *different* one is active when it ends. A tuple, not a class:
 # one is made per module call, in a hook that runs with cold caches.
 _Frame = tuple[Call, nn.Module, "BaseException | None"]
-
-
-class _ModelState:
-    """``training`` flags and ``requires_grad`` of a model, to restore them on exit."""
-
-    def __init__(self, table: ModuleTable) -> None:
-        self.modules = [m for _, m in table.members]
-        self.training = [m.training for m in self.modules]
-        self.parameters = table.parameters
-        self.requires_grad = [p.requires_grad for p in self.parameters]
-
-    def restore(self) -> None:
-        for m, flag in zip(self.modules, self.training, strict=True):
-            if m.training is not flag:
-                m.training = flag
-        for p, rg in zip(self.parameters, self.requires_grad, strict=True):
-            if p.requires_grad is not rg:
-                p.requires_grad_(rg)
 
 
 class Tracer:
@@ -204,7 +185,7 @@ class Tracer:
         #: Set by ``trace()``/``summary()``, which run nothing but the model inside the
         #: tracer: no user code can add a hook between two calls (``core/fast_path.py``).
         self._exclusive = False
-        self._state: _ModelState | None = None
+        self._state: ModelState | None = None
         self._lazy = False
         self._failures = FailureTracker([])
         self._control: HookscopeError | None = None  # a stop or probe error, once raised
@@ -281,13 +262,13 @@ class Tracer:
         self._lazy = table.lazy
         self.trace = Trace(
             model=table.summary, modules=table.modules, probes=[p.name for p in self.probes],
-            meta=_run_facts(table),
+            meta=run_facts(table),
         )
         self._stack.clear()
         self._overhead_at_start.clear()
         self._failures = FailureTracker(self.trace.calls)
         self._control = None
-        self._state = _ModelState(table) if self._restore_state else None
+        self._state = ModelState(table) if self._restore_state else None
         self._t0 = perf_counter_ns()
         self._clock[0] = 0
         #: forward events come from this thread only: another thread running the same
@@ -302,7 +283,7 @@ class Tracer:
         return self
 
     def _install(self, table: ModuleTable) -> None:
-        self.cuda_devices = _cuda_devices(table)
+        self.cuda_devices = cuda_devices(table)
         handles = self._handles
         if self._backward_probes:
             grad_handles = HandleGroup()  # hooks on parameters and on the graph's tensors
@@ -592,15 +573,6 @@ def _stop_record(trace: Trace, stop: RunStopped) -> StopRecord:
     return StopRecord(stop.probe, stop.reason, stop.call, stop.path)
 
 
-def _cuda_devices(table: ModuleTable) -> list[torch.device]:
-    if not torch.cuda.is_initialized():  # type: ignore[no-untyped-call]  # no CUDA tensor yet
-        return []
-    found = {p.device for p in table.parameters}
-    for _, module in table.members:
-        found.update(b.device for b in module._buffers.values() if b is not None)
-    return sorted((d for d in found if d.type == "cuda"), key=str)
-
-
 def _named_parameters(table: ModuleTable) -> list[tuple[str, nn.Parameter]]:
     """Each parameter once, at its first path."""
     seen: set[int] = set()
@@ -611,38 +583,6 @@ def _named_parameters(table: ModuleTable) -> list[tuple[str, nn.Parameter]]:
                 seen.add(id(p))
                 out.append((f"{path}.{name}" if path else name, p))
     return out
-
-
-def _run_facts(table: ModuleTable) -> dict[str, Any]:
-    """What a merged or timeline view needs to know about the process of this run."""
-    facts: dict[str, Any] = {
-        "torch_version": torch.__version__,
-        "hookscope_version": _hookscope_version(),
-        "started_at_ns": _time.time_ns(),
-        "pid": os.getpid(),
-    }
-    if table.tied:  # later path -> first path, for renderers to name tied rows
-        facts["tied"] = dict(table.tied)
-    first = table.parameters[0] if table.parameters else None
-    facts["device"] = str(first.device) if first is not None else "cpu"
-    dist = getattr(torch, "distributed", None)
-    if dist is not None and dist.is_available() and dist.is_initialized():
-        facts["rank"], facts["world_size"] = dist.get_rank(), dist.get_world_size()
-    return facts
-
-
-_VERSION: list[str] = []
-
-
-def _hookscope_version() -> str:
-    if not _VERSION:
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            _VERSION.append(version("hookscope"))
-        except PackageNotFoundError:  # running from a source checkout
-            _VERSION.append("0.0.0+unknown")
-    return _VERSION[0]
 
 
 def _unwatch() -> None:

@@ -1,0 +1,79 @@
+"""What a tracer records about the run and the model's state around it.
+
+- :func:`run_facts`: the process facts of a run (``Trace.meta``) that a merged or
+  timeline view needs: versions, start time, pid, device, rank and world size;
+- :func:`cuda_devices`: the CUDA devices the model lives on (the timing and memory
+  probes synchronise or read them);
+- :class:`ModelState`: the ``training`` flags and ``requires_grad`` that
+  ``Tracer(restore_state=True)`` puts back on exit.
+"""
+
+from __future__ import annotations
+
+import os
+import time as _time
+from typing import Any
+
+import torch
+
+from hookscope.core.structure import ModuleTable
+
+
+def run_facts(table: ModuleTable) -> dict[str, Any]:
+    """What a merged or timeline view needs to know about the process of this run."""
+    facts: dict[str, Any] = {
+        "torch_version": torch.__version__,
+        "hookscope_version": hookscope_version(),
+        "started_at_ns": _time.time_ns(),
+        "pid": os.getpid(),
+    }
+    if table.tied:  # later path -> first path, for renderers to name tied rows
+        facts["tied"] = dict(table.tied)
+    first = table.parameters[0] if table.parameters else None
+    facts["device"] = str(first.device) if first is not None else "cpu"
+    dist = getattr(torch, "distributed", None)
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        facts["rank"], facts["world_size"] = dist.get_rank(), dist.get_world_size()
+    return facts
+
+
+_VERSION: list[str] = []
+
+
+def hookscope_version() -> str:
+    if not _VERSION:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            _VERSION.append(version("hookscope"))
+        except PackageNotFoundError:  # running from a source checkout
+            _VERSION.append("0.0.0+unknown")
+    return _VERSION[0]
+
+
+def cuda_devices(table: ModuleTable) -> list[torch.device]:
+    """The CUDA devices that hold the model's parameters or buffers."""
+    if not torch.cuda.is_initialized():  # type: ignore[no-untyped-call]  # no CUDA tensor yet
+        return []
+    found = {p.device for p in table.parameters}
+    for _, module in table.members:
+        found.update(b.device for b in module._buffers.values() if b is not None)
+    return sorted((d for d in found if d.type == "cuda"), key=str)
+
+
+class ModelState:
+    """``training`` flags and ``requires_grad`` of a model, to restore them on exit."""
+
+    def __init__(self, table: ModuleTable) -> None:
+        self.modules = [m for _, m in table.members]
+        self.training = [m.training for m in self.modules]
+        self.parameters = table.parameters
+        self.requires_grad = [p.requires_grad for p in self.parameters]
+
+    def restore(self) -> None:
+        for m, flag in zip(self.modules, self.training, strict=True):
+            if m.training is not flag:
+                m.training = flag
+        for p, rg in zip(self.parameters, self.requires_grad, strict=True):
+            if p.requires_grad is not rg:
+                p.requires_grad_(rg)
