@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import copy
 import math
+import time
+from typing import Any
 
 import pytest
 import torch
@@ -146,3 +148,29 @@ def test_bad_loss_options_are_spec_errors() -> None:
         hookscope.trace(model, x, backward=True, loss=lambda o: o)
     with pytest.raises(hookscope.SpecError, match="function"):
         hookscope.trace(model, x, backward=True, loss=3)  # type: ignore[arg-type]
+
+
+class SlowBackwardProbe(hookscope.Probe):
+    """20 ms of work in every backward event of every call: hookscope's, not the
+    model's backward time."""
+
+    name = "slow_backward_for_tests"
+
+    def on_backward_enter(self, call: Any, grad_outputs: tuple[Any, ...]) -> None:
+        time.sleep(0.02)
+
+    def on_backward_exit(self, call: Any, grad_inputs: tuple[Any, ...]) -> None:
+        time.sleep(0.02)
+
+
+def test_backward_times_leave_out_every_probes_work() -> None:
+    """Counted, the root's backward would hold its three children's 6 x 20 ms."""
+    model = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 2))
+    x = torch.randn(3, 4, requires_grad=True)
+    start = time.perf_counter_ns()
+    trace = hookscope.trace(model, x, backward=True, probes=[SlowBackwardProbe()],
+                            time=False, stats=False, memory=False)
+    assert time.perf_counter_ns() - start >= 8 * 20_000_000  # the probe did sleep
+    root = trace.find("")
+    assert root.backward_ns is not None and root.backward_ns < 40_000_000
+    assert all(c.backward_ns is not None for c in trace.calls)

@@ -79,6 +79,7 @@ class _SharedState(threading.local):
 
     internal = 0
     watchers = 0
+    backward_event_start = 0  # perf_counter_ns of the backward event running, or 0
 
 
 _shared = _SharedState()
@@ -204,6 +205,9 @@ class Tracer:
         self.chain_start_ns = 0
         self.overhead_ns = 0
         self._overhead_at_start: dict[int, int] = {}  # call index -> overhead_ns then
+        #: Time spent delivering backward events to the probes (every probe, every
+        #: thread): :meth:`backward_overhead_now` reads it.
+        self.backward_overhead_ns = 0
         #: The CUDA devices that hold the model's parameters or buffers (set on entry,
         #: from the one walk of the model the tracer makes).
         self.cuda_devices: list[torch.device] = []
@@ -398,6 +402,14 @@ class Tracer:
         overhead = self.overhead_ns + now - self.chain_start_ns - at_start
         return max(0, now - self._t0 - call.start_ns - overhead)
 
+    def backward_overhead_now(self, now: int) -> int:
+        """hookscope's work in backward events so far, in ns, up to ``now``
+        (``time.perf_counter_ns()``), the event running on this thread included: a
+        probe timing a call's backward subtracts what it grew by in between, so no
+        probe's work (its own, another's) counts as the model's backward time."""
+        start = _shared.backward_event_start
+        return self.backward_overhead_ns + (now - start if start else 0)
+
     def node_owner(self, node: Any) -> int | None:
         """Index of the call whose forward created autograd ``node`` (``None``: no call,
         or no probe watching ops, the only ones for which the tracer keeps track)."""
@@ -464,7 +476,10 @@ class Tracer:
 
     def _dispatch_backward(self, event: str, call: Call | None, payload: Any) -> None:
         handler: Callable[..., Any] | None = None
-        _shared.internal += 1
+        shared = _shared
+        shared.internal += 1
+        outer = shared.backward_event_start
+        start = shared.backward_event_start = perf_counter_ns()
         try:
             for handler in self._backward_handlers[event]:
                 if call is None:  # on_param_grad
@@ -474,7 +489,10 @@ class Tracer:
         except Exception as e:
             raise self._failed(e, handler, event, call) from e
         finally:
-            _shared.internal -= 1
+            shared.internal -= 1
+            shared.backward_event_start = outer
+            if not outer:  # NB: an event inside an event is counted with the outer one
+                self.backward_overhead_ns += perf_counter_ns() - start
 
     def _failed(self, error: Exception, fn: Any, event: str, call: Call | None) -> Exception:
         """The exception to raise when a probe's callback raised ``error``."""

@@ -24,8 +24,9 @@ parameter list (``trace.param_grads``) also holds parameters that got no gradien
 first path, with the other paths as ``aliases``.
 
 NB: backward times are host times (``perf_counter_ns``): exact on the CPU; on CUDA
-they time kernel launches, not the GPU's work. The probe's own work is subtracted
-from them. A call whose inputs need no gradient (the first layer of an image model)
+they time kernel launches, not the GPU's work. hookscope's own work in backward
+events (this probe's and every other probe's: ``Tracer.backward_overhead_now``) is
+subtracted from them. A call whose inputs need no gradient (the first layer of an image model)
 ends its backward when the whole backward pass ends.
 """
 
@@ -147,12 +148,14 @@ class GradsProbe(Probe):
     def _reset(self) -> None:
         self._params: dict[int, _ParamSlot] = {}
         self._norms: list[tuple[Call, str, torch.Tensor]] = []
-        self._open: dict[int, tuple[int, int]] = {}  # call index -> (start ns, own ns then)
-        self._own_ns = 0  # time spent in this probe's callbacks
+        # call index -> (start ns, the engine's backward overhead clock then)
+        self._open: dict[int, tuple[int, int]] = {}
         self._backward_seen = False
+        self._tracer: Tracer | None = None
 
     def install(self, tracer: Tracer) -> list[Removable]:
         self._reset()  # a probe instance may serve several runs
+        self._tracer = tracer
         for path, p in tracer.model.named_parameters(remove_duplicate=False):
             slot = self._params.get(id(p))
             if slot is None:
@@ -162,35 +165,36 @@ class GradsProbe(Probe):
         return []
 
     def on_backward_enter(self, call: Call, grad_outputs: tuple[Any, ...]) -> None:
-        t0 = perf_counter_ns()
         self._backward_seen = True
         norm = _joint_norm(grad_outputs)
         if norm is not None:
             self._norms.append((call, "grad_output_norm", norm))
+        tracer = self._tracer
+        assert tracer is not None
         now = perf_counter_ns()
-        self._own_ns += now - t0
-        self._open[call.index] = (now, self._own_ns)
+        self._open[call.index] = (now, tracer.backward_overhead_now(now))
 
     def on_backward_exit(self, call: Call, grad_inputs: tuple[Any, ...]) -> None:
-        t0 = perf_counter_ns()
+        now = perf_counter_ns()
         opened = self._open.pop(call.index, None)
         if opened is not None:
-            spent = t0 - opened[0] - (self._own_ns - opened[1])
+            tracer = self._tracer
+            assert tracer is not None
+            # NB: every probe's work in backward events meanwhile is hookscope's
+            overhead = tracer.backward_overhead_now(now) - opened[1]
+            spent = now - opened[0] - overhead
             call.facts["backward_ns"] = (call.facts.get("backward_ns") or 0) + max(0, spent)
         norm = _joint_norm(grad_inputs)
         if norm is not None:
             self._norms.append((call, "grad_input_norm", norm))
-        self._own_ns += perf_counter_ns() - t0
 
     def on_param_grad(self, grad: ParamGrad) -> None:
-        t0 = perf_counter_ns()
         self._backward_seen = True
         slot = self._params.get(id(grad.param))
         if slot is not None and isinstance(grad.grad, torch.Tensor):
             # NB: a gradient on the meta device has a shape but no values to measure
             slot.values = None if grad.grad.is_meta else _grad_stats(grad.grad)
             slot.events += 1
-        self._own_ns += perf_counter_ns() - t0
 
     def finalize(self, trace: Trace) -> None:
         values = [n for _, _, n in self._norms]
