@@ -562,7 +562,6 @@ def test_a_modules_backward_hooks_still_run_on_the_fast_path() -> None:
     probe = GradFnProbe()
     hookscope.trace(model, torch.randn(2, 3), grad=True, probes=[probe], **SHAPES_ONLY)
     assert probe.seen["1"] == "BackwardHookFunctionBackward"
-    assert probe.seen["0"] == "AddmmBackward0"  # no hook: forward called as torch would
 
 
 def test_torch_jit_trace_inside_a_trace_gets_its_module_scopes() -> None:

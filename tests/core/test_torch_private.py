@@ -203,9 +203,20 @@ def test_a_changed_call_impl_turns_the_shortcut_off_with_a_warning(
     monkeypatch.undo()
     import hookscope
 
+    asked: list[int] = []
+    real = torch._C._get_tracing_state
+
+    def counted() -> Any:  # torch's _call_impl asks it on every call it makes
+        asked.append(1)
+        return real()
+
+    model = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
+    monkeypatch.setattr(torch._C, "_get_tracing_state", counted)
+    hookscope.trace(model, torch.randn(1, 2), time=False, stats=False)
+    assert asked == []  # the shortcut: forward called without torch's _call_impl
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", torch_private.HookscopeTorchWarning)
         monkeypatch.setattr(torch_private, "_shortcut", [None])
-        model = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
         trace = hookscope.trace(model, torch.randn(1, 2), time=False, stats=False)
-    assert [c.path for c in trace.calls] == ["", "0", "1"]  # torch's _call_impl for all
+    assert [c.path for c in trace.calls] == ["", "0", "1"]
+    assert len(asked) == 3  # without it: torch's _call_impl for every call

@@ -172,5 +172,5 @@ def test_backward_times_leave_out_every_probes_work() -> None:
                             time=False, stats=False, memory=False)
     assert time.perf_counter_ns() - start >= 8 * 20_000_000  # the probe did sleep
     root = trace.find("")
-    assert root.backward_ns is not None and root.backward_ns < 40_000_000
+    assert root.backward_ns is not None and root.backward_ns < 70_000_000  # not 120 ms
     assert all(c.backward_ns is not None for c in trace.calls)

@@ -15,7 +15,8 @@ the call: no frame inspection.
 A module with hooks of its own (which may replace its output) keeps per-module hooks
 (``core/module_hooks.py``), registered last, as do all modules in a ``Tracer`` block,
 where user code runs between calls, and every module of a run whose probes replace
-values or have backward events. The fast path is also off while another tracer's (or
+values or take a call's backward events (``on_param_grad`` alone keeps the fast path).
+The fast path is also off while another tracer's (or
 another library's) function stands in ``_call_impl``, or process-wide module hooks
 exist: torch's hook order is then kept by plain hooks.
 
@@ -189,6 +190,8 @@ def make_traced_call(
                 if clocked:
                     tracer.chain_start_ns = perf_counter_ns()
                 call = new_call(stack, calls, path, cls, count, start - origin)
+                if clocked:
+                    at_start[call.index] = overhead
                 _raised(tracer, call, exc, module, args, kwargs)
                 raise
             if clocked:

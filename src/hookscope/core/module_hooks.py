@@ -1,7 +1,7 @@
 """Per-module forward hooks: what the tracer registers on a module that cannot go
 through the exclusive fast path of ``core/fast_path.py`` (a module with hooks of its
 own, any module inside a ``Tracer`` block, or a run whose probes replace values or
-have backward events).
+take a call's backward events).
 
 The pre-hook pushes a :class:`~hookscope.core.records.Call` on the tracer's stack and
 keeps the post-hook last in the module's hook dict (a forward hook the user adds inside

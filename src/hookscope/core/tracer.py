@@ -79,7 +79,8 @@ class _SharedState(threading.local):
 
     internal = 0
     watchers = 0
-    backward_event_start = 0  # perf_counter_ns of the backward event running, or 0
+    #: (tracer, perf_counter_ns at its start) of the backward event running, or None
+    backward_event: tuple[Any, int] | None = None
 
 
 _shared = _SharedState()
@@ -207,7 +208,7 @@ class Tracer:
         self._overhead_at_start: dict[int, int] = {}  # call index -> overhead_ns then
         #: Time spent delivering backward events to the probes (every probe, every
         #: thread): :meth:`backward_overhead_now` reads it.
-        self.backward_overhead_ns = 0
+        self.backward_overhead_ns: int = 0
         #: The CUDA devices that hold the model's parameters or buffers (set on entry,
         #: from the one walk of the model the tracer makes).
         self.cuda_devices: list[torch.device] = []
@@ -249,7 +250,7 @@ class Tracer:
     def _plan_starts(self) -> None:
         """Which probes see calls start, from what they need once installed (the timing
         probe needs a start event only for CUDA events)."""
-        starting = [p for p in self.probes if p.needs_start()]
+        starting = [p for p in self.probes if p.needs_start() or p.replaces or p.watches_ops]
         self._enters = [
             p.on_enter for p in starting if overrides(p, "on_enter") and not p.replaces
         ]
@@ -394,7 +395,7 @@ class Tracer:
         (the engine's bookkeeping, the probes' work for the call's children): the time
         the call takes without hookscope, read in ``on_exit``. ``None`` unless a probe
         of this tracer declares ``uses_overhead_clock`` (then the engine keeps the
-        clock), or for a call that did not start in this run."""
+        clock), or for a call not handed to ``on_exit`` by this tracer's current run."""
         now = perf_counter_ns()
         at_start = self._overhead_at_start.get(call.index)
         if at_start is None or call.start_ns is None:
@@ -406,9 +407,13 @@ class Tracer:
         """hookscope's work in backward events so far, in ns, up to ``now``
         (``time.perf_counter_ns()``), the event running on this thread included: a
         probe timing a call's backward subtracts what it grew by in between, so no
-        probe's work (its own, another's) counts as the model's backward time."""
-        start = _shared.backward_event_start
-        return self.backward_overhead_ns + (now - start if start else 0)
+        probe's work (its own, another's of this tracer) counts as the model's backward
+        time. NB: one clock for every thread: with backward passes running on several
+        threads at once (several CUDA devices), their probe work is counted together."""
+        total, running = self.backward_overhead_ns, _shared.backward_event
+        if running is None or running[0] is not self:
+            return total
+        return total + now - int(running[1])
 
     def node_owner(self, node: Any) -> int | None:
         """Index of the call whose forward created autograd ``node`` (``None``: no call,
@@ -478,8 +483,9 @@ class Tracer:
         handler: Callable[..., Any] | None = None
         shared = _shared
         shared.internal += 1
-        outer = shared.backward_event_start
-        start = shared.backward_event_start = perf_counter_ns()
+        outer = shared.backward_event
+        start = perf_counter_ns()
+        shared.backward_event = (self, start)
         try:
             for handler in self._backward_handlers[event]:
                 if call is None:  # on_param_grad
@@ -490,8 +496,8 @@ class Tracer:
             raise self._failed(e, handler, event, call) from e
         finally:
             shared.internal -= 1
-            shared.backward_event_start = outer
-            if not outer:  # NB: an event inside an event is counted with the outer one
+            shared.backward_event = outer
+            if outer is None or outer[0] is not self:  # else counted with the outer one
                 self.backward_overhead_ns += perf_counter_ns() - start
 
     def _failed(self, error: Exception, fn: Any, event: str, call: Call | None) -> Exception:

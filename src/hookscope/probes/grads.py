@@ -24,9 +24,10 @@ parameter list (``trace.param_grads``) also holds parameters that got no gradien
 first path, with the other paths as ``aliases``.
 
 NB: backward times are host times (``perf_counter_ns``): exact on the CPU; on CUDA
-they time kernel launches, not the GPU's work. hookscope's own work in backward
-events (this probe's and every other probe's: ``Tracer.backward_overhead_now``) is
-subtracted from them. A call whose inputs need no gradient (the first layer of an image model)
+they time kernel launches, not the GPU's work. The probes' work in backward events
+(this probe's and every other probe's of the tracer: ``Tracer.backward_overhead_now``)
+is subtracted from them; the engine's own bookkeeping around them is not (small).
+A call whose inputs need no gradient (the first layer of an image model)
 ends its backward when the whole backward pass ends.
 """
 
@@ -209,6 +210,7 @@ class GradsProbe(Probe):
         trace.facts["param_grads"] = records
         _set_self_times(trace)
         self._norms, self._params = [], {}
+        self._tracer = None
 
 
 @dataclass

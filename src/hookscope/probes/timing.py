@@ -7,8 +7,8 @@ bookkeeping, the hooks, statistics and memory accounting of the call's *children
 ``Tracer.overhead_ns``), so a parent's time is the model's own time, as it would be
 without hookscope. The probe has the highest ``order``, so it exits first: no other
 probe's work for the call itself falls inside its window. It needs no start event on
-the CPU, so the leaves of ``torch.nn`` are recorded whole at their end
-(``core/fast_path.py``).
+the CPU, so with no other probe that needs one (the memory probe does) the leaves of
+``torch.nn`` are recorded whole at their end (``core/fast_path.py``).
 
 On CUDA (a parameter or buffer of the model lives on a CUDA device) a call is timed
 with a pair of ``torch.cuda.Event(enable_timing=True)`` recorded on the current
@@ -88,11 +88,14 @@ class TimingProbe(Probe):
         return []
 
     def needs_start(self) -> bool:
-        return self._cuda  # a CUDA event recorded when the call starts
+        # a CUDA event recorded when the call starts; or a subclass's own on_enter
+        return self._cuda or type(self).on_enter is not TimingProbe.on_enter
 
     def on_enter(
         self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> None:
+        if not self._cuda:
+            return  # on the CPU the engine's clock times the call
         start = _timing_event()
         start.record()
         self._events[call.index] = (start, None)
