@@ -42,19 +42,11 @@ class SlowProbe(Probe):
         time.sleep(0.030)
 
 
-class SleepLeaf(nn.Module):
+class SleepLeaf(Sleep):
     """A leaf the engine takes for one of ``torch.nn``'s (recorded whole at its end,
     ``core/fast_path.py``) that spends a known wall time in its forward."""
 
     __module__ = "torch.nn.modules.sleep_for_tests"
-
-    def __init__(self, ms: float) -> None:
-        super().__init__()
-        self.ms = ms
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        time.sleep(self.ms / 1000)
-        return x + 1
 
 
 class SleepThen(nn.Module):
