@@ -348,3 +348,19 @@ def test_a_nan_statistic_round_trips() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert hookscope.Trace.from_json(trace.to_json()) == trace
+
+
+class BrokenNeedsStart(Probe):
+    name = "broken_needs_start_test"
+
+    def needs_start(self) -> bool:
+        raise ValueError("cannot tell")
+
+
+def test_a_probe_failing_to_say_what_it_needs_is_a_probe_error() -> None:
+    model = mlp()
+    before = count_hooks(model)
+    with pytest.raises(hookscope.ProbeError, match="broken_needs_start_test") as info:
+        hookscope.trace(model, torch.randn(2, 4), probes=[BrokenNeedsStart()])
+    assert "cannot tell" in str(info.value)
+    assert count_hooks(model) == before

@@ -9,9 +9,10 @@ handle it registered (with ``restore_state=True``, as ``hookscope.trace`` uses i
 also puts ``training`` flags and ``requires_grad`` back), and lets the probes finalise
 the :class:`~hookscope.core.records.Trace`.
 
-What it installs follows what the probes declare: no pre-hook on plain ``torch.nn``
-leaves when no probe needs a call's start (``core/fast_path.py``), backward hooks only
-for probes with backward events (``core/backward.py``). Hooks return ``None`` unless a
+What it installs follows what the probes declare: in ``trace()``/``summary()``, no
+start bookkeeping for plain ``torch.nn`` leaves when no probe needs a call's start
+(``core/fast_path.py``); backward hooks only for the backward events probes take
+(``core/backward.py``). Hooks return ``None`` unless a
 probe replaces a value, so the model computes exactly what it computes without
 hookscope: outputs are bit-identical.
 
@@ -250,7 +251,13 @@ class Tracer:
     def _plan_starts(self) -> None:
         """Which probes see calls start, from what they need once installed (the timing
         probe needs a start event only for CUDA events)."""
-        starting = [p for p in self.probes if p.needs_start() or p.replaces or p.watches_ops]
+        starting: list[Probe] = []
+        for p in self.probes:
+            try:
+                if p.needs_start() or p.replaces or p.watches_ops:
+                    starting.append(p)
+            except Exception as e:
+                raise _probe_error(p, "needs_start", None, e) from e
         self._enters = [
             p.on_enter for p in starting if overrides(p, "on_enter") and not p.replaces
         ]
