@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from hookscope.core.structure import ModuleTable
+from hookscope.core.module_table import ModuleTable
 
 
 def run_facts(table: ModuleTable) -> dict[str, Any]:

@@ -13,7 +13,6 @@ never imports the render layer); :meth:`ModelInfo.to_json` is ``core/structure_j
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -22,6 +21,7 @@ import torch
 from torch import nn
 from torch.nn.parameter import is_lazy
 
+from hookscope.core.module_table import Walk, first_paths, module_table
 from hookscope.core.records import ModelSummary, ModuleInfo
 from hookscope.core.tensors import device_str, dtype_str
 
@@ -189,13 +189,6 @@ PRESENTERS: dict[str, Callable[..., Any]] = {}
 ``hookscope.render`` when it is imported (importing ``hookscope.inspect`` does)."""
 
 
-def _numel(t: torch.Tensor) -> int:
-    """``t.numel()``; 0 for a lazy module's parameter before its first forward."""
-    if is_lazy(t):  # NB: no shape until materialised
-        return 0
-    return t.numel()
-
-
 def _tensor_fields(t: torch.Tensor) -> tuple[tuple[int, ...], str, str, int, int]:
     dtype, device = dtype_str(t.dtype), device_str(t.device)
     if is_lazy(t):
@@ -204,40 +197,8 @@ def _tensor_fields(t: torch.Tensor) -> tuple[tuple[int, ...], str, str, int, int
     return tuple(t.shape), dtype, device, numel, numel * t.element_size()
 
 
-Walk = list[tuple[str, nn.Module]]
-
-# What ``is_lazy`` tests, without its call per tensor in ``module_table``.
-_Uninitialized: type = torch.nn.parameter.UninitializedTensorMixin  # type: ignore[attr-defined]
-
-
-def _tensor_path(mod_path: str, name: str) -> str:
-    return f"{mod_path}.{name}" if mod_path else name
-
-
-def _first_paths(
-    walk: Walk, table: str
-) -> tuple[list[tuple[str, str, nn.Module, torch.Tensor]], dict[str, str]]:
-    """``(path, name, module, tensor)`` of every tensor in the modules' ``table``
-    (``_parameters`` or ``_buffers``) at its first path, and ``tied``: each later path
-    of the same tensor -> its first path."""
-    found: list[tuple[str, str, nn.Module, torch.Tensor]] = []
-    tied: dict[str, str] = {}
-    first: dict[int, str] = {}
-    for mod_path, module in walk:
-        for name, t in getattr(module, table).items():
-            if t is None:
-                continue
-            path = _tensor_path(mod_path, name)
-            if id(t) in first:
-                tied.setdefault(path, first[id(t)])
-                continue
-            first[id(t)] = path
-            found.append((path, name, module, t))
-    return found, tied
-
-
 def _collect_params(walk: Walk) -> tuple[dict[str, ParamInfo], dict[str, str]]:
-    found, tied = _first_paths(walk, "_parameters")
+    found, tied = first_paths(walk, "_parameters")
     params = {
         path: ParamInfo(path, *_tensor_fields(p), p.requires_grad) for path, _, _, p in found
     }
@@ -245,7 +206,7 @@ def _collect_params(walk: Walk) -> tuple[dict[str, ParamInfo], dict[str, str]]:
 
 
 def _collect_buffers(walk: Walk) -> tuple[dict[str, BufferInfo], dict[str, str]]:
-    found, tied = _first_paths(walk, "_buffers")
+    found, tied = first_paths(walk, "_buffers")
     buffers = {
         path: BufferInfo(
             path, *_tensor_fields(b), name not in module._non_persistent_buffers_set
@@ -253,244 +214,6 @@ def _collect_buffers(walk: Walk) -> tuple[dict[str, BufferInfo], dict[str, str]]
         for path, name, module, b in found
     }
     return buffers, tied
-
-
-def _subtree_counts(model: nn.Module) -> dict[int, tuple[int, int]]:
-    """``id(module) -> (total, trainable)`` numel of the unique parameters below it.
-
-    One bottom-up pass: each module's parameter set is its own plus its children's,
-    keyed by tensor identity, so a tied tensor counts once per subtree.
-    """
-    sizes: dict[int, tuple[int, bool]] = {}
-    sets: dict[int, set[int]] = {}
-
-    def visit(module: nn.Module) -> set[int]:
-        found = sets.get(id(module))
-        if found is None:
-            found = set()
-            for _, p in module._parameters.items():
-                if p is not None:
-                    sizes[id(p)] = (_numel(p), p.requires_grad)
-                    found.add(id(p))
-            for child in module._modules.values():
-                if child is not None:
-                    found |= visit(child)
-            sets[id(module)] = found
-        return found
-
-    visit(model)
-    counts: dict[int, tuple[int, int]] = {}
-    for key, ids in sets.items():
-        total = trainable = 0
-        for i in ids:
-            n, requires_grad = sizes[i]
-            total += n
-            trainable += n if requires_grad else 0
-        counts[key] = (total, trainable)
-    return counts
-
-
-@dataclass(slots=True)
-class ModuleTable:
-    """The module tree with parameter counts, without a record per tensor.
-
-    What a tracer keeps with every trace (``Trace.model``/``Trace.modules``), made in
-    one walk of the model (see :func:`module_table`).
-
-    Attributes:
-        summary: model-level counts and bytes, each tensor once.
-        modules: a :class:`ModuleInfo` per module, at its first path, in tree order.
-        walk: ``named_modules(remove_duplicate=False)``: every path of every module.
-        members: each module once, at its first path (``named_modules()``).
-        parameters: each parameter once (``parameters()``).
-        lazy: a lazy module's parameter is not materialised yet (counted as 0).
-        tied: each later path of a parameter registered twice -> its first path
-            (empty when nothing is tied: found only then, at no cost otherwise).
-    """
-
-    summary: ModelSummary
-    modules: dict[str, ModuleInfo]
-    walk: list[tuple[str, nn.Module]]
-    members: list[tuple[str, nn.Module]]
-    parameters: list[nn.Parameter]
-    lazy: bool
-    tied: dict[str, str] = field(default_factory=dict)
-
-
-def _walk(model: nn.Module) -> Walk:
-    """``list(model.named_modules(remove_duplicate=False))``, without a generator per
-    module: every path of every module, parents before children, in registration order.
-    """
-    out: Walk = []
-    stack: Walk = [("", model)]
-    while stack:
-        path, module = stack.pop()
-        out.append((path, module))
-        subs = module._modules
-        if subs:
-            prefix = f"{path}." if path else ""
-            children = [(prefix + name, c) for name, c in subs.items() if c is not None]
-            stack.extend(reversed(children))
-    return out
-
-
-@dataclass(slots=True)
-class _OwnCounts:
-    own: list[tuple[int, int, int]]  # per member: (params, trainable, buffer elements)
-    parameters: list[nn.Parameter]  # each once
-    totals: tuple[int, int, int, int, int]  # params, trainable, param bytes, buffers, bytes
-    tied: bool
-    lazy: bool
-
-
-def _own_counts(members: Walk, *, exact: bool) -> _OwnCounts:
-    """Elements of the parameters and buffers registered on each module.
-
-    ``exact=False`` assumes no tensor is registered twice (the common case, without a
-    set operation per tensor) and reports in ``tied`` whether that held; ``exact=True``
-    counts a tensor registered twice once, at its first path.
-    """
-    seen: set[int] = set()
-    seen_buffers: set[int] = set()
-    lazy = False
-    parameters: list[nn.Parameter] = []
-    own: list[tuple[int, int, int]] = []
-    all_buffers: list[torch.Tensor] = []
-    p_total = p_trainable = p_bytes = b_total = b_bytes = 0
-    for _, module in members:
-        n_own = n_trainable = n_buffers = 0
-        params = module._parameters
-        if params:
-            for p in params.values():
-                if p is None:
-                    continue
-                if exact:
-                    if id(p) in seen:
-                        continue
-                    seen.add(id(p))
-                parameters.append(p)
-                if isinstance(p, _Uninitialized):  # lazy: no shape until a forward
-                    lazy = True
-                    continue
-                n = p.numel()
-                n_own += n
-                p_bytes += n * p.element_size()
-                if p.requires_grad:
-                    n_trainable += n
-        buffers = module._buffers
-        if buffers:
-            for b in buffers.values():
-                if b is None:
-                    continue
-                if exact:
-                    if id(b) in seen_buffers:
-                        continue
-                    seen_buffers.add(id(b))
-                all_buffers.append(b)
-                if not isinstance(b, _Uninitialized):
-                    n = b.numel()
-                    n_buffers += n
-                    b_bytes += n * b.element_size()
-        own.append((n_own, n_trainable, n_buffers))
-        p_total += n_own
-        p_trainable += n_trainable
-        b_total += n_buffers
-    tied = not exact and (
-        len({id(p) for p in parameters}) != len(parameters)
-        or len({id(b) for b in all_buffers}) != len(all_buffers)
-    )
-    totals = (p_total, p_trainable, p_bytes, b_total, b_bytes)
-    return _OwnCounts(own, parameters, totals, tied, lazy)
-
-
-def module_table(model: nn.Module, *, extra_repr: bool = True) -> ModuleTable:
-    """The module tree of ``model`` with own and subtree parameter counts.
-
-    Tied tensors count once, at their first path (``named_parameters`` order); a
-    module registered under several paths is one module, at its first path. With
-    ``extra_repr=False`` (what a tracer records), ``ModuleInfo.extra_repr`` is ``None``.
-
-    NB: a tracer makes this on every run, in the time budget of one forward pass: one
-    walk, plain sums when nothing is shared, positional record construction.
-    """
-    walk = _walk(model)
-    canonical: dict[int, str] = {}
-    aliases: dict[int, list[str]] = {}
-    members: Walk = []
-    shape: list[tuple[str, int, type]] = []  # what the records derive from, with the counts
-    for path, module in walk:
-        key = id(module)
-        shape.append((path, key, type(module)))
-        if key in canonical:
-            aliases.setdefault(key, []).append(path)
-        else:
-            canonical[key] = path
-            members.append((path, module))
-    counted = _own_counts(members, exact=False)
-    tied = counted.tied
-    reusable = not extra_repr and not tied and not aliases
-    if reusable:
-        made = _MADE.get(model)
-        if made is not None and made[0] == shape and made[1] == counted.own and (
-            made[2] == counted.totals and made[3] == counted.lazy
-        ):
-            return ModuleTable(made[4], dict(made[5]), walk, members, counted.parameters,
-                               counted.lazy)
-    if tied:  # a tensor registered twice: count it at its first path only
-        counted = _own_counts(members, exact=True)
-    own, parameters, lazy = counted.own, counted.parameters, counted.lazy
-    p_total, p_trainable, p_bytes, b_total, b_bytes = counted.totals
-    counts: dict[int, tuple[int, int]]
-    if tied or aliases:
-        counts = _subtree_counts(model)
-    else:  # a tree without shared tensors or modules: a subtree's count is a plain sum
-        counts = {}
-        bottom_up = zip(reversed(members), reversed(own), strict=True)
-        for (_, module), (total, trainable, _) in bottom_up:
-            for child in module._modules.values():
-                if child is not None:
-                    t, tr = counts[id(child)]
-                    total += t
-                    trainable += tr
-            counts[id(module)] = (total, trainable)
-    modules: dict[str, ModuleInfo] = {}
-    for (path, module), (n_own, _, n_buffers) in zip(members, own, strict=True):
-        total, trainable = counts[id(module)]
-        children: tuple[str, ...] = ()
-        subs = module._modules
-        if subs:  # NB: a child registered under two names is listed once
-            unique = dict.fromkeys(subs.values()) if aliases else subs.values()
-            children = tuple([canonical[id(c)] for c in unique if c is not None])
-        modules[path] = ModuleInfo(
-            path,
-            type(module).__name__,
-            path.count(".") + 1 if path else 0,
-            path.rpartition(".")[0] if path else None,
-            children,
-            tuple(aliases[id(module)]) if aliases and id(module) in aliases else (),
-            n_own,
-            total,
-            trainable,
-            n_buffers,
-            _safe_extra_repr(module) if extra_repr else None,
-        )
-    summary = ModelSummary(
-        type(model).__name__, p_total, p_trainable, b_total, p_bytes, b_bytes
-    )
-    tied_paths = _first_paths(walk, "_parameters")[1] if tied else {}
-    if reusable:
-        _MADE[model] = (shape, own, counted.totals, lazy, summary, modules)
-    return ModuleTable(summary, dict(modules) if reusable else modules, walk, members,
-                       parameters, lazy, tied_paths)
-
-
-#: The records of the last table made for each model, with what they were made from:
-#: a tracer makes a table on every run, and when the walk (paths, module identities and
-#: classes) and every module's own counts are what they were, so are the records
-#: (``ModuleInfo``, ``ModelSummary``: read-only, shared between traces; the dict of
-#: them is a copy). Weak: a model that is gone takes its entry with it. Tables with
-#: tied tensors, shared modules or ``extra_repr`` are made anew every time.
-_MADE: weakref.WeakKeyDictionary[nn.Module, tuple[Any, ...]] = weakref.WeakKeyDictionary()
 
 
 def inspect(model: nn.Module) -> ModelInfo:
@@ -517,10 +240,3 @@ def inspect(model: nn.Module) -> ModelInfo:
     buffers, tied_buffers = _collect_buffers(table.walk)
     tied.update(tied_buffers)
     return ModelInfo(type(model).__name__, table.modules, params, buffers, tied)
-
-
-def _safe_extra_repr(module: nn.Module) -> str:
-    try:
-        return module.extra_repr()
-    except Exception:  # a user's extra_repr must never break inspection
-        return ""

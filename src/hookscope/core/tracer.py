@@ -47,6 +47,7 @@ from hookscope.core.module_hooks import (
     make_module_post_hook,
     make_module_pre_hook,
 )
+from hookscope.core.module_table import ModuleTable, module_table
 from hookscope.core.probe import (
     BACKWARD_EVENTS,
     PROBES,
@@ -60,7 +61,6 @@ from hookscope.core.process import PROCESS
 from hookscope.core.records import Call, StopRecord, Trace
 from hookscope.core.run_facts import ModelState, cuda_devices, run_facts
 from hookscope.core.selectors import Selector, compile_selector
-from hookscope.core.structure import ModuleTable, module_table
 from hookscope.core.torch_private import call_impl_replaceable, global_module_hooks_present
 from hookscope.errors import HookscopeError, ProbeError, RunStopped, SpecError
 

@@ -3,7 +3,7 @@ forward (and backward) pass showed.
 
 The runner builds one :class:`LintContext` per :func:`hookscope.lint` run from
 :func:`hookscope.inspect` (parameters, buffers, tied tensors) and
-:func:`hookscope.core.structure.module_table` (each module once, by first path). When
+:func:`hookscope.core.module_table.module_table` (each module once, by first path). When
 inputs are given, ``lint/checks/dynamic.py`` runs the model once and stores what it saw
 in :attr:`LintContext.forward` (a :class:`ForwardFacts`). Rules only read the context.
 """
@@ -18,8 +18,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from hookscope.core.module_table import module_table
 from hookscope.core.records import Call
-from hookscope.core.structure import ModelInfo, inspect, module_table
+from hookscope.core.structure import ModelInfo, inspect
 
 # Containers whose items are attributes of the module that holds the container.
 CONTAINERS = (nn.ModuleList, nn.ModuleDict, nn.ParameterList, nn.ParameterDict)
