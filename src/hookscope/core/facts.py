@@ -3,7 +3,8 @@
 A probe (``core/probe.py``) owns its facts. It declares them on its class:
 
 - :class:`Fact` per call (``Call.facts[name]``) or per trace (``Trace.facts[name]``),
-  with how the value is written to and read from JSON (``core/serialize.py``);
+  with how the value is written to and read from JSON (``core/serialize.py``, with
+  the codecs of ``core/value_json.py``);
 - :class:`Column` for the terminal table (``render/columns.py``): header, raw value,
   unit (the renderer formats by unit), sort key, footer;
 - :class:`Field` for the flat exports, CSV and DataFrame (``render/export.py``).

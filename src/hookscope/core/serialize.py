@@ -24,7 +24,6 @@ kept as the raw JSON value, with one warning, and written back as it was.
 from __future__ import annotations
 
 import json
-import math
 import warnings
 from typing import Any
 
@@ -33,18 +32,12 @@ from hookscope.core.records import (
     SCHEMA_VERSION,
     Call,
     FailureRecord,
-    FlopCount,
-    FlopRule,
-    MemoryRecord,
     ModelSummary,
     ModuleInfo,
-    OpRecord,
-    Phase,
     StopRecord,
-    TensorMeta,
-    TensorStats,
     Trace,
 )
+from hookscope.core.value_json import metas_in, metas_out
 from hookscope.errors import RenderError
 
 _CALL_KEYS = ("index", "path", "class", "call_index", "depth", "parent", "children",
@@ -62,112 +55,6 @@ def _version() -> str:
         return version("hookscope")
     except PackageNotFoundError:  # running from a source checkout
         return "0.0.0+unknown"
-
-
-# -- encoders of the shared value records (probes name them in their Fact declarations)
-
-
-def float_out(x: float | None) -> float | str | None:
-    if x is None or math.isfinite(x):
-        return x
-    return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
-
-
-def float_in(x: float | str | None) -> float | None:
-    if x == "nan":
-        # NB: the one ``math.nan`` object, which the stats probe also records: containers
-        # compare identical objects as equal, so a trace with NaN statistics still
-        # compares equal to its JSON round trip.
-        return math.nan
-    return float(x) if isinstance(x, str) else x
-
-
-def meta_out(m: TensorMeta) -> dict[str, Any]:
-    return {
-        "path": m.path, "shape": list(m.shape), "dtype": m.dtype, "device": m.device,
-        "requires_grad": m.requires_grad, "layout": m.layout,
-    }
-
-
-def meta_in(d: dict[str, Any]) -> TensorMeta:
-    return TensorMeta(
-        d["path"], tuple(d["shape"]), d["dtype"], d["device"], d["requires_grad"], d["layout"]
-    )
-
-
-def metas_out(ms: list[TensorMeta]) -> list[dict[str, Any]]:
-    return [meta_out(m) for m in ms]
-
-
-def metas_in(ds: list[dict[str, Any]]) -> list[TensorMeta]:
-    return [meta_in(d) for d in ds]
-
-
-_STAT_FLOATS = ("mean", "std", "min", "max", "absmax", "zero_fraction")
-
-
-def stats_out(stats: list[TensorStats]) -> list[dict[str, Any]]:
-    out = []
-    for s in stats:
-        d: dict[str, Any] = {"path": s.path, "numel": s.numel}
-        d.update({k: float_out(getattr(s, k)) for k in _STAT_FLOATS})
-        d.update(nan_count=s.nan_count, inf_count=s.inf_count)
-        out.append(d)
-    return out
-
-
-def stats_in(ds: list[dict[str, Any]]) -> list[TensorStats]:
-    return [
-        TensorStats(
-            path=d["path"], numel=d["numel"], nan_count=d["nan_count"],
-            inf_count=d["inf_count"], **{k: float_in(d[k]) for k in _STAT_FLOATS},
-        )
-        for d in ds
-    ]
-
-
-def flops_out(f: FlopCount) -> dict[str, Any]:
-    return {
-        "forward": f.forward, "backward": f.backward, "partial": f.partial,
-        "macs_forward": f.macs_forward, "macs_backward": f.macs_backward,
-    }
-
-
-def flops_in(d: dict[str, Any]) -> FlopCount:
-    return FlopCount(d["forward"], d["backward"], d["partial"])
-
-
-def memory_out(m: MemoryRecord) -> dict[str, Any]:
-    return {
-        "output_bytes": m.output_bytes, "saved_bytes": m.saved_bytes,
-        "allocated_delta": m.allocated_delta, "peak_bytes": m.peak_bytes,
-    }
-
-
-def memory_in(d: dict[str, Any]) -> MemoryRecord:
-    return MemoryRecord(**d)
-
-
-def ops_out(ops: list[OpRecord]) -> list[dict[str, Any]]:
-    return [
-        {
-            "index": o.index, "name": o.name, "call": o.call, "phase": o.phase.value,
-            "inputs": metas_out(list(o.inputs)), "outputs": metas_out(list(o.outputs)),
-            "flops": o.flops, "counted": o.counted, "rule": o.rule.value,
-        }
-        for o in ops
-    ]
-
-
-def ops_in(ds: list[dict[str, Any]]) -> list[OpRecord]:
-    return [
-        OpRecord(
-            index=d["index"], name=d["name"], call=d["call"], phase=Phase(d["phase"]),
-            inputs=tuple(metas_in(d["inputs"])), outputs=tuple(metas_in(d["outputs"])),
-            flops=d["flops"], counted=d["counted"], rule=FlopRule(d["rule"]),
-        )
-        for d in ds
-    ]
 
 
 # -- facts -----------------------------------------------------------------------------

@@ -42,7 +42,7 @@ import torch
 
 from hookscope.core.facts import Column, Fact, Field, Unit, set_exclusive
 from hookscope.core.probe import Probe, register_probe
-from hookscope.core.serialize import float_in, float_out
+from hookscope.core.value_json import float_in, float_out
 
 if TYPE_CHECKING:
     from hookscope.core.handles import Removable

@@ -49,8 +49,8 @@ from hookscope.core import torch_private
 from hookscope.core.facts import Column, Fact, Field, Unit
 from hookscope.core.probe import Probe, register_probe
 from hookscope.core.records import Call, TensorStats, Trace
-from hookscope.core.serialize import stats_in, stats_out
 from hookscope.core.tensors import iter_call_inputs, iter_tensors
+from hookscope.core.value_json import stats_in, stats_out
 
 if TYPE_CHECKING:
     from hookscope.core.handles import Removable
@@ -213,7 +213,7 @@ def make_stats(path: str, numel: int, kind: str, moments: list[float] | None) ->
 
 def _canonical(x: float) -> float:
     """NaN as the one ``math.nan`` object, so that records with NaN compare equal to
-    their JSON round trip (``core/serialize.py`` reads NaN back as ``math.nan`` too)."""
+    their JSON round trip (``core/value_json.py`` reads NaN back as ``math.nan`` too)."""
     return math.nan if x != x else x
 
 
