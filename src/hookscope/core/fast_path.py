@@ -232,6 +232,7 @@ def make_traced_call(
                 dispatch_enter(call, module, args, kwargs)
             if clocked:
                 tracer.overhead_ns += perf_counter_ns() - start
+            # NB: torch's shortcut, as in the leaf path above (inline: the hot path)
             if (
                 module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
                 or module._backward_pre_hooks or g_pre or g_post or g_back_pre or g_back
