@@ -14,13 +14,13 @@ from torch import nn
 
 import hookscope
 from hookscope.core.tensors import iter_tensors
-from hookscope.probes.stats import (
+from hookscope.probes.moments import (
     _bool_moments,
     _cpu_float,
     _device_float,
     _int_moments,
-    _to_host,
     make_stats,
+    to_host,
 )
 
 Captured = dict[tuple[str, int], list[tuple[str, torch.Tensor]]]
@@ -289,7 +289,7 @@ def test_device_path_gives_the_same_numbers_as_the_cpu_path(dtype: torch.dtype) 
     y[2, 2] = math.nan
     y[3, 3] = math.inf
     for t in (x, y):
-        host = _to_host([_device_float(t), _cpu_float(t)])
+        host = to_host([_device_float(t), _cpu_float(t)])
         assert host[0] is not None and host[1] is not None
         a = make_stats("out", t.numel(), "float", host[0])
         b = make_stats("out", t.numel(), "float", host[1])
@@ -303,10 +303,10 @@ def test_device_path_for_integers_and_bools() -> None:
     ints = torch.tensor([[3, 0, -2], [7, 0, 1]])
     bools = ints > 0
     for kind, fn, t in (("int", _int_moments, ints), ("bool", _bool_moments, bools)):
-        dev, cpu = _to_host([fn(t, False), fn(t, True)])
+        dev, cpu = to_host([fn(t, False), fn(t, True)])
         assert dev is not None and cpu is not None
         assert make_stats("out", 6, kind, dev) == make_stats("out", 6, kind, cpu)
-    s = make_stats("out", 6, "int", _to_host([_int_moments(ints, False)])[0])
+    s = make_stats("out", 6, "int", to_host([_int_moments(ints, False)])[0])
     assert (s.mean, s.min, s.max, s.zero_fraction) == (1.5, -2, 7, 2 / 6)
     assert s.std == pytest.approx(ints.double().std().item())
 
@@ -356,9 +356,9 @@ def test_range_and_zeros_for_every_sign_pattern(values: list[float], dtype: torc
 @pytest.fixture
 def small_blocks(monkeypatch: pytest.MonkeyPatch) -> int:
     """Blocks of 8 elements: every tensor of 32 or more is swept block by block."""
-    import hookscope.probes.stats as stats_module
+    import hookscope.probes.moments as moments_module
 
-    monkeypatch.setattr(stats_module, "_BLOCK", 8)
+    monkeypatch.setattr(moments_module, "_BLOCK", 8)
     return 8
 
 

@@ -38,7 +38,7 @@ from hookscope.core.tensors import iter_call_inputs, iter_tensors
 from hookscope.debug.checks import OpCheckMode, OpFindings, all_finite, counts
 from hookscope.debug.records import Anomaly, AnomalyKind, AnomalyReport, InputCheck
 from hookscope.errors import RunStopped, SpecError
-from hookscope.probes.stats import make_stats, tensor_moments
+from hookscope.probes.moments import make_stats, tensor_moments
 
 if TYPE_CHECKING:
     from hookscope.core.handles import Removable
