@@ -11,7 +11,8 @@ its input's shape in place (``x.unsqueeze_(0)``) records the changed shape.
 
 Most calls take one tensor and return one. For those, the hook only keeps the
 tensors' ``shape``, ``dtype``, ``device``, ``requires_grad`` and ``layout`` (never the
-tensors), and the records are made in ``finalize``, identical ones shared: a hook runs
+tensors), and the records are made in ``finalize``, identical ones shared (within a
+trace and between traces: records are read-only): a hook runs
 between two kernels, with cold caches, where every object made costs several times
 what it costs in a loop. ``call.inputs``/``call.outputs`` are complete once the trace
 is finalised.
@@ -38,6 +39,13 @@ if TYPE_CHECKING:
 _Fields = tuple[Any, ...]
 
 _Tensor = torch.Tensor
+
+#: The records of the fields seen so far, in every trace: a record is read-only, and a
+#: model traced again makes the same ones (NB: making them was most of this probe's
+#: time per run, with caches cold after the forward). Cleared when it grows too large.
+_INPUT_METAS: dict[_Fields, TensorMeta] = {}
+_OUTPUT_METAS: dict[_Fields, TensorMeta] = {}
+_MAX_METAS = 4096
 
 
 def _numel(metas: list[TensorMeta]) -> float | None:
@@ -108,8 +116,10 @@ class ShapeProbe(Probe):
             facts["outputs"] = metas(output, "out")
 
     def finalize(self, trace: Trace) -> None:
-        inputs: dict[_Fields, TensorMeta] = {}
-        outputs: dict[_Fields, TensorMeta] = {}
+        inputs, outputs = _INPUT_METAS, _OUTPUT_METAS
+        if len(inputs) + len(outputs) > _MAX_METAS:
+            inputs.clear()
+            outputs.clear()
         for entry in self._plain:
             call = entry[0]
             fields = entry[1:6]
