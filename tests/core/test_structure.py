@@ -7,6 +7,8 @@ Oracles are torch's own accessors: ``parameters()`` (which deduplicates tied ten
 
 from __future__ import annotations
 
+import gc
+import weakref
 from dataclasses import replace
 from typing import Any
 
@@ -247,14 +249,19 @@ def _records(model: nn.Module) -> tuple[Any, dict[str, Any]]:
 
 @pytest.mark.parametrize("change", [
     "replace a submodule", "freeze a parameter", "add a submodule", "change the dtype",
-    "resize a parameter", "change a class",
+    "resize a parameter", "change a class", "resize a parameter in place",
+    "reorder the submodules", "move a submodule", "register a buffer", "retype a buffer",
+    "unfreeze a parameter", "rename a submodule",
 ])
 def test_the_module_records_of_a_later_run_see_every_change_to_the_model(change: str) -> None:
     # a tracer reuses the records of its last run of a model when nothing they are made
     # of changed: the oracle is a table made from scratch (extra_repr=True never reuses)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))
-    _records(model)
+    model.register_buffer("scale", torch.ones(3))
+    model[2].weight.requires_grad_(False)
+    for _ in range(2):  # the second run reuses the first run's table
+        _records(model)
     if change == "replace a submodule":
         model[2] = nn.Linear(4, 4, bias=False)
     elif change == "freeze a parameter":
@@ -267,6 +274,23 @@ def test_the_module_records_of_a_later_run_see_every_change_to_the_model(change:
         with torch.no_grad():
             model[0].bias.data = torch.zeros(4)  # same size: no change expected
             model[2].bias = nn.Parameter(torch.zeros(4))
+    elif change == "resize a parameter in place":
+        with torch.no_grad():
+            model[2].weight.data = torch.zeros(2, 4)  # the same Parameter objects
+            model[2].bias.data = torch.zeros(2)
+    elif change == "reorder the submodules":  # same names and modules, another order
+        model._modules = dict(reversed(list(model._modules.items())))
+    elif change == "move a submodule":  # same modules, another parent
+        relu = model._modules.pop("1")
+        model._modules["2"] = nn.Sequential(relu, model._modules["2"])
+    elif change == "register a buffer":
+        model[1].register_buffer("offset", torch.zeros(5))
+    elif change == "retype a buffer":
+        model.scale = model.scale.half()
+    elif change == "rename a submodule":  # same modules, in the same order
+        model._modules = {("first" if k == "0" else k): v for k, v in model._modules.items()}
+    elif change == "unfreeze a parameter":
+        model[2].weight.requires_grad_(True)
     else:
         model[1].__class__ = nn.Tanh  # a class swapped on the instance
     summary, modules = _records(model)
@@ -274,6 +298,37 @@ def test_the_module_records_of_a_later_run_see_every_change_to_the_model(change:
     assert summary == fresh.summary
     assert {p: replace(m, extra_repr=None) for p, m in modules.items()} == {
         p: replace(m, extra_repr=None) for p, m in fresh.modules.items()}
+
+
+def test_a_reused_table_holds_the_model_s_current_tensors() -> None:
+    # a parameter replaced by one of equal value and size: the counts are the same, but
+    # what a tracer watches and restores (requires_grad, gradients) is the new tensor
+    model = nn.Sequential(nn.Linear(4, 1))
+    module_table(model, extra_repr=False)
+    old = model[0].bias
+    model[0].bias = nn.Parameter(old.detach().clone())
+    parameters = module_table(model, extra_repr=False).parameters
+    assert any(p is model[0].bias for p in parameters)
+    assert not any(p is old for p in parameters)
+    trace = hookscope.trace(model, torch.randn(2, 4), backward=True)
+    assert model[0].bias.grad is None  # trace() computes gradients without .grad
+    (bias,) = [g for g in trace.param_grads if g.path == "0.bias"]
+    assert bias.norm == pytest.approx(2.0)  # d(sum)/d(bias) at batch 2
+
+
+def test_the_table_kept_for_reuse_keeps_neither_the_model_nor_what_it_let_go_of() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))
+    _records(model)
+    dropped, weight = weakref.ref(model[2]), weakref.ref(model[0].weight)
+    model[2] = nn.Linear(4, 4)
+    model[0].weight = nn.Parameter(torch.zeros(4, 4))
+    gc.collect()
+    assert dropped() is None and weight() is None
+    _records(model)
+    gone = weakref.ref(model)
+    del model
+    gc.collect()
+    assert gone() is None
 
 
 def test_reused_module_records_are_a_new_dict_each_run() -> None:

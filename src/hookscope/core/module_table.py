@@ -2,22 +2,21 @@
 and buffer counts, made in one walk of the model, without a record per tensor.
 
 :func:`module_table` is what ``Tracer.__enter__`` calls (and what ``inspect`` builds
-on); it runs in the time budget of one forward pass, so it walks the model once,
-sums plain counts when nothing is shared, and reuses the records of a model's last
-table when nothing they depend on changed (``_MADE``). The per-tensor records of
-``hookscope.inspect`` are ``core/structure.py``'s.
+on); it runs in the time budget of one forward pass, so it walks the model once and
+sums plain counts when nothing is shared; a model traced again, unchanged, gets its
+last table back after a check made of C-level loops (``core/table_reuse.py``).
+The per-tensor records of ``hookscope.inspect`` are ``core/structure.py``'s.
 """
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 from torch import nn
 from torch.nn.parameter import is_lazy
 
+from hookscope.core import table_reuse
 from hookscope.core.records import ModelSummary, ModuleInfo
 
 Walk = list[tuple[str, nn.Module]]
@@ -107,7 +106,8 @@ class ModuleTable:
         walk: ``named_modules(remove_duplicate=False)``: every path of every module.
         members: each module once, at its first path (``named_modules()``).
         parameters: each parameter once (``parameters()``).
-        lazy: a lazy module's parameter is not materialised yet (counted as 0).
+        lazy: a lazy module's parameter or buffer is not materialised yet (counted
+            as 0).
         tied: each later path of a parameter registered twice -> its first path
             (empty when nothing is tied: found only then, at no cost otherwise).
     """
@@ -142,6 +142,7 @@ def _walk(model: nn.Module) -> Walk:
 class _OwnCounts:
     own: list[tuple[int, int, int]]  # per member: (params, trainable, buffer elements)
     parameters: list[nn.Parameter]  # each once
+    buffers: list[torch.Tensor]  # each once when nothing is tied
     totals: tuple[int, int, int, int, int]  # params, trainable, param bytes, buffers, bytes
     tied: bool
     lazy: bool
@@ -191,7 +192,9 @@ def _own_counts(members: Walk, *, exact: bool) -> _OwnCounts:
                         continue
                     seen_buffers.add(id(b))
                 all_buffers.append(b)
-                if not isinstance(b, _Uninitialized):
+                if isinstance(b, _Uninitialized):  # lazy, as a parameter can be
+                    lazy = True
+                else:
                     n = b.numel()
                     n_buffers += n
                     b_bytes += n * b.element_size()
@@ -204,7 +207,7 @@ def _own_counts(members: Walk, *, exact: bool) -> _OwnCounts:
         or len({id(b) for b in all_buffers}) != len(all_buffers)
     )
     totals = (p_total, p_trainable, p_bytes, b_total, b_bytes)
-    return _OwnCounts(own, parameters, totals, tied, lazy)
+    return _OwnCounts(own, parameters, all_buffers, totals, tied, lazy)
 
 
 def module_table(model: nn.Module, *, extra_repr: bool = True) -> ModuleTable:
@@ -217,14 +220,17 @@ def module_table(model: nn.Module, *, extra_repr: bool = True) -> ModuleTable:
     NB: a tracer makes this on every run, in the time budget of one forward pass: one
     walk, plain sums when nothing is shared, positional record construction.
     """
+    if not extra_repr:
+        reused = table_reuse.reuse(model)
+        if reused is not None:
+            return ModuleTable(reused[0], reused[1], reused[2], list(reused[2]), reused[3],
+                               False)
     walk = _walk(model)
     canonical: dict[int, str] = {}
     aliases: dict[int, list[str]] = {}
     members: Walk = []
-    shape: list[tuple[str, int, type]] = []  # what the records derive from, with the counts
     for path, module in walk:
         key = id(module)
-        shape.append((path, key, type(module)))
         if key in canonical:
             aliases.setdefault(key, []).append(path)
         else:
@@ -232,14 +238,7 @@ def module_table(model: nn.Module, *, extra_repr: bool = True) -> ModuleTable:
             members.append((path, module))
     counted = _own_counts(members, exact=False)
     tied = counted.tied
-    reusable = not extra_repr and not tied and not aliases
-    if reusable:
-        made = _MADE.get(model)
-        if made is not None and made[0] == shape and made[1] == counted.own and (
-            made[2] == counted.totals and made[3] == counted.lazy
-        ):
-            return ModuleTable(made[4], dict(made[5]), walk, members, counted.parameters,
-                               counted.lazy)
+    reusable = not extra_repr and not tied and not aliases and not counted.lazy
     if tied:  # a tensor registered twice: count it at its first path only
         counted = _own_counts(members, exact=True)
     own, parameters, lazy = counted.own, counted.parameters, counted.lazy
@@ -283,19 +282,9 @@ def module_table(model: nn.Module, *, extra_repr: bool = True) -> ModuleTable:
     )
     tied_paths = first_paths(walk, "_parameters")[1] if tied else {}
     if reusable:
-        _MADE[model] = (shape, own, counted.totals, lazy, summary, modules)
+        table_reuse.remember(model, summary, modules, walk, parameters, counted.buffers)
     return ModuleTable(summary, dict(modules) if reusable else modules, walk, members,
                        parameters, lazy, tied_paths)
-
-
-#: The records of the last table made for each model, with what they were made from:
-#: a tracer makes a table on every run, and when the walk (paths, module identities and
-#: classes) and every module's own counts are what they were, so are the records
-#: (``ModuleInfo``, ``ModelSummary``: read-only, shared between traces; the dict of
-#: them is a copy). Weak: a model that is gone takes its entry with it. Tables with
-#: tied tensors, shared modules or ``extra_repr`` are made anew every time.
-_MADE: weakref.WeakKeyDictionary[nn.Module, tuple[Any, ...]] = weakref.WeakKeyDictionary()
-
 
 
 def _safe_extra_repr(module: nn.Module) -> str:
