@@ -198,3 +198,24 @@ def test_model_that_reads_values_fails_clearly_on_meta() -> None:
         hookscope.trace(model, torch.randn(2, 4), device="meta", **OPS_ONLY)
     assert info.value.path == "0"
     assert next(model.parameters()).device.type == "cpu"
+
+
+class _HeldInAList(nn.Module):
+    """Its only tensors are a plain attribute and an unregistered module's buffer."""
+
+    def __init__(self, device: str) -> None:
+        super().__init__()
+        self.table = torch.zeros(3, 4, device=device)  # a tensor attribute, not a buffer
+        self.hidden = [nn.BatchNorm1d(4, affine=False).to(device)]  # unregistered
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.hidden[0](x) + self.table.sum()
+
+
+def test_is_on_meta_reads_tensor_attributes_and_modules_kept_in_lists() -> None:
+    assert is_on_meta(_HeldInAList("meta"))
+    assert not is_on_meta(_HeldInAList("cpu"))  # a multi-element attribute: no bool() of it
+    mixed = _HeldInAList("meta")
+    mixed.hidden[0].running_mean = torch.zeros(4)  # one real tensor, in the hidden module
+    assert not is_on_meta(mixed)
+    assert not is_on_meta(nn.Sequential(nn.ReLU(), nn.Tanh()))  # no tensor: runs anywhere

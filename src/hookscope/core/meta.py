@@ -53,24 +53,38 @@ def _all_modules(model: nn.Module) -> list[nn.Module]:
     (unregistered, but their forward still runs)."""
     found: dict[int, nn.Module] = {}
     todo = [model]
+    internal = _module_internals()
     while todo:
         module = todo.pop()
         if id(module) in found:
             continue
         found[id(module)] = module
-        todo.extend(module.children())
-        for value in vars(module).values():
+        for name, value in vars(module).items():
+            if name in internal:  # NB: a hook table per module, 15 of them
+                continue
             items = value.values() if isinstance(value, dict) else value
             if isinstance(items, (list, tuple, type({}.values()))):
-                todo.extend(m for m in items if isinstance(m, nn.Module))
+                todo.extend([m for m in items if isinstance(m, nn.Module)])
     return list(found.values())
 
 
+_INTERNALS: list[frozenset[str]] = []
+
+
+def _module_internals() -> frozenset[str]:
+    """The attributes ``nn.Module.__init__`` sets (hook tables, parameters, buffers),
+    but ``_modules``, whose values are the submodules."""
+    if not _INTERNALS:
+        _INTERNALS.append(frozenset(vars(nn.Module())) - {"_modules"})
+    return _INTERNALS[0]
+
+
 def _module_tensors(model: nn.Module) -> Iterator[torch.Tensor]:
+    tensor = torch.Tensor
     for module in _all_modules(model):
-        yield from (t for t in module._parameters.values() if t is not None)
-        yield from (t for t in module._buffers.values() if t is not None)
-        yield from (t for t in vars(module).values() if isinstance(t, torch.Tensor))
+        for t in (*module._parameters.values(), *module._buffers.values(), *vars(module).values()):
+            if isinstance(t, tensor):
+                yield t
 
 
 def is_on_meta(model: nn.Module) -> bool:
