@@ -17,7 +17,7 @@ from torch import nn
 from torch.nn.parameter import is_lazy
 
 from hookscope.core import table_reuse
-from hookscope.core.records import ModelSummary, ModuleInfo
+from hookscope.core.model_records import ModelSummary, ModuleInfo
 
 Walk = list[tuple[str, nn.Module]]
 

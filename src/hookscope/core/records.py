@@ -9,7 +9,8 @@ and that round-trips through JSON (``core/serialize.py``).
 Records never hold live tensors or modules, and never format themselves: strings are
 made by the renderers in ``hookscope.render``. The value records probes store as facts
 (:class:`TensorMeta`, :class:`TensorStats`, :class:`FlopCount`, :class:`OpRecord`...)
-are ``core/values.py``'s, importable from here too.
+are ``core/values.py``'s, and the records of the model's tree (:class:`ModuleInfo`,
+:class:`ModelSummary`) ``core/model_records.py``'s; both import from here too.
 
 NB: :class:`Call` is mutable because probes fill it while the model runs; treat it as
 read-only once the trace is returned.
@@ -21,6 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from hookscope.core.model_records import ModelSummary, ModuleInfo
 from hookscope.core.values import (
     FlopCount,
     FlopRule,
@@ -33,7 +35,8 @@ from hookscope.core.values import (
     TensorStats,
 )
 
-# the value records live in core/values.py; importing them from here keeps working
+# the value and model records live in core/values.py and core/model_records.py;
+# importing them from here keeps working
 __all__ = [
     "PRESENTERS",
     "SCHEMA_VERSION",
@@ -175,56 +178,6 @@ class StopRecord:
     reason: str
     call: int | None
     path: str | None
-
-
-@dataclass(slots=True)
-class ModuleInfo:
-    """One module of the tree.
-
-    Attributes:
-        path: fully qualified name (``""`` for the root).
-        class_name: the module's class name.
-        depth: 0 for the root, 1 for its children, ...
-        parent: path of the parent module (``None`` for the root).
-        children: paths of the direct submodules (like ``named_children``).
-        aliases: other paths under which the same module object is registered.
-        own_params: parameters registered directly on this module (tied ones counted
-            once, at their first path).
-        total_params: parameters of the whole subtree, each tensor once.
-        trainable_params: of ``total_params``, those with ``requires_grad``.
-        own_buffers: elements of the buffers registered directly on this module.
-        extra_repr: the module's ``extra_repr()`` (e.g. ``in_features=2, ...``), as
-            :func:`hookscope.inspect` records it; ``None`` in a trace's module table,
-            which does not record it (it costs a user method call per module on
-            every trace, and no view of a trace shows it).
-
-    NB: not frozen, like :class:`Call`: a trace makes one per module on every run, and
-    a frozen dataclass is five times slower to make. Treat it as read-only.
-    """
-
-    path: str
-    class_name: str
-    depth: int
-    parent: str | None
-    children: tuple[str, ...]
-    aliases: tuple[str, ...]
-    own_params: int
-    total_params: int
-    trainable_params: int
-    own_buffers: int
-    extra_repr: str | None
-
-
-@dataclass(slots=True)
-class ModelSummary:
-    """Model-level counts recorded with a trace (from ``core/structure.py``)."""
-
-    class_name: str
-    params_total: int
-    params_trainable: int
-    buffers_total: int
-    param_bytes: int
-    buffer_bytes: int
 
 
 @dataclass(slots=True)

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hookscope.core.records import ModelSummary, ModuleInfo
+from hookscope.core.model_records import ModelSummary, ModuleInfo
 
 Walk = list[tuple[str, nn.Module]]
 Reused = tuple[ModelSummary, dict[str, ModuleInfo], Walk, list[nn.Parameter]]
