@@ -1,8 +1,9 @@
 """Debugging a model run: the first non-finite value and breakpoints inside layers.
 
-``hookscope.find_anomaly``/``hookscope.detect_anomaly`` (``debug/anomaly.py``) find
-the first module call, in execution order, whose output (or gradient) holds NaN or
-Inf, and the aten op inside it that produced the value; ``hookscope.breakpoint``
+``hookscope.find_anomaly``/``hookscope.detect_anomaly`` (``debug/anomaly.py``; the
+probes are ``debug/nonfinite.py``'s) find the first module call, in execution order,
+whose output (or gradient) holds NaN or Inf, and the aten op inside it that produced
+the value; ``hookscope.breakpoint``
 (``debug/breakpoints.py``) opens the debugger inside a matching call. Both are probes
 on the engine (``hookscope.core.tracer``); the report's text and JSON are in
 ``hookscope.render.anomaly``.

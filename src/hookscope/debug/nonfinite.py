@@ -1,0 +1,253 @@
+"""The probes that find the first non-finite value: which module call, which output,
+which aten op.
+
+:class:`NonFiniteProbe` checks every module call's output when the call ends
+(``debug/checks.py``: one sum per tensor, exact) and, while the run lasts, an
+:class:`~hookscope.debug.checks.OpCheckMode` holds the output of every op, checking
+them, to name the first non-finite one, only in a call whose output is not finite.
+At the first call whose output holds a NaN or an Inf it raises
+:class:`NonFiniteError` (a :class:`~hookscope.errors.RunStopped`): the rest of the
+model does not run and the caller gets the partial trace. With ``backward=True``
+(:class:`NonFiniteGradProbe`) the gradients are checked as the backward delivers
+them: of each call's outputs, of its inputs, of each parameter. The entry points that
+run them are ``debug/anomaly.py``'s.
+
+NB: the op check runs during the forward itself, never by re-running a module, so
+what it reports is what the model computed, with the model's own RNG draws, buffers
+and in-place writes. The input statistics of the anomalous call are read when the
+call ends: an input the call wrote into shows what it holds then (the record says so,
+``InputCheck.changed_in_place``).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from hookscope.core.handles import CallbackHandle
+from hookscope.core.probe import Probe
+from hookscope.core.tensors import iter_call_inputs, iter_tensors
+from hookscope.debug.checks import OpCheckMode, OpFindings, all_finite, counts
+from hookscope.debug.records import Anomaly, AnomalyKind, AnomalyReport, InputCheck
+from hookscope.errors import RunStopped
+from hookscope.probes.moments import make_stats, tensor_moments
+
+if TYPE_CHECKING:
+    from hookscope.core.handles import Removable
+    from hookscope.core.records import Call, ParamGrad, TensorStats
+    from hookscope.core.tracer import Tracer
+
+
+class NonFiniteError(RunStopped):
+    """The first non-finite value was found; the run stopped there.
+
+    Attributes:
+        anomalies: what was found (one).
+        report: the :class:`~hookscope.debug.records.AnomalyReport`, with the partial
+            trace once the tracer has ended.
+    """
+
+    def __init__(self, anomalies: tuple[Anomaly, ...]) -> None:
+        from hookscope.render.anomaly import anomaly_line
+
+        super().__init__(anomaly_line(anomalies[0]))
+        self.anomalies = anomalies
+
+    @property
+    def report(self) -> AnomalyReport:
+        return AnomalyReport(self.anomalies, trace=self.trace, stopped=True)
+
+
+class NonFiniteProbe(Probe):
+    """Checks every module call's output (and every op's) for NaN and Inf.
+
+    Args:
+        collect_all: record every anomalous call instead of stopping at the first.
+        ops: also find the first aten op that produced the value (a dispatch mode).
+    """
+
+    name = "nonfinite"
+    order = 5
+    watches_ops = True  # the engine then marks other probes' work, which the mode skips
+
+    def __init__(self, *, collect_all: bool = False, ops: bool = True) -> None:
+        self.collect_all = collect_all
+        self.ops = ops
+        self.anomalies: list[Anomaly] = []
+        self.findings = OpFindings()
+        self._mode: OpCheckMode | None = None
+        self._tracer: Tracer | None = None
+        self._versions: dict[int, tuple[int, ...]] = {}
+        #: The last tensors found finite, each with the version it had then.
+        self._finite: list[tuple[weakref.ref[torch.Tensor], int, int]] = []
+
+    def install(self, tracer: Tracer) -> list[Removable]:
+        self._tracer = tracer
+        if not self.ops:
+            return []
+        mode = self._mode = OpCheckMode(tracer, self.findings)
+        mode.__enter__()  # type: ignore[no-untyped-call]  # torch leaves it untyped
+        return [CallbackHandle(
+            lambda: mode.__exit__(None, None, None)  # type: ignore[no-untyped-call]
+        )]
+
+    def on_enter(
+        self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        if len(args) == 1 and not kwargs and isinstance(args[0], torch.Tensor):
+            self._versions[call.index] = (args[0]._version,)
+        else:
+            tensors = iter_call_inputs(args, kwargs)
+            self._versions[call.index] = tuple(t._version for _, t in tensors)
+
+    def on_exit(
+        self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+        output: Any, failed: bool,
+    ) -> None:
+        versions = self._versions.pop(call.index, None)
+        mode = self._mode
+        if failed:
+            if mode is not None:
+                mode.ended_finite(call.index)  # no output to blame its ops for
+            return
+        for path, t in iter_tensors(output, "out"):
+            if self._checked(t, t._version) or _kept_finite(module, args, t, versions, self):
+                continue
+            if not all_finite(t):
+                if mode is not None:
+                    mode.flush()  # the ops held since the call started: which one did it
+                self._found(_output_anomaly(call, path, t, args, kwargs, versions, self.findings))
+                return
+            self._remember(t)
+        if mode is not None:
+            mode.ended_finite(call.index)
+
+    def _checked(self, t: torch.Tensor, version: int, writes_since: int = 0) -> bool:
+        """Whether ``t`` was found finite when it was at ``version``, with exactly
+        ``writes_since`` ops writing into any tensor since: a container's output is
+        usually its last child's, checked already. Only with the op check on: it
+        counts the writes (a write through ``.data`` bumps no version)."""
+        mode = self._mode
+        if mode is None:
+            return False
+        writes = mode.writes - writes_since
+        return any(
+            seen == version and at == writes and ref() is t for ref, seen, at in self._finite
+        )
+
+    def _remember(self, t: torch.Tensor) -> None:
+        mode = self._mode
+        if mode is None:
+            return
+        finite = self._finite
+        if len(finite) >= _REMEMBERED:
+            del finite[0]
+        finite.append((weakref.ref(t), t._version, mode.writes))
+
+    def _found(self, anomaly: Anomaly) -> None:
+        self.anomalies.append(anomaly)
+        if not self.collect_all:
+            raise NonFiniteError((anomaly,))
+
+    def report(self, trace: Any) -> AnomalyReport | None:
+        """What was found (``None``: nothing), with ``trace``."""
+        if not self.anomalies:
+            return None
+        return AnomalyReport(tuple(self.anomalies), trace=trace, stopped=not self.collect_all)
+
+
+class NonFiniteGradProbe(NonFiniteProbe):
+    """:class:`NonFiniteProbe` that also checks gradients, in backward order."""
+
+    def on_backward_enter(self, call: Call, grad_outputs: tuple[Any, ...]) -> None:
+        self._grads(call, grad_outputs, AnomalyKind.GRAD_OUTPUT, "grad_out")
+
+    def on_backward_exit(self, call: Call, grad_inputs: tuple[Any, ...]) -> None:
+        self._grads(call, grad_inputs, AnomalyKind.GRAD_INPUT, "grad_in")
+
+    def on_param_grad(self, grad: ParamGrad) -> None:
+        g = grad.grad
+        if g is None or all_finite(g):
+            return
+        owner = grad.path.rpartition(".")[0]
+        trace = None if self._tracer is None else self._tracer.trace
+        info = None if trace is None else trace.modules.get(owner)
+        nans, infs = counts(g)
+        self._found(Anomaly(
+            AnomalyKind.PARAM_GRAD, "backward", owner, info.class_name if info else "",
+            None, None, grad.path, g.numel(), nans or 0, infs or 0,
+            op=self.findings.backward, parameter=grad.path,
+        ))
+
+    def _grads(self, call: Call, grads: tuple[Any, ...], kind: AnomalyKind, root: str) -> None:
+        for i, g in enumerate(grads):
+            if isinstance(g, torch.Tensor) and not all_finite(g):
+                nans, infs = counts(g)
+                self._found(Anomaly(
+                    kind, "backward", call.path, call.module_class, call.call_index,
+                    call.index, f"{root}[{i}]", g.numel(), nans or 0, infs or 0,
+                    op=self.findings.backward,
+                ))
+                return
+
+
+#: How many finite tensors a probe remembers (weakly): enough for a container's
+#: output, which is its last child's.
+_REMEMBERED = 4
+
+#: Elementwise modules whose output is finite wherever their input is (a clamp, a
+#: maximum, ``x * sigmoid(x)``); run in place, their output need not be read again.
+_KEEPS_FINITE: frozenset[type[nn.Module]] = frozenset({nn.ReLU, nn.ReLU6, nn.Hardtanh, nn.SiLU})
+
+
+def _kept_finite(
+    module: nn.Module, args: tuple[Any, ...], t: torch.Tensor,
+    versions: tuple[int, ...] | None, probe: NonFiniteProbe,
+) -> bool:
+    """Whether ``t`` is finite without reading it: ``module`` (an exact
+    :data:`_KEEPS_FINITE` type, not a subclass, no ``forward`` patched on the instance)
+    wrote it in place, once, into its one input, which was found finite at the version
+    it had when the call started, with that one write the only one since. A hook or a
+    patch that wrote into it too, or replaced it, leaves a different tensor, version
+    or count of writes, and the output is read."""
+    if type(module) not in _KEEPS_FINITE or not getattr(module, "inplace", False):
+        return False
+    if "forward" in module.__dict__:
+        return False
+    if versions is None or len(versions) != 1 or len(args) != 1 or args[0] is not t:
+        return False
+    before = versions[0]
+    if t._version != before + 1 or not probe._checked(t, before, writes_since=1):
+        return False
+    probe._remember(t)
+    return True
+
+
+def _output_anomaly(
+    call: Call, path: str, t: torch.Tensor, args: tuple[Any, ...], kwargs: dict[str, Any],
+    versions: tuple[int, ...] | None, findings: OpFindings,
+) -> Anomaly:
+    nans, infs = counts(t)
+    inputs = []
+    for i, (in_path, x) in enumerate(iter_call_inputs(args, kwargs)):
+        changed = versions is not None and i < len(versions) and versions[i] != x._version
+        inputs.append(InputCheck(_stats(in_path, x), changed))
+    return Anomaly(
+        AnomalyKind.OUTPUT, "forward", call.path, call.module_class, call.call_index,
+        call.index, path, t.numel(), nans or 0, infs or 0, tuple(inputs),
+        op=findings.inside(call.index),
+    )
+
+
+def _stats(path: str, t: torch.Tensor) -> TensorStats:
+    with torch.no_grad():
+        kind, moments = tensor_moments(t)
+    values = moments.tolist() if isinstance(moments, torch.Tensor) else moments
+    try:
+        numel = t.numel()
+    except RuntimeError:  # a tensor without a size (uninitialised lazy parameter)
+        numel = -1
+    return make_stats(path, numel, kind, values)
