@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -388,3 +389,45 @@ def test_an_on_exit_with_the_old_signature_gets_the_output_on_every_run() -> Non
         assert seen["0"] == tuple(model[0](x).shape) == (2, 8)
         assert seen[""] == tuple(model(x).shape) == (2, 3)
 
+
+
+class BackwardEnds(Probe):
+    """Reads the engine's backward end of every call in ``on_backward_exit``."""
+
+    name = "backward_ends_test"
+    uses_backward_end = True
+
+    def __init__(self) -> None:
+        self.tracer: Any = None
+        self.entered: dict[int, int] = {}
+        self.ends: dict[str, Any] = {}
+
+    def install(self, tracer: Any) -> list[Any]:
+        self.tracer = tracer
+        return []
+
+    def on_backward_enter(self, call: Any, grad_outputs: tuple[Any, ...]) -> None:
+        self.entered[call.index] = time.perf_counter_ns()
+
+    def on_backward_exit(self, call: Any, grad_inputs: tuple[Any, ...]) -> None:
+        self.ends[call.path] = (self.entered.get(call.index), self.tracer.backward_end(call),
+                                time.perf_counter_ns())
+
+
+class BackwardEndsUndeclared(BackwardEnds):
+    name = "backward_ends_undeclared_test"
+    uses_backward_end = False
+
+
+def test_a_probe_that_declares_it_reads_each_call_s_backward_end() -> None:
+    model = mlp()
+    probe, undeclared = BackwardEnds(), BackwardEndsUndeclared()
+    # grads=False: the gradient probe, which declares it too, is not there
+    hookscope.trace(model, torch.randn(2, 4), backward=True, grads=False, probes=[probe])
+    assert set(probe.ends) == {"", "0", "1", "2"}
+    for path, (entered, end, exited) in probe.ends.items():
+        assert end is not None, path
+        assert entered <= end[0] <= exited  # within the call's backward window
+    hookscope.trace(model, torch.randn(2, 4), backward=True, grads=False,
+                    probes=[undeclared])
+    assert undeclared.ends and all(end is None for _, end, _ in undeclared.ends.values())

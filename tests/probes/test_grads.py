@@ -174,3 +174,83 @@ def test_backward_times_leave_out_every_probes_work() -> None:
     root = trace.find("")
     assert root.backward_ns is not None and root.backward_ns < 70_000_000  # not 120 ms
     assert all(c.backward_ns is not None for c in trace.calls)
+
+
+class _SleepsInBackward(torch.autograd.Function):
+    """Doubles its input; its backward sleeps: a known slow node."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        time.sleep(0.2)
+        return grad * 2
+
+
+class _Slow(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _SleepsInBackward.apply(x)
+
+
+class _Branches(nn.Module):
+    """Two branches from one input, the fast one made last: autograd runs it first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.slow, self.fast = _Slow(), nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        slow = self.slow(x)
+        return slow + self.fast(x)
+
+
+class _FirstLayerBeforeSlowWork(nn.Module):
+    """``first`` takes the image (no gradient) and is made last, so its backward runs
+    first; then 200 ms of another branch's backward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.other, self.slow, self.first = nn.Linear(4, 4), _Slow(), nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        other = self.slow(self.other(x))
+        return self.first(x) + other
+
+
+def test_a_branch_s_backward_ends_with_its_own_nodes_not_with_its_input_s_gradient() -> None:
+    # the gradient of the branches' shared input is known only after the slow branch
+    # too; the fast branch's backward is its own nodes' (oracle: the 200 ms sleep)
+    model = nn.Sequential(nn.Linear(4, 4), _Branches())
+    trace = hookscope.trace(model, torch.randn(2, 4), backward=True, time=False,
+                            stats=False, memory=False)
+    fast, slow = trace.find("1.fast"), trace.find("1.slow")
+    assert slow.backward_ns is not None and slow.backward_ns >= 180_000_000
+    assert fast.backward_ns is not None and fast.backward_ns < 100_000_000
+    assert trace.find("1").backward_ns >= 180_000_000  # the block holds both branches
+
+
+def test_a_first_layer_s_backward_ends_with_its_own_nodes_not_with_the_pass() -> None:
+    model = _FirstLayerBeforeSlowWork()
+    trace = hookscope.trace(model, torch.randn(2, 4), backward=True, time=False,
+                            stats=False, memory=False)
+    first = trace.find("first")
+    assert first.backward_ns is not None and first.backward_ns < 100_000_000
+    assert trace.find("slow").backward_ns >= 180_000_000
+    assert trace.find("").backward_ns >= 180_000_000
+
+
+def test_without_sequence_numbers_a_backward_ends_with_its_exit_event(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from hookscope.core import torch_private
+
+    monkeypatch.setattr(torch_private, "_get_sequence_nr", None)
+    monkeypatch.setattr(torch_private, "_warned", set())
+    model = nn.Sequential(nn.Linear(4, 4), _Branches())
+    with pytest.warns(torch_private.HookscopeTorchWarning, match="_get_sequence_nr"):
+        trace = hookscope.trace(model, torch.randn(2, 4), backward=True, time=False,
+                                stats=False, memory=False)
+    # the fast branch is charged for the slow one again, as the exit event says
+    assert trace.find("1.fast").backward_ns >= 180_000_000

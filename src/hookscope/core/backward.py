@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Callable, Iterable
+from time import perf_counter_ns
 from typing import Any
 
 import torch
@@ -64,10 +65,19 @@ def _needing_grad(tensors: Iterable[tuple[str, torch.Tensor]]) -> list[torch.Ten
 class BackwardWatch:
     """Registers the backward hooks of module calls and parameters; delivers events."""
 
-    def __init__(self, dispatch: Dispatch, handles: HandleGroup, *, inputs: bool = True) -> None:
+    def __init__(
+        self, dispatch: Dispatch, handles: HandleGroup, *, inputs: bool = True,
+        clock: Callable[[int], int] | None = None,
+    ) -> None:
         self._dispatch = dispatch
         self._handles = handles
         self._inputs = inputs  # a probe wants on_backward_exit: watch the calls' inputs
+        # the backward overhead clock (Tracer.backward_overhead_now), read when a call's
+        # own node finishes; without it, or without sequence numbers, no own ends
+        self._clock = clock
+        self._starts: dict[int, int] = {}  # call index -> its first node's sequence number
+        # call index -> (graph task, when its last own node finished, the clock then)
+        self._own_ends: dict[int, tuple[int | None, int, int]] = {}
         self._open: dict[int, Call] = {}  # calls whose backward started and has not ended
         self._pending: dict[int, ParamGrad] = {}  # id(param) -> not yet accumulated
         self._queued_task: int | None = None  # the backward pass whose end is queued
@@ -78,6 +88,10 @@ class BackwardWatch:
     def watch_inputs(self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if not self._inputs or not torch.is_grad_enabled():
             return
+        if self._clock is not None:
+            start = torch_private.next_sequence_nr()
+            if start is not None:
+                self._starts[call.index] = start
         tensors = _needing_grad(iter_call_inputs(args, kwargs))
         if tensors:
             self._handles.add(
@@ -87,11 +101,49 @@ class BackwardWatch:
     def watch_outputs(self, call: Call, output: Any) -> None:
         if not torch.is_grad_enabled():
             return
+        start = self._starts.pop(call.index, None)
         tensors = _needing_grad(iter_tensors(output, "out"))
         if tensors:
             self._handles.add(
                 register_multi_grad_hook(tensors, lambda grads: self._enter(call, tuple(grads)))
             )
+            if start is not None:
+                self._watch_own_nodes(call.index, tensors, start)
+
+    def _watch_own_nodes(self, index: int, outputs: list[torch.Tensor], start: int) -> None:
+        """Hook every autograd node the call's forward made (sequence number ``start`` or
+        later, reached from its outputs): the last one to finish ends its backward.
+
+        NB: one hook per node and enclosing call, no state shared between calls: a node
+        is never kept alive here (that would keep its saved tensors)."""
+        clock, ends, task = self._clock, self._own_ends, torch_private.current_graph_task_id
+        assert clock is not None
+
+        def finished(grad_inputs: Any, grad_outputs: Any) -> None:
+            now = perf_counter_ns()
+            ends[index] = (task(), now, clock(now))
+
+        seen: set[int] = set()
+        todo = [t.grad_fn for t in outputs]
+        while todo:
+            node = todo.pop()
+            if node is None or id(node) in seen:
+                continue
+            seen.add(id(node))
+            seq = torch_private.node_sequence_nr(node)
+            if seq is None or seq < start:  # made before the call, or a leaf's
+                continue
+            self._handles.add(node.register_hook(finished))
+            todo.extend(next_node for next_node, _ in node.next_functions)
+
+    def own_end(self, call: Call) -> tuple[int, int] | None:
+        """When the last autograd node made by ``call``'s forward finished in the backward
+        running now (``perf_counter_ns``), and the backward overhead clock then;
+        ``None`` when none has (or the engine cannot tell which nodes are its own)."""
+        found = self._own_ends.pop(call.index, None)
+        if found is None or found[0] != torch_private.current_graph_task_id():
+            return None  # none yet, or from an earlier backward pass of the graph
+        return found[1], found[2]
 
     def _enter(self, call: Call, grads: tuple[Any, ...]) -> None:
         self._queue_end()
@@ -154,6 +206,7 @@ class BackwardWatch:
             self._pending.clear()
             self._open.clear()
             self._early.clear()
+            self._own_ends.clear()
         if torch_private.queue_end_of_backward(self._end):
             self._queued_task = task
 
@@ -166,8 +219,11 @@ class BackwardWatch:
         for grad in pending.values():
             self._dispatch("on_param_grad", None, grad)
         still_open, self._open = self._open, {}
-        for call in sorted(still_open.values(), key=lambda c: -c.index):
-            self._dispatch("on_backward_exit", call, ())
+        try:
+            for call in sorted(still_open.values(), key=lambda c: -c.index):
+                self._dispatch("on_backward_exit", call, ())
+        finally:
+            self._own_ends.clear()  # nodes that finished after their call's exit
 
 
 class NodeOwners:

@@ -96,6 +96,9 @@ class Probe:
     #: tracer mark the other probes' callbacks as internal work, and note which call
     #: owns each autograd node (``Tracer.node_owner``).
     watches_ops: ClassVar[bool] = False
+    #: True for a probe that reads ``tracer.backward_end(call)`` (the gradient probe's
+    #: backward times): only then does the tracer hook the autograd nodes of each call.
+    uses_backward_end: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -302,6 +302,8 @@ class Tracer:
             handles.add(grad_handles)
             self._backward = BackwardWatch(
                 self._dispatch_backward, grad_handles,
+                clock=self.backward_overhead_now if any(
+                    p.uses_backward_end for p in self._backward_probes) else None,
                 inputs=bool(self._backward_handlers["on_backward_exit"]),
             )
             if self._backward_handlers["on_param_grad"]:
@@ -421,6 +423,21 @@ class Tracer:
         if running is None or running[0] is not self:
             return total
         return total + now - int(running[1])
+
+    def backward_end(self, call: Call) -> tuple[int, int] | None:
+        """When ``call``'s backward ended, read in ``on_backward_exit``: the time
+        (``perf_counter_ns``) the last autograd node its forward made finished in the
+        backward running now, and :meth:`backward_overhead_now` then. Kept only when a
+        probe of the tracer declares ``uses_backward_end``. ``None`` when none of its
+        nodes has run (a call that returned its input) or the engine cannot tell its
+        nodes (no sequence numbers): the exit event's own time is the end then.
+
+        NB: the exit event comes once the gradient of all the call's inputs is known:
+        for a branch (a ResNet ``downsample``) that is after the other branch's backward
+        too, and for a call whose inputs need no gradient (the first layer) at the end
+        of the backward pass; its own nodes end it where it ends."""
+        backward = self._backward
+        return None if backward is None else backward.own_end(call)
 
     def node_owner(self, node: Any) -> int | None:
         """Index of the call whose forward created autograd ``node`` (``None``: no call,

@@ -27,8 +27,10 @@ NB: backward times are host times (``perf_counter_ns``): exact on the CPU; on CU
 they time kernel launches, not the GPU's work. The probes' work in backward events
 (this probe's and every other probe's of the tracer: ``Tracer.backward_overhead_now``)
 is subtracted from them; the engine's own bookkeeping around them is not (small).
-A call whose inputs need no gradient (the first layer of an image model)
-ends its backward when the whole backward pass ends.
+A call's backward runs from the moment its outputs' gradient is known to the moment
+the last autograd node its forward made finishes (``Tracer.backward_end``): a branch
+(a ResNet ``downsample``) is not charged for the other branch, nor the first layer of
+an image model (whose inputs need no gradient) for the rest of the pass.
 """
 
 from __future__ import annotations
@@ -117,6 +119,7 @@ class GradsProbe(Probe):
 
     name = "grads"
     order = 80  # just inside the timing probe: its work is not part of a forward time
+    uses_backward_end = True
     column_rank = 60
     facts = (
         Fact("grad_output_norm", "L2 norm of the gradient w.r.t. the call's outputs",
@@ -178,11 +181,15 @@ class GradsProbe(Probe):
     def on_backward_exit(self, call: Call, grad_inputs: tuple[Any, ...]) -> None:
         now = perf_counter_ns()
         opened = self._open.pop(call.index, None)
+        tracer = self._tracer
+        assert tracer is not None
+        end = tracer.backward_end(call)  # the call's own last node, when known
         if opened is not None:
-            tracer = self._tracer
-            assert tracer is not None
             # NB: every probe's work in backward events meanwhile is hookscope's
-            overhead = tracer.backward_overhead_now(now) - opened[1]
+            if end is None:
+                overhead = tracer.backward_overhead_now(now) - opened[1]
+            else:
+                now, overhead = end[0], end[1] - opened[1]
             spent = now - opened[0] - overhead
             call.facts["backward_ns"] = (call.facts.get("backward_ns") or 0) + max(0, spent)
         norm = _joint_norm(grad_inputs)
