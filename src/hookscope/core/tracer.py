@@ -29,8 +29,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from time import perf_counter_ns
 from types import TracebackType
 from typing import Any, NoReturn
@@ -42,6 +41,8 @@ from hookscope.core.backward import BackwardWatch, NodeOwners
 from hookscope.core.failures import FailureTracker, add_note, describe_failure
 from hookscope.core.fast_path import install_call_path, plan_calls
 from hookscope.core.handles import CallbackHandle, HandleGroup
+from hookscope.core.internal import internal_work, is_internal
+from hookscope.core.internal import shared as _shared
 from hookscope.core.module_hooks import (
     RECORDING_HOOKS,
     make_module_post_hook,
@@ -64,43 +65,9 @@ from hookscope.core.selectors import Selector, compile_selector
 from hookscope.core.torch_private import call_impl_replaceable, global_module_hooks_present
 from hookscope.errors import HookscopeError, ProbeError, RunStopped, SpecError
 
-__all__ = ["ProbeSpec", "Tracer", "describe_failure", "internal_work"]
+__all__ = ["ProbeSpec", "Tracer", "describe_failure", "internal_work", "is_internal"]
 
 _CONTROL = (ProbeError, RunStopped)
-
-
-class _SharedState(threading.local):
-    """What every tracer in this thread must see, so that nested tracers (two tracers on
-    one model, or one on a submodule) do not record each other's work as the model's.
-
-    ``internal`` > 0 while any probe works on tensors itself (the engine sets it around
-    every probe callback, on whichever thread the event arrives); ``watchers`` counts
-    the active tracers with a probe that watches dispatched ops.
-    """
-
-    internal = 0
-    watchers = 0
-    #: (tracer, perf_counter_ns at its start) of the backward event running, or None
-    backward_event: tuple[Any, int] | None = None
-
-
-_shared = _SharedState()
-
-
-@contextmanager
-def internal_work() -> Iterator[None]:
-    """Mark tensor work a probe does outside an engine event (a saved-tensor hook, say)
-    as hookscope's: the ops probe does not record it, on this thread."""
-    _shared.internal += 1
-    try:
-        yield
-    finally:
-        _shared.internal -= 1
-
-
-def is_internal() -> bool:
-    """Whether probe work is running on this thread (see :func:`internal_work`)."""
-    return _shared.internal > 0
 
 
 # One entry of the runtime call stack: the call, its module, and the exception already
@@ -210,6 +177,7 @@ class Tracer:
         #: Time spent delivering backward events to the probes (every probe, every
         #: thread): :meth:`backward_overhead_now` reads it.
         self.backward_overhead_ns: int = 0
+        self._backward_lock = threading.Lock()  # autograd's device threads add to it
         #: The CUDA devices that hold the model's parameters or buffers (set on entry,
         #: from the one walk of the model the tracer makes).
         self.cuda_devices: list[torch.device] = []
@@ -522,7 +490,9 @@ class Tracer:
             shared.internal -= 1
             shared.backward_event = outer
             if outer is None or outer[0] is not self:  # else counted with the outer one
-                self.backward_overhead_ns += perf_counter_ns() - start
+                spent = perf_counter_ns() - start
+                with self._backward_lock:  # NB: ``+=`` is a read and a write
+                    self.backward_overhead_ns += spent
 
     def _failed(self, error: Exception, fn: Any, event: str, call: Call | None) -> Exception:
         """The exception to raise when a probe's callback raised ``error``."""
