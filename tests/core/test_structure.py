@@ -337,3 +337,86 @@ def test_reused_module_records_are_a_new_dict_each_run() -> None:
     first.pop("0")
     _, second = _records(model)
     assert "0" in second
+
+
+def test_a_traced_model_s_tensors_can_still_be_swapped() -> None:
+    # torch.utils.swap_tensors refuses a tensor someone holds a weak reference to:
+    # load_state_dict and .to()/.double() use it with this torch option (and DTensor)
+    model = nn.Sequential(nn.Linear(4, 2), nn.BatchNorm1d(2))
+    _records(model)
+    previous = torch.__future__.get_swap_module_params_on_conversion()
+    torch.__future__.set_swap_module_params_on_conversion(True)
+    try:
+        model.double()
+        model.load_state_dict({k: v.clone() for k, v in model.state_dict().items()})
+    finally:
+        torch.__future__.set_swap_module_params_on_conversion(previous)
+    assert model[0].weight.dtype == torch.float64
+    summary, _ = _records(model)
+    assert summary == module_table(model).summary
+
+
+class _EqualToAnyOther(nn.Module):
+    """A module class whose instances compare equal and hash alike."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self)
+
+    def __hash__(self) -> int:
+        return 1
+
+
+class _Unhashable(nn.Module):
+    __hash__ = None  # type: ignore[assignment]  # as a @dataclass module has
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = self.a  # shared: never reused, but asked
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(self.a(x))
+
+
+def test_a_model_equal_to_another_gets_its_own_table_and_an_unhashable_one_a_table() -> None:
+    small, large = _EqualToAnyOther(2), _EqualToAnyOther(3)
+    for model in (small, large, small, large):
+        table = module_table(model, extra_repr=False)
+        assert table.walk[0][1] is model
+        assert table.summary == module_table(model).summary
+    assert module_table(large, extra_repr=False).summary.params_total == 4 * 3 + 3
+    odd = _Unhashable()
+    for _ in range(2):
+        assert module_table(odd, extra_repr=False).summary.params_total == 20
+
+
+class _ExtraFirst(nn.Module):
+    """A parameter slot ``extra`` (None) registered before ``weight``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_parameter("extra", None)
+        self.weight = nn.Parameter(torch.zeros(4, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.weight
+
+
+def test_a_parameter_that_moves_to_another_module_as_none_moves_changes_the_table() -> None:
+    # in walk order the counts read 16, 4, 16 before and after: only where the None
+    # entries sit tells that 4 elements moved from module 0 to module 1
+    model = nn.Sequential(nn.Linear(4, 4), _ExtraFirst())
+    _records(model)
+    model[0].bias = None
+    model[1].extra = nn.Parameter(torch.zeros(4))
+    _, modules = _records(model)
+    fresh = module_table(model)
+    assert modules["0"].own_params == fresh.modules["0"].own_params == 16
+    assert modules["1"].own_params == fresh.modules["1"].own_params == 20

@@ -142,7 +142,6 @@ def _walk(model: nn.Module) -> Walk:
 class _OwnCounts:
     own: list[tuple[int, int, int]]  # per member: (params, trainable, buffer elements)
     parameters: list[nn.Parameter]  # each once
-    buffers: list[torch.Tensor]  # each once when nothing is tied
     totals: tuple[int, int, int, int, int]  # params, trainable, param bytes, buffers, bytes
     tied: bool
     lazy: bool
@@ -207,7 +206,7 @@ def _own_counts(members: Walk, *, exact: bool) -> _OwnCounts:
         or len({id(b) for b in all_buffers}) != len(all_buffers)
     )
     totals = (p_total, p_trainable, p_bytes, b_total, b_bytes)
-    return _OwnCounts(own, parameters, all_buffers, totals, tied, lazy)
+    return _OwnCounts(own, parameters, totals, tied, lazy)
 
 
 def module_table(model: nn.Module, *, extra_repr: bool = True) -> ModuleTable:
@@ -282,7 +281,7 @@ def module_table(model: nn.Module, *, extra_repr: bool = True) -> ModuleTable:
     )
     tied_paths = first_paths(walk, "_parameters")[1] if tied else {}
     if reusable:
-        table_reuse.remember(model, summary, modules, walk, parameters, counted.buffers)
+        table_reuse.remember(model, summary, modules, walk)
     return ModuleTable(summary, dict(modules) if reusable else modules, walk, members,
                        parameters, lazy, tied_paths)
 

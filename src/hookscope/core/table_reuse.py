@@ -4,17 +4,21 @@ traced again is most often the same model.
 :func:`remember` keeps what :func:`~hookscope.core.module_table.module_table` made, and
 the model's fingerprint; :func:`reuse` gives it back when the fingerprint is what it
 was. The check is made of C-level ``map`` loops (NB: the fixed cost of every run, most
-of which was the Python walk and counts it replaces); nothing of the model is held
-strongly.
+of which was the Python walk and counts it replaces). Nothing of the model is held
+strongly, and no tensor at all: a weak reference to a tensor would make
+``torch.utils.swap_tensors`` (``load_state_dict`` and ``Module._apply`` with
+``torch.__future__.set_swap_module_params_on_conversion(True)``, DTensor) refuse it.
 """
 
 from __future__ import annotations
 
 import weakref
 from collections import OrderedDict
+from contextlib import suppress
 from dataclasses import dataclass
+from functools import partial
 from itertools import chain
-from operator import attrgetter
+from operator import attrgetter, is_not
 from typing import Any
 
 import torch
@@ -29,55 +33,59 @@ Reused = tuple[ModelSummary, dict[str, ModuleInfo], Walk, list[nn.Parameter]]
 
 def reuse(model: nn.Module) -> Reused | None:
     """The last table :func:`remember` kept for ``model``, if nothing it was made of
-    changed since."""
-    made = _MADE.get(model)
-    return None if made is None else made.again()
+    changed since (else the entry is dropped)."""
+    try:
+        made = _MADE.get(model)
+    except TypeError:  # a model that is not hashable (``__hash__ = None``)
+        return None
+    if made is None:
+        return None
+    found = made.again(model)
+    if found is None:
+        _MADE.pop(model, None)
+    return found
 
 
 def remember(
     model: nn.Module, summary: ModelSummary, modules: dict[str, ModuleInfo], walk: Walk,
-    parameters: list[nn.Parameter], buffers: list[torch.Tensor],
 ) -> None:
     """Keep a table made of ``model`` (without tied tensors, shared modules or lazy
     parameters: ``walk`` is every module once) for :func:`reuse`."""
     walked = [m for _, m in walk]
-    fingerprint = _fingerprint(walked, parameters, buffers)
-    if fingerprint is not None:
-        _MADE[model] = _Made(
-            summary, modules, [path for path, _ in walk],
-            list(map(weakref.ref, chain(walked, parameters, buffers))), len(parameters),
-            fingerprint,
-        )
+    fingerprint = _fingerprint(walked)
+    if fingerprint is None:
+        return
+    made = _Made(summary, modules, [path for path, _ in walk],
+                 list(map(weakref.ref, walked)), fingerprint[0])
+    with suppress(TypeError):  # not hashable, or not weakly referenceable: not kept
+        _MADE[model] = made
 
 
 @dataclass(slots=True)
 class _Made:
-    """The last table made for a model: its records, and what it was made from, held
-    weakly (a module or tensor the model let go of is not kept alive here)."""
+    """The last table made for a model: its records, and what it was made from (its
+    modules held weakly: one the model let go of is not kept alive here)."""
 
     summary: ModelSummary
     modules: dict[str, ModuleInfo]
     paths: list[str]
-    #: the modules of the walk, then the parameters, then the buffers
-    refs: list[weakref.ref[Any]]
-    n_parameters: int
+    walked: list[weakref.ref[nn.Module]]  # the root first
     fingerprint: tuple[Any, ...]
 
-    def again(self) -> Reused | None:
-        """The table again, if the model's fingerprint is what it was."""
-        found = [ref() for ref in self.refs]
-        # NB: by id: ``None in`` a list of tensors would compare their values with None
-        if _NONE in map(id, found):
+    def again(self, model: nn.Module) -> Reused | None:
+        """The table again, if ``model`` is the one it was made of and its fingerprint
+        is what it was."""
+        walked = [ref() for ref in self.walked]
+        if walked[0] is not model:  # NB: a model's own __eq__/__hash__ may match others
+            return None
+        # NB: by id: ``None in`` would call the modules' own __eq__
+        if _NONE in map(id, walked):
             return None  # one of them is gone: the model let go of it
-        n_walked = len(self.paths)
-        n_tensors = n_walked + self.n_parameters
-        walked: list[nn.Module] = found[:n_walked]  # type: ignore[assignment]
-        parameters: list[nn.Parameter] = found[n_walked:n_tensors]  # type: ignore[assignment]
-        buffers: list[torch.Tensor] = found[n_tensors:]  # type: ignore[assignment]
-        if self.fingerprint != _fingerprint(walked, parameters, buffers):
+        now = _fingerprint(walked)  # type: ignore[arg-type]
+        if now is None or now[0] != self.fingerprint:
             return None
         walk = list(zip(self.paths, walked, strict=True))
-        return self.summary, dict(self.modules), walk, parameters
+        return self.summary, dict(self.modules), walk, now[1]  # type: ignore[return-value]
 
 
 #: The last table made for each model: a tracer makes one on every run, and when the
@@ -93,35 +101,42 @@ _chain = chain.from_iterable
 _submodules, _own_parameters = attrgetter("_modules"), attrgetter("_parameters")
 _own_buffers = attrgetter("_buffers")
 _dtype_and_grad, _dtype = attrgetter("dtype", "requires_grad"), attrgetter("dtype")
+_not_none = partial(is_not, None)
 _DICTS = {dict, OrderedDict}
 
 
 def _fingerprint(
-    walked: list[nn.Module], parameters: list[nn.Parameter], buffers: list[torch.Tensor]
-) -> tuple[Any, ...] | None:
-    """Everything a table is made from, read from the modules of its walk: each
-    module's class, its submodules, parameters and buffers (names, order, identities),
-    and each parameter's and buffer's element count, dtype and ``requires_grad``.
+    walked: list[nn.Module],
+) -> tuple[tuple[Any, ...], list[nn.Parameter]] | None:
+    """Everything a table is made from, read from the modules of its walk, and the
+    parameters (each once, in walk order): each module's class, its submodules (names,
+    order, identities), the number of entries of its parameter and buffer tables, and
+    each parameter's and buffer's element count, dtype and ``requires_grad``.
 
     Equal fingerprints mean an equal table: the walk is the same (by induction from the
-    root: the same submodules under the same names, in the same order), so are the
-    tensors, and so are their counts. Identities are compared by ``id``: the caller
-    holds every object the last fingerprint named (alive: no other object has its
-    ``id``), and ``==`` on two tensors would compare their values. NB: C-level ``map``
-    loops only, the fixed cost of every run. ``None`` when a module's tables are not
-    plain dicts.
+    root: the same submodules under the same names, in the same order), and so are the
+    counts. Submodules are compared by ``id``: the caller holds every module the last
+    fingerprint named (alive: no other object has its ``id``), and ``==`` would call a
+    module's own ``__eq__``. A tensor's ``id`` only tells it from ``None`` here (none
+    is held: a replaced one may even have a freed one's ``id``): the table depends on
+    the tensors' counts, dtypes and flags alone, which are compared. NB: C-level
+    ``map`` loops only, the fixed cost of every run. ``None`` when a module's tables
+    are not plain dicts.
     """
     subs = list(map(_submodules, walked))
     params = list(map(_own_parameters, walked))
     bufs = list(map(_own_buffers, walked))
     if not {*map(type, subs), *map(type, params), *map(type, bufs)} <= _DICTS:
         return None  # a TorchScript module's tables, or something else a user put there
+    parameters = list(filter(_not_none, _chain(map(dict.values, params))))
+    buffers = list(filter(_not_none, _chain(map(dict.values, bufs))))
     numel = torch.Tensor.numel
     return (
         list(map(type, walked)),
         list(map(len, subs)), list(_chain(subs)), list(map(id, _chain(map(dict.values, subs)))),
+        # the ids place each None entry: which module's tensor a count belongs to
         list(map(len, params)), list(map(id, _chain(map(dict.values, params)))),
         list(map(len, bufs)), list(map(id, _chain(map(dict.values, bufs)))),
         list(map(numel, parameters)), list(map(_dtype_and_grad, parameters)),
         list(map(numel, buffers)), list(map(_dtype, buffers)),
-    )
+    ), parameters
