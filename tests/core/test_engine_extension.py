@@ -414,6 +414,10 @@ class BackwardEnds(Probe):
                                 time.perf_counter_ns())
 
 
+class BackwardEndsToo(BackwardEnds):
+    name = "backward_ends_too_test"
+
+
 class BackwardEndsUndeclared(BackwardEnds):
     name = "backward_ends_undeclared_test"
     uses_backward_end = False
@@ -422,12 +426,15 @@ class BackwardEndsUndeclared(BackwardEnds):
 def test_a_probe_that_declares_it_reads_each_call_s_backward_end() -> None:
     model = mlp()
     probe, undeclared = BackwardEnds(), BackwardEndsUndeclared()
+    too = BackwardEndsToo()  # a second reader gets the same ends
     # grads=False: the gradient probe, which declares it too, is not there
-    hookscope.trace(model, torch.randn(2, 4), backward=True, grads=False, probes=[probe])
+    hookscope.trace(model, torch.randn(2, 4), backward=True, grads=False,
+                    probes=[probe, too])
     assert set(probe.ends) == {"", "0", "1", "2"}
     for path, (entered, end, exited) in probe.ends.items():
         assert end is not None, path
         assert entered <= end[0] <= exited  # within the call's backward window
+        assert too.ends[path][1] == end
     hookscope.trace(model, torch.randn(2, 4), backward=True, grads=False,
                     probes=[undeclared])
     assert undeclared.ends and all(end is None for _, end, _ in undeclared.ends.values())

@@ -115,13 +115,19 @@ class BackwardWatch:
         later, reached from its outputs): the last one to finish ends its backward.
 
         NB: one hook per node and enclosing call, no state shared between calls: a node
-        is never kept alive here (that would keep its saved tensors)."""
+        is never kept alive here (that would keep its saved tensors). Sequence numbers
+        count per thread: a forward that made part of its graph on another thread
+        (``torch.jit.fork``, threaded replicas) may hook nodes made before the call."""
         clock, ends, task = self._clock, self._own_ends, torch_private.current_graph_task_id
         assert clock is not None
 
         def finished(grad_inputs: Any, grad_outputs: Any) -> None:
-            now = perf_counter_ns()
-            ends[index] = (task(), now, clock(now))
+            now, current = perf_counter_ns(), task()
+            last = ends.get(index)
+            # NB: the latest time, not the last writer: nodes on two CUDA devices finish
+            # on two threads
+            if last is None or last[0] != current or last[1] < now:
+                ends[index] = (current, now, clock(now))
 
         seen: set[int] = set()
         todo = [t.grad_fn for t in outputs]
@@ -140,7 +146,7 @@ class BackwardWatch:
         """When the last autograd node made by ``call``'s forward finished in the backward
         running now (``perf_counter_ns``), and the backward overhead clock then;
         ``None`` when none has (or the engine cannot tell which nodes are its own)."""
-        found = self._own_ends.pop(call.index, None)
+        found = self._own_ends.get(call.index)  # every probe reads it: cleared at the end
         if found is None or found[0] != torch_private.current_graph_task_id():
             return None  # none yet, or from an earlier backward pass of the graph
         return found[1], found[2]

@@ -30,7 +30,9 @@ is subtracted from them; the engine's own bookkeeping around them is not (small)
 A call's backward runs from the moment its outputs' gradient is known to the moment
 the last autograd node its forward made finishes (``Tracer.backward_end``): a branch
 (a ResNet ``downsample``) is not charged for the other branch, nor the first layer of
-an image model (whose inputs need no gradient) for the rest of the pass.
+an image model (whose inputs need no gradient) for the rest of the pass. Where the
+engine cannot tell (none of the call's nodes ran, or torch has no sequence numbers),
+it ends when the gradient of all its inputs is known, or with the pass.
 """
 
 from __future__ import annotations
