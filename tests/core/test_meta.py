@@ -219,3 +219,6 @@ def test_is_on_meta_reads_tensor_attributes_and_modules_kept_in_lists() -> None:
     mixed.hidden[0].running_mean = torch.zeros(4)  # one real tensor, in the hidden module
     assert not is_on_meta(mixed)
     assert not is_on_meta(nn.Sequential(nn.ReLU(), nn.Tanh()))  # no tensor: runs anywhere
+    hooked = _HeldInAList("meta")
+    hooked.register_forward_hook(nn.Linear(4, 4))  # a module used as a hook runs too
+    assert not is_on_meta(hooked)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import os
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -53,30 +54,24 @@ def _all_modules(model: nn.Module) -> list[nn.Module]:
     (unregistered, but their forward still runs)."""
     found: dict[int, nn.Module] = {}
     todo = [model]
-    internal = _module_internals()
+    module_type = nn.Module
     while todo:
         module = todo.pop()
         if id(module) in found:
             continue
         found[id(module)] = module
-        for name, value in vars(module).items():
-            if name in internal:  # NB: a hook table per module, 15 of them
-                continue
-            items = value.values() if isinstance(value, dict) else value
-            if isinstance(items, (list, tuple, type({}.values()))):
-                todo.extend([m for m in items if isinstance(m, nn.Module)])
+        for value in vars(module).values():
+            # NB: ``type() in`` first: most values are hook tables, empty, or not
+            # containers (``not value`` of a tensor would raise)
+            if type(value) in _MAPPINGS or isinstance(value, dict):
+                if value:  # a hook table may hold a module used as a hook
+                    todo.extend([m for m in value.values() if isinstance(m, module_type)])
+            elif isinstance(value, (list, tuple)):
+                todo.extend([m for m in value if isinstance(m, module_type)])
     return list(found.values())
 
 
-_INTERNALS: list[frozenset[str]] = []
-
-
-def _module_internals() -> frozenset[str]:
-    """The attributes ``nn.Module.__init__`` sets (hook tables, parameters, buffers),
-    but ``_modules``, whose values are the submodules."""
-    if not _INTERNALS:
-        _INTERNALS.append(frozenset(vars(nn.Module())) - {"_modules"})
-    return _INTERNALS[0]
+_MAPPINGS = (dict, OrderedDict)
 
 
 def _module_tensors(model: nn.Module) -> Iterator[torch.Tensor]:
