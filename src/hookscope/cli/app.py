@@ -14,12 +14,8 @@ what the model's own code prints while it is loaded and run goes to stderr, so
 
 from __future__ import annotations
 
-import contextlib
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from enum import Enum
-from pathlib import Path
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -29,28 +25,32 @@ from hookscope.cli.failures import (
     CLICK_ERROR,
     EXIT_INTERRUPTED,
     failure_boundary,
+    model_prints_to_stderr,
+    partial_on_failure,
     print_error,
     report_usage_error,
+)
+from hookscope.cli.options import (
+    ConfigOpt,
+    DebugOpt,
+    DepthOpt,
+    DeviceOpt,
+    DtypeOpt,
+    Format,
+    InputOpt,
+    ModelArg,
+    NoColorOpt,
+    NoFoldOpt,
+    OpsOpt,
+    OutputOpt,
+    TraceFormat,
+    WidthOpt,
+    split_names,
 )
 from hookscope.cli.output import OutputTarget, Rendered
 
 if TYPE_CHECKING:
     from hookscope.core.records import Trace
-
-
-class Format(str, Enum):
-    """Output formats of ``summary`` and ``inspect``."""
-
-    TABLE = "table"
-    JSON = "json"
-
-
-class TraceFormat(str, Enum):
-    """Output formats of ``trace``."""
-
-    TABLE = "table"
-    JSON = "json"
-    CSV = "csv"
 
 
 app = typer.Typer(
@@ -64,48 +64,6 @@ app = typer.Typer(
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-
-ModelArg = Annotated[str, typer.Argument(
-    metavar="MODEL", show_default=False,
-    help="file.py:factory, package.module:factory, torchvision:NAME or transformers:NAME[/TASK]",
-)]
-InputOpt = Annotated[list[str] | None, typer.Option(
-    "--input", "-i", metavar="[NAME=]SHAPE[:DTYPE]", show_default=False,
-    help="An example input, e.g. 1,3,224,224 or input_ids=1,128:int64; repeat for more. "
-    "Default: the model's own example inputs (torchvision, transformers).",
-)]
-DepthOpt = Annotated[int | None, typer.Option(
-    min=0, metavar="N", show_default=False,
-    help="Show modules down to this depth (0: the model only).")]
-DeviceOpt = Annotated[str | None, typer.Option(
-    metavar="DEVICE", show_default=False,
-    help="Build and run on this device: cpu, cuda, cuda:1 or meta "
-    "(shapes and parameters without allocating memory).")]
-ConfigOpt = Annotated[str | None, typer.Option(
-    metavar="K=V,...", show_default=False,
-    help="Config overrides for transformers:NAME, e.g. num_hidden_layers=2,hidden_size=256.")]
-OutputOpt = Annotated[Path | None, typer.Option(
-    "--output", "-o", metavar="FILE", show_default=False,
-    help="Write to FILE (replaced only when everything succeeded) instead of stdout; "
-    "'-' is stdout.")]
-NoColorOpt = Annotated[bool, typer.Option(
-    "--no-color", help="Plain ASCII tables without colour, also on a terminal "
-    "(as does NO_COLOR=1; FORCE_COLOR=1 colours a pipe).")]
-WidthOpt = Annotated[int | None, typer.Option(
-    min=40, metavar="N", show_default=False,
-    help="Table width in characters (default: terminal, or 120).")]
-OpsOpt = Annotated[bool, typer.Option(
-    "--ops", help="Count FLOPs per call and add the per-op table.")]
-NoFoldOpt = Annotated[bool, typer.Option(
-    "--no-fold", help="Show every repeated block (by default a run of identical blocks "
-    "is its first block and one row for the rest).")]
-DebugOpt = Annotated[bool, typer.Option(
-    "--debug", help="On failure, print the full traceback before the error line.")]
-DtypeOpt = Annotated[str | None, typer.Option(
-    metavar="DTYPE", show_default=False,
-    help="Cast the model and its floating inputs: float16 (half, fp16), bfloat16 (bf16), "
-    "float64 or float32.")]
-
 
 def run(argv: Sequence[str] | None) -> int:
     """Run the app on ``argv`` (``None``: ``sys.argv[1:]``) and return the exit status."""
@@ -163,7 +121,7 @@ def summary_command(
     with failure_boundary(debug=debug):
         check_summary_view(depth, fmt.value)
         check_output(output)
-        with _model_prints_to_stderr():
+        with model_prints_to_stderr():
             prepared = prepare(model, inputs=inputs or [], config=config, device=device,
                                dtype=dtype, on_too_large="meta")
 
@@ -171,7 +129,7 @@ def summary_command(
             return summary_view(hookscope.Summary(trace, depth=depth), fmt.value,
                                 fold=not no_fold)
 
-        with (_partial_on_failure(partial, target), _model_prints_to_stderr(),
+        with (partial_on_failure(partial, target), model_prints_to_stderr(),
               dtype_hints(prepared)):
             result = hookscope.summary(
                 prepared.loaded.model, *prepared.args, kwargs=prepared.kwargs, depth=depth,
@@ -219,7 +177,7 @@ def trace_command(
     from hookscope.cli.views import TraceView, check_trace_view, trace_view, unmeasured
 
     target = OutputTarget(output, no_color, width)
-    view = TraceView(_split(columns), sort, top, depth, ops, fold=not no_fold)
+    view = TraceView(split_names(columns), sort, top, depth, ops, fold=not no_fold)
     with failure_boundary(debug=debug):
         off = unmeasured(time=time, stats=stats, memory=memory, ops=ops, device=device)
         check_trace_view(view, fmt.value, unmeasured=off)
@@ -227,16 +185,16 @@ def trace_command(
                                           break_on=break_on, repeat=repeat, fmt=fmt.value)
         check_output(output)
         too_large = "stop" if time or stats or memory else "meta"  # values need memory
-        with _model_prints_to_stderr():
+        with model_prints_to_stderr():
             prepared = prepare(model, inputs=inputs or [], config=config, device=device,
                                dtype=dtype, on_too_large=too_large)
         if find_anomaly:
-            with _model_prints_to_stderr():
+            with model_prints_to_stderr():
                 found, code = debug_options.find(prepared, backward=backward, fmt=fmt.value)
             target.write(found)
             return code
-        with (_partial_on_failure(lambda t: trace_view(t, fmt.value, view), target),
-              _model_prints_to_stderr(), dtype_hints(prepared),
+        with (partial_on_failure(lambda t: trace_view(t, fmt.value, view), target),
+              model_prints_to_stderr(), dtype_hints(prepared),
               debug_options.breaking(prepared.loaded.model, break_at, break_on)):
             result = run_traces(
                 prepared, repeat=repeat, time=time, stats=stats, memory=memory, ops=ops,
@@ -267,7 +225,7 @@ def inspect_command(
     target = OutputTarget(output, no_color, width)
     with failure_boundary(debug=debug):
         check_output(output)
-        with _model_prints_to_stderr():
+        with model_prints_to_stderr():
             loaded = load(model, config=config, device=device or "meta", dtype=dtype)
         target.write(structure_view(hookscope.inspect(loaded.model), fmt.value))
 
@@ -286,58 +244,7 @@ def demo_command(
         run_demo(no_color=no_color, width=width)
 
 
-@contextmanager
-def _model_prints_to_stderr() -> Iterator[None]:
-    """Around the model's own code: what it prints goes to stderr (stdout carries only
-    the result), and a ``sys.exit()`` in it becomes an error line, not a silent exit."""
-    from hookscope.errors import SpecError
-
-    try:
-        with contextlib.redirect_stdout(sys.stderr):
-            yield
-    except SystemExit as e:
-        raise SpecError(
-            f"the model's code called sys.exit({e.code!r}) while hookscope ran it; "
-            "a model must return its output or raise"
-        ) from e
-
-
-@contextmanager
-def _partial_on_failure(
-    render: Callable[[Trace], Rendered], target: OutputTarget
-) -> Iterator[None]:
-    """When the model raises, print the partial result on stdout, then re-raise.
-
-    The partial result never goes to ``-o FILE``: that file is written only on success;
-    with ``-o FILE`` nothing goes to stdout, not even the partial result.
-    """
-    from hookscope.cli.output import discard_stdout
-    from hookscope.errors import HookscopeError, ModelRunError
-
-    try:
-        yield
-    except ModelRunError as e:
-        if target.path is not None and str(target.path) != "-":
-            raise
-        # NB: a bad --columns or a closed stdout must not hide the model's own error.
-        try:
-            with contextlib.suppress(HookscopeError):
-                target.to_stdout().write(render(e.trace))
-        except BrokenPipeError:
-            discard_stdout()
-        raise
-
-
-def _split(text: str | None) -> list[str] | None:
-    """``"a, b,c"`` -> ``["a", "b", "c"]``; ``None`` or blank -> ``None``."""
-    if text is None:
-        return None
-    names = [part.strip() for part in text.split(",") if part.strip()]
-    return names or None
-
-
-# NB: last, because the command modules reuse the option types above; importing one
-# registers its command on ``app``.
+# NB: last, because the command modules register their commands on ``app``.
 import hookscope.cli.capture_command  # noqa: E402
 import hookscope.cli.grads_command  # noqa: E402
 import hookscope.cli.hooks_command  # noqa: E402

@@ -13,16 +13,15 @@ from typing import Annotated
 
 import typer
 
-from hookscope.cli.app import (
+from hookscope.cli.app import app
+from hookscope.cli.failures import failure_boundary, model_prints_to_stderr
+from hookscope.cli.options import (
     ConfigOpt,
     DebugOpt,
     DeviceOpt,
     InputOpt,
     ModelArg,
-    _model_prints_to_stderr,
-    app,
 )
-from hookscope.cli.failures import failure_boundary
 
 
 @app.command("capture")
@@ -46,10 +45,10 @@ def capture_command(
     from hookscope.cli.running import prepare
 
     with failure_boundary(debug=debug):
-        with _model_prints_to_stderr():
+        with model_prints_to_stderr():
             prepared = prepare(model, inputs=inputs or [], config=config, device=device)
         globs = [g.strip() for g in select.split(",") if g.strip()]
-        with _model_prints_to_stderr():
+        with model_prints_to_stderr():
             acts = hookscope.capture(
                 prepared.loaded.model, *prepared.args, kwargs=prepared.kwargs,
                 select=globs, what=what, save_to=output, shard_mib=shard_mib,

@@ -5,20 +5,26 @@ Every command body runs inside :func:`failure_boundary`. A
 raised) becomes one line and exit status 2; anything else is a bug in hookscope and
 becomes one line and exit status 1. ``--debug`` prints the traceback first. Usage
 errors found by the argument parser are turned into the same one line by
-:func:`report_usage_error`.
+:func:`report_usage_error`. Around the model's own code, :func:`model_prints_to_stderr`
+keeps stdout for hookscope's result, and :func:`partial_on_failure` prints the partial
+result when the model raises.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from hookscope.cli.output import discard_stdout
+from hookscope.cli.output import OutputTarget, Rendered, discard_stdout
+
+if TYPE_CHECKING:
+    from hookscope.core.records import Trace
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1
@@ -107,3 +113,44 @@ def report_usage_error(error: Any) -> int:
     print_error(message)
     code = getattr(error, "exit_code", EXIT_USAGE)
     return code if isinstance(code, int) else EXIT_USAGE
+
+
+@contextmanager
+def model_prints_to_stderr() -> Iterator[None]:
+    """Around the model's own code: what it prints goes to stderr (stdout carries only
+    the result), and a ``sys.exit()`` in it becomes an error line, not a silent exit."""
+    from hookscope.errors import SpecError
+
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    except SystemExit as e:
+        raise SpecError(
+            f"the model's code called sys.exit({e.code!r}) while hookscope ran it; "
+            "a model must return its output or raise"
+        ) from e
+
+
+@contextmanager
+def partial_on_failure(
+    render: Callable[[Trace], Rendered], target: OutputTarget
+) -> Iterator[None]:
+    """When the model raises, print the partial result on stdout, then re-raise.
+
+    The partial result never goes to ``-o FILE``: that file is written only on success;
+    with ``-o FILE`` nothing goes to stdout, not even the partial result.
+    """
+    from hookscope.errors import HookscopeError, ModelRunError
+
+    try:
+        yield
+    except ModelRunError as e:
+        if target.path is not None and str(target.path) != "-":
+            raise
+        # NB: a bad --columns or a closed stdout must not hide the model's own error.
+        try:
+            with contextlib.suppress(HookscopeError):
+                target.to_stdout().write(render(e.trace))
+        except BrokenPipeError:
+            discard_stdout()
+        raise

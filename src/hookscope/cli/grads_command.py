@@ -15,7 +15,9 @@ from typing import Annotated, Any
 
 import typer
 
-from hookscope.cli.app import (
+from hookscope.cli.app import app
+from hookscope.cli.failures import failure_boundary, model_prints_to_stderr
+from hookscope.cli.options import (
     ConfigOpt,
     DebugOpt,
     DeviceOpt,
@@ -24,10 +26,7 @@ from hookscope.cli.app import (
     NoColorOpt,
     OutputOpt,
     WidthOpt,
-    _model_prints_to_stderr,
-    app,
 )
-from hookscope.cli.failures import failure_boundary
 from hookscope.cli.output import OutputTarget, Rendered
 
 
@@ -60,7 +59,7 @@ def grads_command(
             from hookscope.errors import SpecError
 
             raise SpecError("grads trains the model; --device meta has no values to train")
-        with _model_prints_to_stderr():
+        with model_prints_to_stderr():
             prepared = prepare(model, inputs=inputs or [], config=config, device=device)
             monitor = _train(prepared, steps=steps, lr=lr, explode_above=explode_above,
                              vanish_below=vanish_below)

@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from hookscope.cli.app import (
+from hookscope.cli.app import app
+from hookscope.cli.failures import failure_boundary, model_prints_to_stderr
+from hookscope.cli.options import (
     ConfigOpt,
     DebugOpt,
     DeviceOpt,
@@ -26,10 +28,7 @@ from hookscope.cli.app import (
     NoColorOpt,
     OutputOpt,
     WidthOpt,
-    _model_prints_to_stderr,
-    app,
 )
-from hookscope.cli.failures import failure_boundary
 from hookscope.cli.output import OutputTarget, Rendered
 
 if TYPE_CHECKING:
@@ -53,7 +52,7 @@ def hooks_command(
 
     target = OutputTarget(output, no_color, width)
     with failure_boundary(debug=debug):
-        with _model_prints_to_stderr():
+        with model_prints_to_stderr():
             loaded = load(model, config=config, device=device)
         target.write(hooks_view(hookscope.hooks(loaded.model), fmt.value))
 

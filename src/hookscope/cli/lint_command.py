@@ -20,17 +20,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from hookscope.cli.app import (
+from hookscope.cli.app import app
+from hookscope.cli.failures import failure_boundary, model_prints_to_stderr
+from hookscope.cli.options import (
     ConfigOpt,
     DebugOpt,
     DeviceOpt,
     InputOpt,
     OutputOpt,
-    _model_prints_to_stderr,
-    _split,
-    app,
+    split_names,
 )
-from hookscope.cli.failures import failure_boundary
 from hookscope.cli.output import OutputTarget, Rendered
 
 if TYPE_CHECKING:
@@ -94,16 +93,17 @@ def lint_command(
         if model is None:
             raise SpecError("hookscope lint needs a MODEL (e.g. hookscope lint net.py:build), "
                             "or --explain CODE")
-        _check_rule_options(_split(select), _split(ignore))  # a typo fails before the build
-        with _model_prints_to_stderr():
+        # a typo fails before the build
+        _check_rule_options(split_names(select), split_names(ignore))
+        with model_prints_to_stderr():
             loaded, args, kwargs = _load(model, inputs or [], config=config, device=device)
         if backward and not (args or kwargs):
             raise SpecError(f"--backward needs inputs: model {model!r} has no default inputs; "
                             "pass them with --input, e.g. --input 1,3,224,224")
-        with _model_prints_to_stderr():
+        with model_prints_to_stderr():
             report = hookscope.lint(
                 loaded.model, *args, kwargs=kwargs or None, backward=backward,
-                select=_split(select), ignore=_split(ignore),
+                select=split_names(select), ignore=split_names(ignore),
             )
         text = report.to_json() if fmt is LintFormat.JSON else report.to_text()
         target.write(Rendered.of_text(text))

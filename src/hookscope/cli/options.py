@@ -1,0 +1,76 @@
+"""The options the ``hookscope`` commands share: output formats, and the typed
+``Annotated`` option declarations every command module reuses (``cli/app.py`` and the
+``*_command.py`` modules)."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+class Format(str, Enum):
+    """Output formats of ``summary`` and ``inspect``."""
+
+    TABLE = "table"
+    JSON = "json"
+
+
+class TraceFormat(str, Enum):
+    """Output formats of ``trace``."""
+
+    TABLE = "table"
+    JSON = "json"
+    CSV = "csv"
+
+
+ModelArg = Annotated[str, typer.Argument(
+    metavar="MODEL", show_default=False,
+    help="file.py:factory, package.module:factory, torchvision:NAME or transformers:NAME[/TASK]",
+)]
+InputOpt = Annotated[list[str] | None, typer.Option(
+    "--input", "-i", metavar="[NAME=]SHAPE[:DTYPE]", show_default=False,
+    help="An example input, e.g. 1,3,224,224 or input_ids=1,128:int64; repeat for more. "
+    "Default: the model's own example inputs (torchvision, transformers).",
+)]
+DepthOpt = Annotated[int | None, typer.Option(
+    min=0, metavar="N", show_default=False,
+    help="Show modules down to this depth (0: the model only).")]
+DeviceOpt = Annotated[str | None, typer.Option(
+    metavar="DEVICE", show_default=False,
+    help="Build and run on this device: cpu, cuda, cuda:1 or meta "
+    "(shapes and parameters without allocating memory).")]
+ConfigOpt = Annotated[str | None, typer.Option(
+    metavar="K=V,...", show_default=False,
+    help="Config overrides for transformers:NAME, e.g. num_hidden_layers=2,hidden_size=256.")]
+OutputOpt = Annotated[Path | None, typer.Option(
+    "--output", "-o", metavar="FILE", show_default=False,
+    help="Write to FILE (replaced only when everything succeeded) instead of stdout; "
+    "'-' is stdout.")]
+NoColorOpt = Annotated[bool, typer.Option(
+    "--no-color", help="Plain ASCII tables without colour, also on a terminal "
+    "(as does NO_COLOR=1; FORCE_COLOR=1 colours a pipe).")]
+WidthOpt = Annotated[int | None, typer.Option(
+    min=40, metavar="N", show_default=False,
+    help="Table width in characters (default: terminal, or 120).")]
+OpsOpt = Annotated[bool, typer.Option(
+    "--ops", help="Count FLOPs per call and add the per-op table.")]
+NoFoldOpt = Annotated[bool, typer.Option(
+    "--no-fold", help="Show every repeated block (by default a run of identical blocks "
+    "is its first block and one row for the rest).")]
+DebugOpt = Annotated[bool, typer.Option(
+    "--debug", help="On failure, print the full traceback before the error line.")]
+DtypeOpt = Annotated[str | None, typer.Option(
+    metavar="DTYPE", show_default=False,
+    help="Cast the model and its floating inputs: float16 (half, fp16), bfloat16 (bf16), "
+    "float64 or float32.")]
+
+
+def split_names(text: str | None) -> list[str] | None:
+    """``"a, b,c"`` -> ``["a", "b", "c"]``; ``None`` or blank -> ``None``."""
+    if text is None:
+        return None
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    return names or None
