@@ -23,7 +23,10 @@ the order they happen:
   the call's outputs (a tuple, ``None`` where an output got none), and
   ``on_backward_exit(call, grad_inputs)`` when it has computed the gradient of the
   call's inputs that require grad (``()`` when none does: then at the end of the
-  backward pass).
+  backward pass). A probe that times a call's backward declares
+  ``uses_backward_end`` and reads ``tracer.backward_end(call)`` there: when the last
+  autograd node the call's forward made finished (a branch ends before its input's
+  gradient is complete).
 - ``on_param_grad(grad)`` with a :class:`~hookscope.core.records.ParamGrad` when a
   parameter's gradient is ready: after accumulation into ``.grad`` for
   ``.backward()``, the computed gradient for ``torch.autograd.grad``.
