@@ -25,8 +25,9 @@ from hookscope.core.inputs import (
 from hookscope.core.meta import inputs_to_meta, is_meta_request, is_on_meta, meta_copy
 from hookscope.core.probe import Probe, register_probe
 from hookscope.core.records import Trace
+from hookscope.core.run_backward import run_backward
 from hookscope.core.selectors import Selector
-from hookscope.core.tensors import call_input_metas, iter_tensors, metas
+from hookscope.core.tensors import call_input_metas, metas
 from hookscope.core.tracer import ProbeSpec, Tracer, describe_failure
 from hookscope.errors import ModelRunError, ProbeError, RunStopped, SpecError
 from hookscope.probes import PROBES
@@ -132,7 +133,7 @@ def trace(
             started = True
             output = model(*args, **kw)
             if backward:
-                _run_backward(tracer, model, output, args, kw, loss)
+                run_backward(tracer, model, output, args, kw, loss)
     except (RunStopped, ProbeError):
         raise  # hookscope's own: they carry the partial trace already
     except Exception as e:
@@ -235,80 +236,6 @@ def _resolve_inputs(
                     "analyses on 'meta'); move the model and the inputs with .to() instead"
                 )
     return inputs, dict(kwargs or {})
-
-
-def _run_backward(
-    tracer: Tracer, model: nn.Module, output: Any, args: tuple[Any, ...], kw: dict[str, Any],
-    loss_fn: Callable[[Any], torch.Tensor] | None = None,
-) -> None:
-    if loss_fn is not None:
-        with tracer.internal_work():
-            loss = loss_fn(output)
-        _check_loss(loss)
-        _gradients(loss, _grad_targets(model, args, kw))
-        return
-    roots = [
-        t for _, t in iter_tensors(output, "out")
-        if t.requires_grad and (t.is_floating_point() or t.is_complex())
-    ]
-    if not roots:
-        raise SpecError(
-            "backward=True needs an output that requires grad; no floating output of the "
-            "model requires grad (are all parameters frozen?)"
-        )
-    targets = _grad_targets(model, args, kw)
-    with tracer.internal_work():
-        # NB: the sum of the outputs, not the outputs as roots with seeds of ones (the
-        # same gradients): autograd runs no tensor hook on a graph root, so the model's
-        # outputs would get no backward event
-        loss = torch.stack(
-            [t.sum() if t.is_floating_point() else t.abs().sum() for t in roots]
-        ).sum()
-    _gradients(loss, targets)
-
-
-def _gradients(loss: torch.Tensor, targets: list[torch.Tensor]) -> None:
-    """``torch.autograd.grad`` of ``loss`` (no ``.grad`` of the user's model changes)."""
-    try:
-        torch.autograd.grad(loss, targets, allow_unused=True)
-    except RuntimeError as e:
-        if "use_reentrant=True" not in str(e):
-            raise
-        raise SpecError(
-            "backward=True computes gradients with torch.autograd.grad, which the "
-            "model's torch.utils.checkpoint(use_reentrant=True) refuses; run your own "
-            "backward inside hookscope.Tracer(model, grads=True) instead, or checkpoint "
-            "with use_reentrant=False"
-        ) from e
-
-
-def _grad_targets(
-    model: nn.Module, args: tuple[Any, ...], kw: dict[str, Any]
-) -> list[torch.Tensor]:
-    targets: list[torch.Tensor] = [p for p in model.parameters() if p.requires_grad]
-    # NB: also inputs that are not leaves (``x = w * 2``): the backward stops there
-    targets += [t for _, t in iter_tensors((args, kw), "in") if t.requires_grad]
-    if not targets:
-        raise SpecError(
-            "backward=True found nothing to differentiate: no parameter of the model and "
-            "no input requires grad (the output's graph starts inside the model); pass "
-            "an input with requires_grad=True or unfreeze a parameter"
-        )
-    return targets
-
-
-def _check_loss(loss: Any) -> None:
-    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-        got = f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) \
-            else type(loss).__name__
-        raise SpecError(
-            f"loss= must return a scalar tensor, got {got}; reduce it (.sum() or .mean())"
-        )
-    if not loss.requires_grad:
-        raise SpecError(
-            "the tensor loss= returned does not require grad (computed under no_grad, or "
-            "from a detached output); compute it from the model's output"
-        )
 
 
 def _run_error(tracer: Tracer, e: Exception) -> Exception:
