@@ -13,8 +13,9 @@ import math
 import statistics
 import warnings
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
+from hookscope.core.selectors import compile_selector
 from hookscope.errors import HookscopeError, SpecError
 from hookscope.monitor.history import GradAnomaly
 
@@ -130,3 +131,28 @@ class AnomalyChecker:
             return
         assert callable(action)
         action(anomaly)
+
+
+def clip_limits(names: list[str], clip: Mapping[str, float] | None) -> dict[int, float]:
+    """``clip=`` as index of the parameter in ``names`` -> its limit (the first selector
+    that matches a name wins)."""
+    if clip is None:
+        return {}
+    if not isinstance(clip, Mapping):
+        raise SpecError(f"clip= must map selectors to limits, like {{'fc.*': 1.0}}, got {clip!r}")
+    rules = []
+    for pattern, limit in clip.items():
+        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 0:
+            raise SpecError(f"clip limit for {pattern!r} must be a positive number, "
+                            f"got {limit!r}")
+        rules.append((compile_selector(pattern), float(limit)))
+    limits: dict[int, float] = {}
+    for i, name in enumerate(names):
+        for matches, limit in rules:
+            if matches(name):
+                limits[i] = limit
+                break
+    if not limits:
+        raise SpecError(f"clip={dict(clip)!r} matches no watched parameter; paths look like "
+                        f"{names[0]!r}")
+    return limits

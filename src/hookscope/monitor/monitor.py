@@ -30,9 +30,9 @@ from torch import nn
 from hookscope.core.handles import HandleGroup
 from hookscope.core.selectors import Selector, compile_selector
 from hookscope.errors import HookscopeError, SpecError
-from hookscope.monitor.checks import AnomalyChecker, check_action, check_threshold
+from hookscope.monitor.checks import AnomalyChecker, check_action, check_threshold, clip_limits
 from hookscope.monitor.history import GradAnomaly, GradHistory
-from hookscope.monitor.output import plot_flow, plot_history, write_scalars
+from hookscope.monitor.output import open_writer, plot_flow, plot_history, write_scalars
 
 __all__ = ["GradientMonitor"]
 
@@ -99,7 +99,7 @@ class GradientMonitor:
                             + (f" matching select={select!r}" if select is not None else ""))
         self.names = [n for n, _ in named]
         self._params = [p for _, p in named]
-        self._clip = _clip_limits(self.names, clip)
+        self._clip = clip_limits(self.names, clip)
         self._clip_mode, self._flow, self._log_every = clip_mode, flow, log_every
         self._checker = AnomalyChecker(
             self.names, explode_above=check_threshold("explode_above", explode_above),
@@ -108,7 +108,7 @@ class GradientMonitor:
         )
         self.history = GradHistory(list(self.names))
         self._optimizer, self._scaler = optimizer, scaler
-        self._writer = _open_writer(writer)
+        self._writer = open_writer(writer)
         self._pending: list[tuple[int, list[bool], list[torch.Tensor], bool]] = []
         self._count = 0
         self._manual = False
@@ -191,12 +191,12 @@ class GradientMonitor:
             with torch.no_grad():
                 norms = list(torch._foreach_norm(found))
                 self._apply_clip(index, found, norms)
-                rows.append(_stack(norms))
+                rows.append(stack_norms(norms))
                 if self._flow:
-                    rows.append(_stack(list(torch._foreach_norm(found, ord=math.inf))))
+                    rows.append(stack_norms(list(torch._foreach_norm(found, ord=math.inf))))
                     l1 = torch._foreach_norm(found, ord=1)
                     sizes = [max(1, g.numel()) for g in found]
-                    rows.append(_stack([n / k for n, k in zip(l1, sizes, strict=True)]))
+                    rows.append(stack_norms([n / k for n, k in zip(l1, sizes, strict=True)]))
         self._pending.append((self._count, present, rows, scaled))
         self._count += 1
         if len(self._pending) >= self._log_every:
@@ -223,11 +223,11 @@ class GradientMonitor:
         pending, self._pending = self._pending, []
         if not pending:
             return
-        host = _to_host([t for *_, rows, _ in pending for t in rows])
+        host = rows_to_host([t for *_, rows, _ in pending for t in rows])
         width = 3 if self._flow else 1
         for n, (step, present, rows, scaled) in enumerate(pending):
             values = host[n * width:(n + 1) * width] if rows else []
-            full = [_scatter(v, present) for v in values] or [[math.nan] * len(present)]
+            full = [scatter_present(v, present) for v in values] or [[math.nan] * len(present)]
             skipped = scaled and any(
                 p and not math.isfinite(v) for v, p in zip(full[0], present, strict=True)
             )
@@ -264,36 +264,13 @@ class GradientMonitor:
     def to_tensorboard(self, writer: Any) -> None:
         """Write the whole history to a ``SummaryWriter`` (or a log directory)."""
         self.flush()
-        w = _open_writer(writer)
+        w = open_writer(writer)
         for row in range(len(self.history)):
             write_scalars(w, self.history, row)
         w.flush()
 
 
-def _clip_limits(names: list[str], clip: Mapping[str, float] | None) -> dict[int, float]:
-    if clip is None:
-        return {}
-    if not isinstance(clip, Mapping):
-        raise SpecError(f"clip= must map selectors to limits, like {{'fc.*': 1.0}}, got {clip!r}")
-    rules = []
-    for pattern, limit in clip.items():
-        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 0:
-            raise SpecError(f"clip limit for {pattern!r} must be a positive number, "
-                            f"got {limit!r}")
-        rules.append((compile_selector(pattern), float(limit)))
-    limits: dict[int, float] = {}
-    for i, name in enumerate(names):
-        for matches, limit in rules:
-            if matches(name):
-                limits[i] = limit
-                break
-    if not limits:
-        raise SpecError(f"clip={dict(clip)!r} matches no watched parameter; paths look like "
-                        f"{names[0]!r}")
-    return limits
-
-
-def _stack(values: list[torch.Tensor]) -> torch.Tensor:
+def stack_norms(values: list[torch.Tensor]) -> torch.Tensor:
     """One float32 tensor per step (per device) from 0-d norms."""
     devices = {v.device for v in values}
     if len(devices) > 1:
@@ -301,7 +278,8 @@ def _stack(values: list[torch.Tensor]) -> torch.Tensor:
     return torch.stack([v if v.dtype == torch.float32 else v.float() for v in values])
 
 
-def _to_host(rows: list[torch.Tensor]) -> list[list[float]]:
+def rows_to_host(rows: list[torch.Tensor]) -> list[list[float]]:
+    """The steps' rows as lists of floats, in one transfer to the host."""
     if not rows:
         return []
     flat = torch.cat(rows).to("cpu", torch.float64).tolist()
@@ -312,14 +290,7 @@ def _to_host(rows: list[torch.Tensor]) -> list[list[float]]:
     return out
 
 
-def _scatter(values: list[float], present: list[bool]) -> list[float]:
+def scatter_present(values: list[float], present: list[bool]) -> list[float]:
+    """``values`` where ``present``, NaN elsewhere (a parameter without a gradient)."""
     it = iter(values)
     return [next(it) if p else math.nan for p in present]
-
-
-def _open_writer(writer: Any) -> Any:
-    if writer is None or hasattr(writer, "add_scalar"):
-        return writer
-    from hookscope.monitor.output import summary_writer
-
-    return summary_writer(writer)

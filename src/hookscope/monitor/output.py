@@ -16,7 +16,7 @@ from typing import Any
 from hookscope.errors import MissingDependencyError
 from hookscope.monitor.history import GradAnomaly, GradHistory
 
-__all__ = ["plot_flow", "plot_history", "summary_writer", "write_scalars"]
+__all__ = ["open_writer", "plot_flow", "plot_history", "summary_writer", "write_scalars"]
 
 _LEGEND_MAX = 12  # more lines than this: colours from first to last layer, no legend
 
@@ -152,3 +152,11 @@ def write_scalars(writer: Any, history: GradHistory, row: int) -> None:
             writer.add_scalar(f"grad_norm/{name}", v, step)
             total += v * v
     writer.add_scalar("grad_norm/total", math.sqrt(total), step)
+
+
+def open_writer(writer: Any) -> Any:
+    """``writer`` itself when it is ``None`` or a ``SummaryWriter``-like object, else a
+    writer for the log directory it names."""
+    if writer is None or hasattr(writer, "add_scalar"):
+        return writer
+    return summary_writer(writer)
