@@ -22,7 +22,6 @@ the facts ``self_flops``/``flops`` of every call and ``totals_flops``, ``uncount
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +40,7 @@ from hookscope.core.tracer import is_internal
 from hookscope.core.value_json import flops_in, flops_out, ops_in, ops_out
 from hookscope.errors import SpecError
 from hookscope.flops import OpTarget, find_formula, normalize_formulas
+from hookscope.probes.flop_totals import aggregate_flops
 
 if TYPE_CHECKING:
     from hookscope.core.handles import Removable
@@ -268,7 +268,7 @@ class OpsProbe(Probe):
         self._tracer = None
         facts = trace.facts
         facts["ops"], self._ops = self._ops, []
-        totals, uncounted = _aggregate(trace)
+        totals, uncounted = aggregate_flops(trace)
         facts["totals_flops"] = totals
         facts["uncounted_ops"] = dict(sorted(uncounted.items()))
         if self._errors:
@@ -277,39 +277,6 @@ class OpsProbe(Probe):
 
 def _exit_mode(mode: _OpsMode) -> None:
     mode.__exit__(None, None, None)  # type: ignore[no-untyped-call]  # torch: untyped
-
-
-def _aggregate(trace: Trace) -> tuple[FlopCount, Counter[str]]:
-    """Fill ``self_flops``/``flops`` of every call; return the totals and uncounted ops."""
-    calls = trace.calls
-    own = [FlopCount() for _ in calls]
-    total = FlopCount()
-    uncounted: Counter[str] = Counter()
-    for op in trace.facts["ops"]:
-        target = own[op.call] if op.call is not None else None
-        if op.flops is None:
-            uncounted[op.name] += 1
-            total.partial = True
-            if target is not None:
-                target.partial = True
-            continue
-        for count in (total, target):
-            if count is None:
-                continue
-            if op.phase is Phase.BACKWARD:
-                count.backward += op.flops
-            else:
-                count.forward += op.flops
-    inclusive = [FlopCount(f.forward, f.backward, f.partial) for f in own]
-    for call in reversed(calls):  # children start after, so have larger indices
-        mine = inclusive[call.index]
-        call.facts["self_flops"], call.facts["flops"] = own[call.index], mine
-        if call.parent is not None:
-            parent = inclusive[call.parent]
-            parent.forward += mine.forward
-            parent.backward += mine.backward
-            parent.partial = parent.partial or mine.partial
-    return total, uncounted
 
 
 def _flop_attr(call: Call, attr: str) -> Any:
