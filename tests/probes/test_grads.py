@@ -254,3 +254,18 @@ def test_without_sequence_numbers_a_backward_ends_with_its_exit_event(
                                 stats=False, memory=False)
     # the fast branch is charged for the slow one again, as the exit event says
     assert trace.find("1.fast").backward_ns >= 180_000_000
+
+
+class _Raises(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise ValueError("no")
+
+
+def test_calls_that_raise_leave_no_backward_bookkeeping_behind() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), _Raises())
+    with hookscope.Tracer(model, grads=True) as tracer:
+        for _ in range(3):  # a loop that catches the model's failures
+            with pytest.raises(ValueError):
+                model(torch.randn(2, 4))
+        watch = tracer._backward
+        assert watch is not None and watch._starts == {}

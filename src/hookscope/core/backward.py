@@ -98,10 +98,14 @@ class BackwardWatch:
                 register_multi_grad_hook(tensors, lambda grads: self._exit(call, tuple(grads)))
             )
 
+    def forget(self, call: Call) -> None:
+        """``call`` raised: it has no outputs to watch."""
+        self._starts.pop(call.index, None)
+
     def watch_outputs(self, call: Call, output: Any) -> None:
+        start = self._starts.pop(call.index, None)
         if not torch.is_grad_enabled():
             return
-        start = self._starts.pop(call.index, None)
         tensors = _needing_grad(iter_tensors(output, "out"))
         if tensors:
             self._handles.add(

@@ -467,8 +467,11 @@ class Tracer:
         finally:
             if guarded:
                 shared.internal -= 1
-        if self._backward is not None and self._watches_calls and not failed:
-            self._backward.watch_outputs(call, output)
+        if self._backward is not None and self._watches_calls:
+            if failed:
+                self._backward.forget(call)
+            else:
+                self._backward.watch_outputs(call, output)
         return replaced
 
     def _dispatch_backward(self, event: str, call: Call | None, payload: Any) -> None:
