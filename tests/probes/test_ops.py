@@ -441,3 +441,35 @@ def test_a_training_step_with_an_optimizer_is_fully_counted() -> None:
     total = trace.totals_flops.forward + trace.totals_flops.backward
     assert total == counter.get_total_flops()
     assert any(o.name.startswith("profiler.") for o in trace.ops)
+
+
+_FIRST_RUN = """
+import torch, hookscope
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+class Names(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.names = []
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+torch.manual_seed(0)
+model, x = nn.Linear(2, 2), torch.randn(1, 2)
+trace = hookscope.trace(model, x, ops=True, time=False, stats=False, memory=False)
+with torch.no_grad(), Names() as oracle:
+    model(x)
+print([op.name for op in trace.ops] == oracle.names, [op.name for op in trace.ops])
+"""
+
+
+def test_the_first_trace_of_a_process_records_only_the_model_s_ops() -> None:
+    # the once-per-process checks run inside the first run, under the ops probe's mode
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _FIRST_RUN], capture_output=True,
+                          text=True, timeout=120, check=True)
+    assert done.stdout.startswith("True"), done.stdout + done.stderr

@@ -122,7 +122,9 @@ def call_impl_replaceable() -> bool:
     if _replaceable is not None:
         return _replaceable
     seen: list[Any] = []
-    probe, marker, thread = nn.Identity(), torch.zeros(1), threading.get_ident()
+    # NB: the marker is no tensor: this runs inside the first run, where the ops probe's
+    # dispatch mode would record making one as an op of the model
+    probe, marker, thread = nn.Identity(), object(), threading.get_ident()
 
     def standin(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
         if module is probe and threading.get_ident() == thread:  # not another thread's
