@@ -269,3 +269,24 @@ def test_calls_that_raise_leave_no_backward_bookkeeping_behind() -> None:
                 model(torch.randn(2, 4))
         watch = tracer._backward
         assert watch is not None and watch._starts == {}
+
+
+def _nested(depth: int) -> nn.Module:
+    model: nn.Module = nn.Linear(4, 4)
+    for _ in range(depth):
+        model = nn.Sequential(nn.Linear(4, 4), model)
+    return model
+
+
+def test_each_autograd_node_gets_one_backward_end_hook_however_deep_the_nesting() -> None:
+    counts = {}
+    for depth in (10, 40):
+        model = _nested(depth)
+        with hookscope.Tracer(model, grads=True) as tracer:
+            model(torch.randn(2, 4)).sum().backward()
+            watch = tracer._backward
+            assert watch is not None
+            counts[depth] = len(watch._handles)
+        assert all(p.grad is not None for p in model.parameters())
+    # linear in the number of calls (each with a few nodes and hooks), not quadratic
+    assert counts[40] < 5 * counts[10]

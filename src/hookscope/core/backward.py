@@ -35,6 +35,7 @@ from autograd's sequence numbers: the engine's knowledge, for every probe.
 
 from __future__ import annotations
 
+import threading
 from bisect import bisect_right
 from collections.abc import Callable, Iterable
 from time import perf_counter_ns
@@ -76,8 +77,12 @@ class BackwardWatch:
         # own node finishes; without it, or without sequence numbers, no own ends
         self._clock = clock
         self._starts: dict[int, int] = {}  # call index -> its first node's sequence number
+        # which call made each node (by sequence number), and each call's enclosing ones
+        self._makers = NodeOwners() if clock is not None else None
+        self._ancestry: dict[int, tuple[int, ...]] = {}  # call index -> it, parent, ...
         # call index -> (graph task, when its last own node finished, the clock then)
         self._own_ends: dict[int, tuple[int | None, int, int]] = {}
+        self._ends_lock = threading.Lock()  # nodes finish on autograd's device threads
         self._open: dict[int, Call] = {}  # calls whose backward started and has not ended
         self._pending: dict[int, ParamGrad] = {}  # id(param) -> not yet accumulated
         self._queued_task: int | None = None  # the backward pass whose end is queued
@@ -88,10 +93,13 @@ class BackwardWatch:
     def watch_inputs(self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if not self._inputs or not torch.is_grad_enabled():
             return
-        if self._clock is not None:
+        if self._makers is not None:
             start = torch_private.next_sequence_nr()
             if start is not None:
                 self._starts[call.index] = start
+                self._makers.mark(call.index)
+                parent = () if call.parent is None else self._ancestry.get(call.parent, ())
+                self._ancestry[call.index] = (call.index, *parent)
         tensors = _needing_grad(iter_call_inputs(args, kwargs))
         if tensors:
             self._handles.add(
@@ -101,9 +109,13 @@ class BackwardWatch:
     def forget(self, call: Call) -> None:
         """``call`` raised: it has no outputs to watch."""
         self._starts.pop(call.index, None)
+        if self._makers is not None:
+            self._makers.mark(call.parent)
 
     def watch_outputs(self, call: Call, output: Any) -> None:
         start = self._starts.pop(call.index, None)
+        if self._makers is not None:
+            self._makers.mark(call.parent)  # from now on, nodes are the parent's
         if not torch.is_grad_enabled():
             return
         tensors = _needing_grad(iter_tensors(output, "out"))
@@ -111,28 +123,37 @@ class BackwardWatch:
             self._handles.add(
                 register_multi_grad_hook(tensors, lambda grads: self._enter(call, tuple(grads)))
             )
-            if start is not None:
-                self._watch_own_nodes(call.index, tensors, start)
+            if start is not None and call.parent is None:  # the graph of a whole forward
+                self._watch_nodes(tensors, start)
 
-    def _watch_own_nodes(self, index: int, outputs: list[torch.Tensor], start: int) -> None:
-        """Hook every autograd node the call's forward made (sequence number ``start`` or
-        later, reached from its outputs): the last one to finish ends its backward.
+    def _watch_nodes(self, outputs: list[torch.Tensor], start: int) -> None:
+        """Hook every autograd node a top-level call's forward made (sequence number
+        ``start`` or later, reached from its outputs), once, for the call that made it:
+        when it finishes, it is the latest own node of that call and of every call
+        enclosing it (``own_end``).
 
-        NB: one hook per node and enclosing call, no state shared between calls: a node
-        is never kept alive here (that would keep its saved tensors). Sequence numbers
-        count per thread: a forward that made part of its graph on another thread
-        (``torch.jit.fork``, threaded replicas) may hook nodes made before the call."""
+        NB: one walk and one hook per node, when the forward is over: every node exists
+        then. A node is never kept alive here (that would keep its saved tensors).
+        Sequence numbers count per thread: a forward that made part of its graph on
+        another thread (``torch.jit.fork``, threaded replicas) may have its nodes
+        attributed to the wrong call."""
         clock, ends, task = self._clock, self._own_ends, torch_private.current_graph_task_id
-        assert clock is not None
+        makers, ancestry, lock = self._makers, self._ancestry, self._ends_lock
+        assert clock is not None and makers is not None
 
-        def finished(grad_inputs: Any, grad_outputs: Any) -> None:
-            now, current = perf_counter_ns(), task()
-            last = ends.get(index)
-            # NB: the latest time, not the last writer: nodes on two CUDA devices finish
-            # on two threads
-            if last is None or last[0] != current or last[1] < now:
-                ends[index] = (current, now, clock(now))
+        def finished_for(calls: tuple[int, ...]) -> Callable[[Any, Any], None]:
+            def finished(grad_inputs: Any, grad_outputs: Any) -> None:
+                now, current = perf_counter_ns(), task()
+                overhead = clock(now)
+                with lock:  # NB: the latest time wins, not the last thread to write
+                    for index in calls:
+                        last = ends.get(index)
+                        if last is None or last[0] != current or last[1] < now:
+                            ends[index] = (current, now, overhead)
 
+            return finished
+
+        hooks: dict[int, Callable[[Any, Any], None]] = {}  # one per making call
         seen: set[int] = set()
         todo = [t.grad_fn for t in outputs]
         while todo:
@@ -141,9 +162,14 @@ class BackwardWatch:
                 continue
             seen.add(id(node))
             seq = torch_private.node_sequence_nr(node)
-            if seq is None or seq < start:  # made before the call, or a leaf's
+            if seq is None or seq < start:  # made before the forward, or a leaf's
                 continue
-            self._handles.add(node.register_hook(finished))
+            maker = makers.owner(node)
+            if maker is not None:
+                hook = hooks.get(maker)
+                if hook is None:
+                    hook = hooks[maker] = finished_for(ancestry.get(maker, (maker,)))
+                self._handles.add(node.register_hook(hook))
             todo.extend(next_node for next_node, _ in node.next_functions)
 
     def own_end(self, call: Call) -> tuple[int, int] | None:

@@ -463,6 +463,8 @@ class Tracer:
             for fn in self._exits:
                 fn(call, module, args, kwargs, output, failed)
         except Exception as e:
+            if self._backward is not None:
+                self._backward.forget(call)
             raise self._failed(e, fn, "on_exit", call) from e
         finally:
             if guarded:
