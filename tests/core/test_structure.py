@@ -420,3 +420,39 @@ def test_a_parameter_that_moves_to_another_module_as_none_moves_changes_the_tabl
     fresh = module_table(model)
     assert modules["0"].own_params == fresh.modules["0"].own_params == 16
     assert modules["1"].own_params == fresh.modules["1"].own_params == 20
+
+
+class _KeepsItsParent(nn.Module):
+    """A child that keeps its parent as an attribute, which registers the parent as a
+    submodule of the child: a cycle (torch's named_modules(remove_duplicate=False) and
+    print(model) raise RecursionError on it)."""
+
+    def __init__(self, parent: nn.Module) -> None:
+        super().__init__()
+        self.owner = parent
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x)
+
+
+class _CyclicNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.child = _KeepsItsParent(self)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.child(self.lin(x))
+
+
+def test_a_module_registered_inside_itself_is_traced_and_counted_as_torch_counts_it() -> None:
+    model = _CyclicNet()
+    x = torch.randn(2, 4)
+    summary = hookscope.summary(model, x)
+    oracle = sum(p.numel() for p in model.parameters())
+    assert summary.trace.model.params_total == oracle == 40
+    modules = summary.trace.modules
+    assert modules["child"].total_params == sum(p.numel() for p in model.child.parameters())
+    assert [c.path for c in summary.trace.calls] == ["", "lin", "child", "child.fc"]
+    assert hookscope.inspect(model).modules[""].aliases == ("child.owner",)

@@ -11,6 +11,7 @@ The per-tensor records of ``hookscope.inspect`` are ``core/structure.py``'s.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -62,7 +63,8 @@ def _subtree_counts(model: nn.Module) -> dict[int, tuple[int, int]]:
     """``id(module) -> (total, trainable)`` numel of the unique parameters below it.
 
     One bottom-up pass: each module's parameter set is its own plus its children's,
-    keyed by tensor identity, so a tied tensor counts once per subtree.
+    keyed by tensor identity, so a tied tensor counts once per subtree. (A module
+    registered inside itself adds what its set holds so far: the walk ends.)
     """
     sizes: dict[int, tuple[int, bool]] = {}
     sets: dict[int, set[int]] = {}
@@ -70,7 +72,7 @@ def _subtree_counts(model: nn.Module) -> dict[int, tuple[int, int]]:
     def visit(module: nn.Module) -> set[int]:
         found = sets.get(id(module))
         if found is None:
-            found = set()
+            found = sets[id(module)] = set()  # NB: before the children, for a cycle
             for _, p in module._parameters.items():
                 if p is not None:
                     sizes[id(p)] = (param_numel(p), p.requires_grad)
@@ -78,7 +80,6 @@ def _subtree_counts(model: nn.Module) -> dict[int, tuple[int, int]]:
             for child in module._modules.values():
                 if child is not None:
                     found |= visit(child)
-            sets[id(module)] = found
         return found
 
     visit(model)
@@ -124,18 +125,38 @@ class ModuleTable:
 def _walk(model: nn.Module) -> Walk:
     """``list(model.named_modules(remove_duplicate=False))``, without a generator per
     module: every path of every module, parents before children, in registration order.
+
+    A module registered inside itself (a child that keeps its parent as an attribute:
+    ``self.owner = parent`` registers it) is listed at that path too, but not walked
+    into again: torch's own walk never ends there (``RecursionError``).
     """
     out: Walk = []
-    stack: Walk = [("", model)]
+    seen: set[int] = set()
+    # (path, module, its ancestors as a linked list: (module, the parent's link))
+    stack: list[tuple[str, nn.Module, Any]] = [("", model, None)]
     while stack:
-        path, module = stack.pop()
+        path, module, above = stack.pop()
         out.append((path, module))
+        key = id(module)
+        if key in seen and _encloses(above, module):
+            continue  # NB: asked only for a module met before: shared modules are rare
+        seen.add(key)
         subs = module._modules
         if subs:
             prefix = f"{path}." if path else ""
-            children = [(prefix + name, c) for name, c in subs.items() if c is not None]
+            link = (module, above)
+            children = [(prefix + name, c, link) for name, c in subs.items() if c is not None]
             stack.extend(reversed(children))
     return out
+
+
+def _encloses(above: Any, module: nn.Module) -> bool:
+    """Whether ``module`` is one of the ancestors in the linked list ``above``."""
+    while above is not None:
+        if above[0] is module:
+            return True
+        above = above[1]
+    return False
 
 
 @dataclass(slots=True)

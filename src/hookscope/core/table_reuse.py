@@ -40,7 +40,10 @@ def reuse(model: nn.Module) -> Reused | None:
         return None
     if made is None:
         return None
-    found = made.again(model)
+    try:
+        found = made.again(model)
+    except (RuntimeError, TypeError, ValueError):  # an uninitialized (lazy) tensor since
+        found = None
     if found is None:
         _MADE.pop(model, None)
     return found
