@@ -1,6 +1,6 @@
 """What an anomaly hunt finds: plain, typed records (they never format themselves).
 
-:class:`NonFiniteProbe` (``debug/anomaly.py``) fills them while the model runs;
+:class:`NonFiniteProbe` (``debug/nonfinite.py``) fills them while the model runs;
 ``hookscope.render.anomaly`` turns them into text and JSON. They hold no tensor and no
 module: shapes, dtypes, counts and :class:`~hookscope.core.records.TensorStats`.
 """

@@ -4,7 +4,8 @@ The monitor hands every step's host row of norms to :class:`AnomalyChecker`, whi
 finds the non-finite gradients (always), the ones above ``explode_above`` and below
 ``vanish_below`` (absolute, or relative to the parameter's running median), and acts:
 a warning once per parameter and kind (not once per step), an exception, or the
-user's function.
+user's function. The options are checked here too (:func:`check_threshold`,
+:func:`check_action`, :func:`clip_limits`).
 """
 
 from __future__ import annotations

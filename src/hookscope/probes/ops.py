@@ -11,7 +11,7 @@ call it is attributed to:
   and exit while a probe watches ops). The phase is backward while an autograd graph
   task runs.
 
-Ops that probes run on tensors themselves (``core.tracer.internal_work``, which the
+Ops that probes run on tensors themselves (``core/internal.py``'s ``internal_work``, which the
 engine sets around every probe event) are not recorded. Ops
 without a FLOP formula that have a ``CompositeImplicitAutograd`` decomposition are
 decomposed and their parts recorded, as ``FlopCounterMode`` does (except on nested
