@@ -65,7 +65,7 @@ GLOBAL_HOOK_DICTS: tuple[str, ...] = tuple(
 
 def _named_tensors(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
     out: list[tuple[str, torch.Tensor]] = []
-    for mod_path, module in model.named_modules(remove_duplicate=False):
+    for mod_path, module in _every_path(model):
         prefix = f"{mod_path}." if mod_path else ""
         for table in (module._parameters, module._buffers):
             for name, t in table.items():
@@ -148,13 +148,22 @@ def _clone_value(t: torch.Tensor) -> torch.Tensor | str:
     return t.detach().clone()
 
 
+def _every_path(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """Every path of every module; each module once for a model that contains itself
+    (where torch's walk with every path never ends)."""
+    try:
+        return list(model.named_modules(remove_duplicate=False))
+    except RecursionError:
+        return list(model.named_modules())
+
+
 def snapshot_state(model: nn.Module) -> StateSnapshot:
     """Capture hooks (ids and functions), flags, parameter/grad/buffer values of ``model``."""
     hooks: dict[str, tuple[tuple[Any, Any], ...]] = {}
     objects: dict[str, int] = {}
     module_attrs: dict[str, tuple[str, ...]] = {}
     training: dict[str, bool] = {}
-    for path, module in model.named_modules(remove_duplicate=False):
+    for path, module in _every_path(model):
         key = path or "<root>"
         for name in MODULE_HOOK_DICTS:
             hooks[f"{key}:{name}"] = _hook_items(getattr(module, name, None))
@@ -168,7 +177,7 @@ def snapshot_state(model: nn.Module) -> StateSnapshot:
     grads: dict[str, torch.Tensor | None] = {}
     requires_grad: dict[str, bool] = {}
     buffers: dict[str, torch.Tensor | str] = {}
-    for mod_path, module in model.named_modules(remove_duplicate=False):
+    for mod_path, module in _every_path(model):
         prefix = f"{mod_path}." if mod_path else ""
         for name, p in module._parameters.items():
             path = prefix + name
