@@ -215,9 +215,41 @@ def _x() -> tuple[Any, ...]:
     return (torch.randn(2, 4),)
 
 
+class _Head(nn.Module):
+    """Keeps its owner, as a child that calls back into it would."""
+
+    def __init__(self, owner: nn.Module, *, registered: bool) -> None:
+        super().__init__()
+        if registered:
+            self.owner = owner  # registers the owner as a submodule: a cycle
+        else:
+            object.__setattr__(self, "owner", owner)  # a plain reference
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x)
+
+
+class KeepsItsOwner(nn.Module):
+    registered = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Linear(4, 4)
+        self.head = _Head(self, registered=self.registered)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(x))
+
+
+class KeepsItsOwnerUnregistered(KeepsItsOwner):
+    registered = False
+
+
 CASES: dict[str, Case] = {
     "HS101": (NestedPlainDict, NestedModuleDict, None, {}),
     "HS102": (ParamList, ParamListFixed, None, {}),
+    "HS103": (KeepsItsOwner, KeepsItsOwnerUnregistered, _x, {}),
     "HS201": (PlainTensor, BufferTensor, None, {}),
     "HS202": (GradBuffer, PlainBuffer, None, {}),
     "HS203": (Tied, Untied, None, {}),

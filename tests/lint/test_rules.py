@@ -44,12 +44,22 @@ def test_rule_is_silent_on_the_corrected_twin(code: str) -> None:
 
 
 def test_severities_are_those_of_the_issue() -> None:
-    errors = {"HS101", "HS102", "HS501"}
+    errors = {"HS101", "HS102", "HS103", "HS501"}
     infos = {"HS203", "HS204"}
     for code, rule in RULES.items():
         expected = (Severity.ERROR if code in errors else
                     Severity.INFO if code in infos else Severity.WARNING)
         assert rule.severity is expected, code
+
+
+def test_a_module_that_contains_itself_is_named_where_the_cycle_closes() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.ReLU()))
+    model[1][0].back = model[1]  # a grandchild registers its parent: 1.0.back is "1"
+    with pytest.raises(RecursionError):  # what the finding warns of
+        model.state_dict()
+    (finding,) = [f for f in hookscope.lint(model) if f.code == "HS103"]
+    assert (finding.path, finding.attribute) == ("1.0", "back")
+    assert "'1', a module that contains it" in finding.message
 
 
 def test_module_in_plain_container_names_what_goes_wrong() -> None:

@@ -1,4 +1,5 @@
-"""HS1xx: modules and parameters kept in plain Python containers.
+"""HS1xx: modules and parameters kept in plain Python containers, and a module
+registered inside itself.
 
 ``nn.Module.__setattr__`` registers a value only when it is itself a module or a
 parameter; a ``list``, ``tuple``, ``dict`` or ``set`` of them is stored as a plain
@@ -94,3 +95,27 @@ def parameter_in_plain_container(ctx: LintContext) -> Iterator[Hit]:
             "not in parameters() (never trained), not in state_dict() (never saved), "
             "and .to() does not move it"
         ))
+
+
+@register_rule(
+    "HS103", "module-contains-itself", severity=Severity.ERROR,
+    why="""Assigning a module to an attribute registers it as a submodule, also when it is
+    the module's own parent (a child that keeps a reference to its owner): the model then
+    contains itself, and torch's recursive walks over submodules never end: .to()/.cuda(),
+    .train()/.eval(), state_dict() and print(model) raise RecursionError.""",
+    fix="keep the reference unregistered: object.__setattr__(self, 'owner', parent), or "
+    "pass the parent (or what it holds) to the call that needs it",
+)
+def module_contains_itself(ctx: LintContext) -> Iterator[Hit]:
+    first = {id(m): p for p, m in ctx.members}
+    for path, module in ctx.members:
+        for name, child in module._modules.items():
+            at = first.get(id(child)) if child is not None else None
+            if at is None or not (at == "" or path == at or path.startswith(f"{at}.")):
+                continue
+            what = "the model itself" if at == "" else f"{at!r}, a module that contains it"
+            yield Hit(path, name, (
+                f"self.{name} registers {what} ({type(child).__name__}) as a submodule: the "
+                "model contains itself, so .to(), .train()/.eval(), state_dict() and "
+                "print(model) never end (RecursionError)"
+            ))
