@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from hookscope.core import torch_private
+from hookscope.core import internal, torch_private
 from hookscope.core.failures import add_note
 from hookscope.core.handles import CallbackHandle
 from hookscope.core.module_hooks import new_call
@@ -166,6 +166,10 @@ def make_traced_call(
         shortcut = ({0: None},) * 4  # never empty: always torch's _call_impl
     g_pre, g_post, g_back_pre, g_back = shortcut
     jit_tracing = torch_private.jit_tracing_state
+    # NB: the exit event inline, as Tracer._dispatch_exit does it when nothing replaces
+    # values nor watches a call's backward (never on this path), unless probe work must
+    # be marked as internal: one Python frame less per call
+    exits, shared, exit_failed = tracer._exits, internal.shared, tracer._exit_failed
 
     def traced_call_impl(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
         entry = entries.get(id(module))
@@ -212,7 +216,14 @@ def make_traced_call(
             calls.append(call)
             if clocked:
                 at_start[index] = overhead
-            dispatch_exit(call, module, args, kwargs, output, False)
+            if shared.watchers:
+                dispatch_exit(call, module, args, kwargs, output, False)
+            else:
+                try:
+                    for fn in exits:
+                        fn(call, module, args, kwargs, output, False)
+                except Exception as e:
+                    raise exit_failed(e, fn, call) from e
             now = perf_counter_ns()
             clock[0] = now - origin
             if clocked:
@@ -258,7 +269,14 @@ def make_traced_call(
                 owners.mark(call.parent)
         else:
             _pop(stack, frame, owners, call)
-        dispatch_exit(call, module, args, kwargs, output, False)
+        if shared.watchers:
+            dispatch_exit(call, module, args, kwargs, output, False)
+        else:
+            try:
+                for fn in exits:
+                    fn(call, module, args, kwargs, output, False)
+            except Exception as e:
+                raise exit_failed(e, fn, call) from e
         now = perf_counter_ns()
         clock[0] = now - origin
         if clocked:

@@ -463,9 +463,7 @@ class Tracer:
             for fn in self._exits:
                 fn(call, module, args, kwargs, output, failed)
         except Exception as e:
-            if self._backward is not None:
-                self._backward.forget(call)
-            raise self._failed(e, fn, "on_exit", call) from e
+            raise self._exit_failed(e, fn, call) from e
         finally:
             if guarded:
                 shared.internal -= 1
@@ -475,6 +473,12 @@ class Tracer:
             else:
                 self._backward.watch_outputs(call, output)
         return replaced
+
+    def _exit_failed(self, error: Exception, fn: Any, call: Call) -> Exception:
+        """The exception to raise when the exit callback ``fn`` raised ``error``."""
+        if self._backward is not None:
+            self._backward.forget(call)
+        return self._failed(error, fn, "on_exit", call)
 
     def _dispatch_backward(self, event: str, call: Call | None, payload: Any) -> None:
         handler: Callable[..., Any] | None = None
