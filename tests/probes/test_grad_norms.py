@@ -1,0 +1,116 @@
+"""The gradients probe's measurements against float64 oracles computed independently
+(``tensor.double()``): large, odd-sized, strided, low-precision, huge and non-finite
+gradients, and the parameter statistics of a real trace."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import hookscope
+from hookscope.probes.grad_norms import _ROW, grad_stats, joint_norm, l2_norm
+
+
+def oracle_norm(t: torch.Tensor) -> float:
+    return float(t.double().pow(2).sum().sqrt())
+
+
+def test_a_large_float32_norm_is_exact_where_a_float32_sum_is_not() -> None:
+    torch.manual_seed(0)
+    g = torch.randn(3_000_017) * 3 + 1  # not a multiple of the row: a remainder row
+    exact = oracle_norm(g)
+    got = l2_norm(g)
+    assert got.dtype == torch.float64 and got.dim() == 0
+    assert float(got) == pytest.approx(exact, rel=1e-7)
+    # the point of the rows: one float32 reduction over everything is visibly off
+    plain = float(torch.linalg.vector_norm(g))
+    assert abs(plain - exact) / exact > 1e-6
+
+
+@pytest.mark.parametrize("shape", [(7,), (_ROW,), (2 * _ROW,), (2 * _ROW + 1,), (3, 5, 700)])
+def test_norm_of_every_size_matches_float64(shape: tuple[int, ...]) -> None:
+    torch.manual_seed(1)
+    g = torch.randn(shape)
+    assert float(l2_norm(g)) == pytest.approx(oracle_norm(g), rel=1e-6)
+
+
+def test_strided_and_expanded_gradients_are_measured_without_a_copy_of_wrong_values() -> None:
+    torch.manual_seed(2)
+    base = torch.randn(300, 200)
+    for g in (base.t(), base[:, ::3], torch.ones(()).expand(50, 4000)):
+        assert not g.is_contiguous()
+        assert float(l2_norm(g)) == pytest.approx(oracle_norm(g), rel=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_other_precisions_match_float64(dtype: torch.dtype) -> None:
+    torch.manual_seed(3)
+    g = (torch.randn(3 * _ROW + 5) * 100).to(dtype)  # squares beyond float16's range
+    got = l2_norm(g)
+    assert got.dtype == torch.float64
+    assert math.isfinite(float(got))
+    assert float(got) == pytest.approx(oracle_norm(g), rel=1e-6)
+
+
+def test_a_huge_but_finite_gradient_has_a_finite_norm_on_the_cpu() -> None:
+    g = torch.full((3 * _ROW,), 1e30)  # its float32 squares overflow
+    assert math.isinf(float(torch.linalg.vector_norm(g)))
+    assert float(l2_norm(g)) == pytest.approx(oracle_norm(g), rel=1e-6)
+    stats = grad_stats(g).tolist()
+    assert stats[0] == pytest.approx(oracle_norm(g), rel=1e-6)
+    assert stats[3:] == [0.0, 0.0]
+
+
+def test_non_finite_gradients_are_counted() -> None:
+    g = torch.randn(2 * _ROW + 3)
+    g[5], g[_ROW + 7], g[-1] = math.nan, math.inf, -math.inf
+    norm, max_abs, mean, nans, infs = grad_stats(g).tolist()
+    assert math.isnan(norm) and math.isnan(max_abs) and math.isnan(mean)
+    assert (nans, infs) == (1.0, 2.0)
+    h = torch.randn(100)
+    h[3] = -math.inf
+    norm, max_abs, mean, nans, infs = grad_stats(h).tolist()
+    assert math.isinf(norm) and max_abs == math.inf and (nans, infs) == (0.0, 1.0)
+
+
+def test_statistics_match_float64() -> None:
+    torch.manual_seed(4)
+    g = torch.randn(5 * _ROW + 11) - 0.5
+    g[17] = -40.0  # the largest magnitude is negative
+    norm, max_abs, mean, nans, infs = grad_stats(g).tolist()
+    d = g.double()
+    assert norm == pytest.approx(oracle_norm(g), rel=1e-6)
+    assert max_abs == 40.0
+    assert mean == pytest.approx(float(d.mean()), rel=1e-6)
+    assert (nans, infs) == (0.0, 0.0)
+
+
+def test_joint_norm_is_the_norm_of_all_tensors_together() -> None:
+    torch.manual_seed(5)
+    parts = [torch.randn(3, 4), torch.randn(2 * _ROW + 1), torch.randn(()).double()]
+    together = torch.cat([p.double().reshape(-1) for p in parts])
+    assert float(joint_norm(parts)) == pytest.approx(oracle_norm(together), rel=1e-6)
+
+
+def test_a_traced_large_layer_reports_exact_gradient_statistics() -> None:
+    torch.manual_seed(6)
+    model = nn.Sequential(nn.Linear(512, 2048), nn.Tanh(), nn.Linear(2048, 64))
+    x = torch.randn(32, 512)
+    trace = hookscope.trace(model, x, backward=True, loss=lambda out: out.pow(2).mean())
+    twin = nn.Sequential(nn.Linear(512, 2048), nn.Tanh(), nn.Linear(2048, 64))
+    twin.load_state_dict(model.state_dict())
+    h = twin[1](twin[0](x))
+    out = twin[2](h)
+    g_h, = torch.autograd.grad(out.pow(2).mean(), [h], retain_graph=True)
+    out.pow(2).mean().backward()
+    by_path = {s.path: s for s in trace.param_grads}
+    for path, p in twin.named_parameters():
+        assert p.grad is not None
+        s = by_path[path]
+        assert s.norm == pytest.approx(oracle_norm(p.grad), rel=1e-6)
+        assert s.max_abs == pytest.approx(float(p.grad.abs().max()), rel=1e-6)
+        assert s.mean == pytest.approx(float(p.grad.double().mean()), rel=1e-5, abs=1e-12)
+    assert trace["1"].grad_output_norm == pytest.approx(oracle_norm(g_h), rel=1e-6)
