@@ -29,8 +29,10 @@ _F32 = torch.float32
 
 def l2_norm(g: torch.Tensor) -> torch.Tensor:
     """The L2 norm of a floating tensor, as a float64 0-d tensor on its device."""
+    norm: torch.Tensor
     if g.dtype is _F64:
-        return torch.linalg.vector_norm(g)
+        norm = torch.linalg.vector_norm(g)
+        return norm
     acc = None if g.dtype is _F32 else _F32
     n = g.numel()
     if n <= _ROW or not g.is_contiguous():  # one row, or no flat view without a copy
@@ -43,7 +45,7 @@ def l2_norm(g: torch.Tensor) -> torch.Tensor:
             parts.append(torch.linalg.vector_norm(flat[rows * _ROW :], dtype=acc).reshape(1))
         norm = torch.linalg.vector_norm(torch.cat(parts).to(_F64))
     if g.device.type == "cpu" and math.isinf(norm.item()):
-        return torch.linalg.vector_norm(g, dtype=_F64)  # overflow, or a true Inf
+        norm = torch.linalg.vector_norm(g, dtype=_F64)  # overflow, or a true Inf
     return norm
 
 
@@ -54,7 +56,8 @@ def joint_norm(tensors: list[torch.Tensor]) -> torch.Tensor:
         return norms[0]
     if len({n.device for n in norms}) > 1:  # a call with outputs on several devices
         norms = [n.cpu() for n in norms]
-    return torch.linalg.vector_norm(torch.stack(norms))
+    joint: torch.Tensor = torch.linalg.vector_norm(torch.stack(norms))
+    return joint
 
 
 def grad_stats(g: torch.Tensor) -> torch.Tensor:
