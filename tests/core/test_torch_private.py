@@ -186,7 +186,7 @@ def test_call_impl_calls_forward_and_nothing_else_without_hooks() -> None:
         assert dicts[1]  # registered into the same dict object
     finally:
         handle.remove()
-    assert not torch_private.jit_tracing_state()
+    assert torch_private.jit_trace_scopes()._trace_module_map is None
 
 
 def test_a_changed_call_impl_turns_the_shortcut_off_with_a_warning(
@@ -220,3 +220,51 @@ def test_a_changed_call_impl_turns_the_shortcut_off_with_a_warning(
         trace = hookscope.trace(model, torch.randn(1, 2), time=False, stats=False)
     assert [c.path for c in trace.calls] == ["", "0", "1"]
     assert len(asked) == 3  # without it: torch's _call_impl for every call
+
+
+def test_the_jit_scope_check_is_torch_jit_trace_s_own_module_map() -> None:
+    """The fast path asks ``torch.jit._trace._trace_module_map`` on every call: it is
+    set exactly while ``torch.jit.trace`` records module scopes (``_slow_forward``
+    then pushes them), and ``None`` otherwise, also while a function is traced."""
+    scopes = torch_private.jit_trace_scopes()
+    assert scopes is torch.jit._trace
+    seen: list[bool] = []
+
+    class Look(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen.append(scopes._trace_module_map is not None)
+            return x + 1
+
+    look = Look()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.jit.trace is deprecated
+        torch.jit.trace(look, torch.randn(2), check_trace=False)
+        torch.jit.trace(lambda x: look(x) * 2, torch.randn(2), check_trace=False)
+    look(torch.randn(2))
+    assert seen == [True, False, False]
+
+
+def test_a_changed_slow_forward_falls_back_to_the_tracing_state_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def changed(self: nn.Module, *input: Any, **kwargs: Any) -> Any:  # pragma: no cover
+        return self.forward(*input, **kwargs)
+
+    monkeypatch.setattr(nn.Module, "_slow_forward", changed)
+    monkeypatch.setattr(torch_private, "_jit_scopes", [])
+    torch_private._warned.discard("the speed of trace() and summary()")
+    with pytest.warns(torch_private.HookscopeTorchWarning, match="_slow_forward"):
+        scopes = torch_private.jit_trace_scopes()
+    assert scopes is not torch.jit._trace
+    assert scopes._trace_module_map is None
+    seen: list[bool] = []
+
+    class Look(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen.append(scopes._trace_module_map is not None)
+            return x + 1
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.jit.trace(lambda x: Look()(x), torch.randn(2), check_trace=False)
+    assert seen == [True]  # the tracing state itself: torch's path, always correct

@@ -165,7 +165,7 @@ def make_traced_call(
     if shortcut is None:
         shortcut = ({0: None},) * 4  # never empty: always torch's _call_impl
     g_pre, g_post, g_back_pre, g_back = shortcut
-    jit_tracing = torch_private.jit_tracing_state
+    jit = torch_private.jit_trace_scopes()  # torch.jit.trace recording scopes: torch's path
     # NB: the exit event inline, as Tracer._dispatch_exit does it when nothing replaces
     # values nor watches a call's backward (never on this path), unless probe work must
     # be marked as internal: one Python frame less per call
@@ -188,7 +188,7 @@ def make_traced_call(
             try:
                 if (
                     module._backward_hooks or module._backward_pre_hooks or g_pre or g_post
-                    or g_back_pre or g_back or jit_tracing()
+                    or g_back_pre or g_back or jit._trace_module_map is not None
                 ):
                     output = original(module, *args, **kwargs)
                 else:
@@ -250,7 +250,7 @@ def make_traced_call(
             if (
                 module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
                 or module._backward_pre_hooks or g_pre or g_post or g_back_pre or g_back
-                or jit_tracing()
+                or jit._trace_module_map is not None
             ):
                 output = original(module, *args, **kwargs)
             else:

@@ -41,7 +41,7 @@ __all__ = [
     "graph_task_id_function",
     "graph_task_running",
     "is_functorch_wrapped",
-    "jit_tracing_state",
+    "jit_trace_scopes",
     "next_sequence_nr",
     "node_sequence_nr",
     "overrides_call_impl",
@@ -163,8 +163,8 @@ def call_impl_shortcut() -> HookDicts | None:
     """The process-wide forward pre-hook, forward hook, backward pre-hook and backward
     hook dicts, when torch's ``_call_impl`` is known to call ``module.forward(*args,
     **kwargs)`` and nothing else for a module without hooks while all four are empty
-    and ``torch.jit.trace`` is not running (:data:`jit_tracing_state`). The fast path then
-    calls ``forward`` itself: one interpreter frame less per module call. ``None``
+    and ``torch.jit.trace`` records no module scopes (:func:`jit_trace_scopes`). The fast
+    path then calls ``forward`` itself: one interpreter frame less per module call. ``None``
     (with a warning) when this torch's ``_call_impl`` reads differently. Checked once
     per process, from its source."""
     if not _shortcut:
@@ -187,9 +187,54 @@ def call_impl_shortcut() -> HookDicts | None:
     return _shortcut[0]
 
 
-#: ``torch.jit.trace``'s state, truthy while it runs (then ``_call_impl`` calls
-#: ``_slow_forward``): the fast path's per-call check
-jit_tracing_state: Callable[[], Any] = torch._C._get_tracing_state
+# NB: the start of torch's ``_slow_forward``, comments and whitespace removed: unless
+# ``torch.jit.trace`` records module scopes, it calls ``forward`` and nothing else
+_SLOW_FORWARD_SHORTCUT = (
+    "tracing_state=torch._C._get_tracing_state()"
+    "ifnottracing_stateorisinstance(self.forward,torch._C.ScriptMethod):"
+    "returnself.forward(*input,**kwargs)"
+    "recording_scopes=torch.jit._trace._trace_module_mapisnotNone"
+    "ifrecording_scopes:"
+)
+_jit_scopes: list[Any] = []
+
+
+class _TracingStateAsMap:
+    """Stands in for ``torch.jit._trace`` where ``_slow_forward`` reads differently:
+    its ``_trace_module_map`` is torch.jit.trace's state (``None`` when not tracing)."""
+
+    @property
+    def _trace_module_map(self) -> Any:
+        return torch._C._get_tracing_state()
+
+
+def jit_trace_scopes() -> Any:
+    """An object whose ``_trace_module_map`` is not ``None`` exactly when torch's
+    ``_call_impl`` would call ``_slow_forward`` to some effect: while ``torch.jit.trace``
+    records module scopes (``torch.jit._trace`` itself; without scopes to record,
+    ``_slow_forward`` only calls ``forward``). The fast path reads it on every module
+    call. NB: a module attribute read instead of ``torch._C._get_tracing_state()``, a
+    pybind11 call that costs several µs with cold caches, between two kernels. Where
+    ``_slow_forward`` reads differently (checked once per process, from its source),
+    an object whose ``_trace_module_map`` is the tracing state, with a warning."""
+    if not _jit_scopes:
+        import inspect
+
+        trace_module = getattr(torch.jit, "_trace", None)
+        try:
+            source = inspect.getsource(nn.Module._slow_forward)
+        except (OSError, TypeError, AttributeError):
+            source = ""
+        body = "".join(
+            line.split("#", 1)[0].strip() for line in source.splitlines()[1:]
+        ).replace(" ", "")
+        if body.startswith(_SLOW_FORWARD_SHORTCUT) and hasattr(trace_module, "_trace_module_map"):
+            _jit_scopes.append(trace_module)
+        else:
+            _jit_scopes.append(_TracingStateAsMap())
+            _warn_once("the speed of trace() and summary()",
+                       "changed how Module._slow_forward records torch.jit.trace scopes")
+    return _jit_scopes[0]
 
 
 # -- global module hooks ---------------------------------------------------------------

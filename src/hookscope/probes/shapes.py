@@ -100,16 +100,18 @@ class ShapeProbe(Probe):
         t = args[0] if len(args) == 1 and not kwargs else None
         o = output
         # NB: ``type() is``: a subclass (Parameter, a tensor subclass) may override its
-        # attributes; a strided nested tensor has no ``shape``
-        if (
-            type(t) is _Tensor and type(o) is _Tensor and not failed
-            and not t.is_nested and not o.is_nested
-        ):
-            self._plain.append((
-                call, t.shape, t.dtype, t.device, t.requires_grad, t.layout,
-                o.shape, o.dtype, o.device, o.requires_grad, o.layout,
-            ))
-            return
+        # attributes
+        if type(t) is _Tensor and type(o) is _Tensor and not failed:
+            try:
+                fields = (
+                    call, t.shape, t.dtype, t.device, t.requires_grad, t.layout,
+                    o.shape, o.dtype, o.device, o.requires_grad, o.layout,
+                )
+            except RuntimeError:  # a strided nested tensor has no ``shape``: asking
+                pass  # raises, which costs nothing until it does (not is_nested twice)
+            else:
+                self._plain.append(fields)
+                return
         facts = call.facts
         facts["inputs"] = call_input_metas(args, kwargs)
         if not failed:
