@@ -180,6 +180,35 @@ def test_other_probes_tensor_work_is_not_recorded(flags: dict[str, Any]) -> None
     assert _op_rows(**flags) == alone
 
 
+def test_a_fast_run_inside_an_ops_tracer_keeps_its_probe_work_out_of_the_op_log() -> None:
+    """A model whose forward runs ``hookscope.trace`` on a model of its own (not a
+    submodule: the outer tracer hooks none of its modules, so the inner run takes the
+    fast path): the outer ops probe records the inner model's ops, which the outer
+    call ran, but not the inner statistics probe's reductions."""
+    inner = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+
+    class Outer(nn.Module):
+        def __init__(self, stats: bool) -> None:
+            super().__init__()
+            self.stats = stats
+            object.__setattr__(self, "hidden", inner)  # not registered
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            hookscope.trace(self.hidden, x, shapes=False, stats=self.stats)
+            return x * 2
+
+    def op_names(stats: bool) -> list[str]:
+        model = Outer(stats)
+        with hookscope.Tracer(model, shapes=False, ops=True) as outer:
+            model(torch.randn(2, 4))
+        assert outer.trace is not None
+        return [op.name for op in outer.trace.ops]
+
+    plain = op_names(False)
+    assert "aten.addmm.default" in plain and plain[-1] == "aten.mul.Tensor"
+    assert op_names(True) == plain
+
+
 # -- FLOP rules ------------------------------------------------------------------------
 
 

@@ -168,8 +168,9 @@ def make_traced_call(
     jit = torch_private.jit_trace_scopes()  # torch.jit.trace recording scopes: torch's path
     # NB: the exit event inline, as Tracer._dispatch_exit does it when nothing replaces
     # values nor watches a call's backward (never on this path), unless probe work must
-    # be marked as internal: one Python frame less per call
-    exits, shared, exit_failed = tracer._exits, internal.shared, tracer._exit_failed
+    # be marked as internal: one Python frame less per call (``watching``: this thread's
+    # count of ops-watching tracers, the only thread whose calls the stand-in records)
+    exits, watching, exit_failed = tracer._exits, internal.shared.watchers, tracer._exit_failed
 
     def traced_call_impl(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
         entry = entries.get(id(module))
@@ -216,7 +217,7 @@ def make_traced_call(
             calls.append(call)
             if clocked:
                 at_start[index] = overhead
-            if shared.watchers:
+            if watching[0]:
                 dispatch_exit(call, module, args, kwargs, output, False)
             else:
                 try:
@@ -269,7 +270,7 @@ def make_traced_call(
                 owners.mark(call.parent)
         else:
             _pop(stack, frame, owners, call)
-        if shared.watchers:
+        if watching[0]:
             dispatch_exit(call, module, args, kwargs, output, False)
         else:
             try:

@@ -21,14 +21,20 @@ class _SharedState(threading.local):
     one model, or one on a submodule) do not record each other's work as the model's.
 
     ``internal`` > 0 while any probe works on tensors itself (the engine sets it around
-    every probe callback, on whichever thread the event arrives); ``watchers`` counts
-    the active tracers with a probe that watches dispatched ops.
+    every probe callback, on whichever thread the event arrives); ``watchers[0]``
+    counts the active tracers with a probe that watches dispatched ops.
     """
 
     internal = 0
-    watchers = 0
     #: (tracer, perf_counter_ns at its start) of the backward event running, or None
     backward_event: tuple[Any, int] | None = None
+
+    def __init__(self) -> None:
+        super().__init__()
+        # NB: a one-item list, which the fast path holds for its thread and reads on
+        # every module call: a ``threading.local`` attribute costs several µs to read
+        # with cold caches
+        self.watchers = [0]
 
 
 shared = _SharedState()

@@ -288,7 +288,7 @@ class Tracer:
         self._plan_starts()
         self._register_module_hooks(table.members)
         if self._guarded:
-            _shared.watchers += 1
+            _shared.watchers[0] += 1
             handles.add(CallbackHandle(_unwatch))
         depth = max((m.depth for m in table.modules.values()), default=0)
         handles.add(PROCESS.acquire(depth + 1))
@@ -426,7 +426,7 @@ class Tracer:
         replaced = None
         fn: Callable[..., Any] | None = None
         shared = _shared
-        guarded = shared.watchers
+        guarded = shared.watchers[0]
         if guarded:
             shared.internal += 1
         try:
@@ -452,7 +452,7 @@ class Tracer:
         replaced = None
         fn: Callable[..., Any] | None = None
         shared = _shared
-        guarded = shared.watchers
+        guarded = shared.watchers[0]
         if guarded:
             shared.internal += 1
         try:
@@ -613,4 +613,4 @@ def _named_parameters(table: ModuleTable) -> list[tuple[str, nn.Parameter]]:
 
 
 def _unwatch() -> None:
-    _shared.watchers -= 1
+    _shared.watchers[0] -= 1
