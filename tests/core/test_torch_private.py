@@ -156,7 +156,7 @@ def test_a_dispatch_mode_keeps_its_torch_dispatch_unwrapped() -> None:
 
 def test_a_missing_private_api_degrades_with_one_warning(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch_private, "_get_sequence_nr", None)
-    torch_private._warned.discard("attributing backward work to module calls")
+    monkeypatch.setattr(torch_private, "_warned", set())
     with pytest.warns(torch_private.HookscopeTorchWarning, match="_get_sequence_nr"):
         assert torch_private.next_sequence_nr() is None
     model = nn.Linear(2, 2)
@@ -197,7 +197,7 @@ def test_a_changed_call_impl_turns_the_shortcut_off_with_a_warning(
 
     monkeypatch.setattr(torch_private, "_TORCH_CALL_IMPL", changed)
     monkeypatch.setattr(torch_private, "_shortcut", [])
-    torch_private._warned.discard("the speed of trace() and summary()")
+    monkeypatch.setattr(torch_private, "_warned", set())
     with pytest.warns(torch_private.HookscopeTorchWarning, match="hook-free path"):
         assert torch_private.call_impl_shortcut() is None
     monkeypatch.undo()
@@ -252,7 +252,7 @@ def test_a_changed_slow_forward_falls_back_to_the_tracing_state_with_a_warning(
 
     monkeypatch.setattr(nn.Module, "_slow_forward", changed)
     monkeypatch.setattr(torch_private, "_jit_scopes", [])
-    torch_private._warned.discard("the speed of trace() and summary()")
+    monkeypatch.setattr(torch_private, "_warned", set())
     with pytest.warns(torch_private.HookscopeTorchWarning, match="_slow_forward"):
         scopes = torch_private.jit_trace_scopes()
     assert scopes is not torch.jit._trace
@@ -268,3 +268,31 @@ def test_a_changed_slow_forward_falls_back_to_the_tracing_state_with_a_warning(
         warnings.simplefilter("ignore")
         torch.jit.trace(lambda x: Look()(x), torch.randn(2), check_trace=False)
     assert seen == [True]  # the tracing state itself: torch's path, always correct
+
+
+def test_a_module_with_its_own_slow_forward_keeps_torch_s_call_path() -> None:
+    """Under ``torch.jit.trace`` torch's ``_call_impl`` calls ``_slow_forward``, scopes
+    recorded or not: a class that overrides it is left to torch's path."""
+    called: list[int] = []
+
+    class Own(nn.Linear):
+        def _slow_forward(self, *input: Any, **kwargs: Any) -> Any:
+            called.append(1)
+            return super()._slow_forward(*input, **kwargs)
+
+    assert torch_private.overrides_call_impl(Own)
+    assert not torch_private.overrides_call_impl(nn.Linear)
+    import hookscope
+
+    model = nn.Sequential(Own(2, 2), nn.ReLU()).requires_grad_(False)
+    traces: list[Any] = []
+
+    def traced(x: torch.Tensor) -> torch.Tensor:
+        traces.append(hookscope.trace(model, x, time=False, stats=False))
+        return x * 2
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.jit.trace is deprecated; constants
+        torch.jit.trace(traced, torch.randn(1, 2), check_trace=False)
+    assert called == [1]
+    assert [c.path for c in traces[0].calls] == ["", "0", "1"]

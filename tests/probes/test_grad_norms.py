@@ -11,23 +11,21 @@ import torch
 from torch import nn
 
 import hookscope
-from hookscope.probes.grad_norms import _ROW, grad_stats, joint_norm, l2_norm
+from hookscope.probes.grad_norms import _ROW, _flat, grad_stats, joint_norm, l2_norm
 
 
 def oracle_norm(t: torch.Tensor) -> float:
     return float(t.double().pow(2).sum().sqrt())
 
 
-def test_a_large_float32_norm_is_exact_where_a_float32_sum_is_not() -> None:
+def test_a_large_float32_norm_is_exact() -> None:
     torch.manual_seed(0)
     g = torch.randn(3_000_017) * 3 + 1  # not a multiple of the row: a remainder row
-    exact = oracle_norm(g)
     got = l2_norm(g)
     assert got.dtype == torch.float64 and got.dim() == 0
-    assert float(got) == pytest.approx(exact, rel=1e-7)
-    # the point of the rows: one float32 reduction over everything is visibly off
-    plain = float(torch.linalg.vector_norm(g))
-    assert abs(plain - exact) / exact > 1e-6
+    assert float(got) == pytest.approx(oracle_norm(g), rel=1e-7)
+    same = torch.full((3_000_017,), 0.1)  # equal values: the worst case of a float32 sum
+    assert float(l2_norm(same)) == pytest.approx(oracle_norm(same), rel=1e-6)
 
 
 @pytest.mark.parametrize("shape", [(7,), (_ROW,), (2 * _ROW,), (2 * _ROW + 1,), (3, 5, 700)])
@@ -37,12 +35,55 @@ def test_norm_of_every_size_matches_float64(shape: tuple[int, ...]) -> None:
     assert float(l2_norm(g)) == pytest.approx(oracle_norm(g), rel=1e-6)
 
 
-def test_strided_and_expanded_gradients_are_measured_without_a_copy_of_wrong_values() -> None:
+def test_strided_and_expanded_gradients_are_as_exact_as_contiguous_ones() -> None:
     torch.manual_seed(2)
+    base = torch.randn(3000, 2000) + 0.5
+    conv = torch.randn(256, 128, 3, 3).to(memory_format=torch.channels_last)
+    cases = [
+        base.t(),  # a view in another order: read in memory order, no copy
+        conv,
+        base[:, ::3],  # gapped memory: copied
+        torch.full((), 0.1).expand(3000, 4000),  # the gradient of a sum, stride 0
+        torch.randn(1, 4000).expand(3000, 4000).t(),
+        torch.randn(()).expand(()),
+    ]
+    for g in cases:
+        assert float(l2_norm(g)) == pytest.approx(oracle_norm(g), rel=1e-6)
+        norm, max_abs, mean, nans, infs = grad_stats(g).tolist()
+        assert norm == pytest.approx(oracle_norm(g), rel=1e-6)
+        assert max_abs == float(g.abs().max())
+        assert mean == pytest.approx(float(g.double().mean()), rel=1e-5, abs=1e-9)
+        assert (nans, infs) == (0.0, 0.0)
+
+
+def test_gradients_in_another_memory_order_or_broadcast_are_read_without_a_copy() -> None:
+    """No copy of a large gradient: a transposed or ``channels_last`` one is read in
+    memory order, a broadcast one (the gradient of a ``sum``) once per stored value."""
     base = torch.randn(300, 200)
-    for g in (base.t(), base[:, ::3], torch.ones(()).expand(50, 4000)):
-        assert not g.is_contiguous()
-        assert float(l2_norm(g)) == pytest.approx(oracle_norm(g), rel=1e-5)
+    conv = torch.randn(64, 32, 3, 3).to(memory_format=torch.channels_last)
+    row = torch.randn(1, 200)
+    for g, repeat in ((base.t(), 1), (conv, 1), (row.expand(300, 200), 300),
+                      (torch.ones(()).expand(7, 5), 35)):
+        flat, k = _flat(g)
+        assert flat.data_ptr() == g.data_ptr() and flat.is_contiguous() and flat.dim() == 1
+        assert k == repeat and flat.numel() * k == g.numel()
+    gapped = base[:, ::3]  # no flat view of it exists: copied
+    flat, k = _flat(gapped)
+    assert k == 1 and torch.equal(flat.sort().values, gapped.reshape(-1).sort().values)
+
+
+def test_non_finite_values_of_an_expanded_gradient_are_counted_once_per_element() -> None:
+    g = torch.tensor([1.0, math.nan, math.inf]).expand(5, 3)
+    assert grad_stats(g).tolist()[3:] == [5.0, 5.0]
+
+
+def test_nothing_waits_for_a_device_that_is_not_the_cpu() -> None:
+    """Off the CPU no value is read back (``.item()`` on a meta tensor raises, as it
+    would synchronise an accelerator): the results stay on the tensor's device."""
+    g = torch.empty(3 * _ROW + 1, device="meta")
+    assert l2_norm(g).device.type == "meta"
+    assert grad_stats(g).device.type == "meta"
+    assert joint_norm([g, g[:7]]).device.type == "meta"
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])

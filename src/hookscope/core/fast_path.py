@@ -6,8 +6,9 @@ observed by one function that stands in for ``torch.nn.Module._call_impl`` while
 run lasts (``core/torch_private.py``): it records the call around torch's own
 ``_call_impl``, which it calls unchanged, so the module's forward, its hooks, tracing
 and compilation run exactly as they would; where torch's ``_call_impl`` would only
-call ``forward`` (no hook anywhere, no ``torch.jit.trace``: checked per call, and once
-per process that torch's function still reads so, ``call_impl_shortcut``), it calls
+call ``forward`` (no hook anywhere, no ``torch.jit.trace`` recording module scopes:
+checked per call, and once per process that torch's functions still read so,
+``call_impl_shortcut``, ``jit_trace_scopes``), it calls
 ``forward`` itself, one frame less. Any other module (another model's, another
 thread's) goes straight to torch's ``_call_impl``. Per module call this is one Python
 frame, instead of a global forward pre-hook and an always-call forward hook, which

@@ -62,9 +62,10 @@ _warned: set[str] = set()
 
 
 def _warn_once(feature: str, what: str) -> None:
-    if feature in _warned:
+    key = f"{feature}: {what}"
+    if key in _warned:
         return
-    _warned.add(feature)
+    _warned.add(key)
     warnings.warn(
         f"hookscope: torch {torch.__version__} {what}; {feature} is degraded "
         "(please report this to hookscope)",
@@ -106,8 +107,13 @@ def replace_call_impl(expected: Callable[..., Any], new: Callable[..., Any]) -> 
 
 def overrides_call_impl(cls: type) -> bool:
     """Whether a module class has a ``_call_impl`` of its own (``torch.compiler.disable``
-    on the class puts one there): its calls never reach the stand-in."""
-    return any("_call_impl" in k.__dict__ for k in cls.__mro__ if k is not nn.Module)
+    on the class puts one there: its calls never reach the stand-in), or a
+    ``_slow_forward`` of its own (which torch's ``_call_impl`` calls under
+    ``torch.jit.trace``, recording scopes or not: :func:`jit_trace_scopes`)."""
+    return any(
+        "_call_impl" in k.__dict__ or "_slow_forward" in k.__dict__
+        for k in cls.__mro__ if k is not nn.Module
+    )
 
 
 _replaceable: bool | None = None
@@ -187,14 +193,17 @@ def call_impl_shortcut() -> HookDicts | None:
     return _shortcut[0]
 
 
-# NB: the start of torch's ``_slow_forward``, comments and whitespace removed: unless
+# NB: torch's ``_slow_forward``, comments and whitespace removed: unless
 # ``torch.jit.trace`` records module scopes, it calls ``forward`` and nothing else
-_SLOW_FORWARD_SHORTCUT = (
+_SLOW_FORWARD = (
     "tracing_state=torch._C._get_tracing_state()"
     "ifnottracing_stateorisinstance(self.forward,torch._C.ScriptMethod):"
     "returnself.forward(*input,**kwargs)"
     "recording_scopes=torch.jit._trace._trace_module_mapisnotNone"
-    "ifrecording_scopes:"
+    "ifrecording_scopes:name=torch.jit._trace._trace_module_map.get(self,None)"
+    "ifname:tracing_state.push_scope(name)else:recording_scopes=False"
+    "try:result=self.forward(*input,**kwargs)"
+    "finally:ifrecording_scopes:tracing_state.pop_scope()returnresult"
 )
 _jit_scopes: list[Any] = []
 
@@ -228,7 +237,7 @@ def jit_trace_scopes() -> Any:
         body = "".join(
             line.split("#", 1)[0].strip() for line in source.splitlines()[1:]
         ).replace(" ", "")
-        if body.startswith(_SLOW_FORWARD_SHORTCUT) and hasattr(trace_module, "_trace_module_map"):
+        if body == _SLOW_FORWARD and hasattr(trace_module, "_trace_module_map"):
             _jit_scopes.append(trace_module)
         else:
             _jit_scopes.append(_TracingStateAsMap())

@@ -17,7 +17,7 @@ registers no hook):
 
 Every value is computed on the gradient's own device and kept there as a 0-d
 tensor; ``finalize`` moves them to the host in one transfer per device. How, without a
-float64 copy of each gradient and to about 1e-7 relative: ``probes/grad_norms.py``. The
+float64 copy of each gradient and to better than 1e-6 relative: ``probes/grad_norms.py``. The
 parameter list (``trace.param_grads``) also holds parameters that got no gradient:
 ``frozen`` (``requires_grad=False``: no gradient, said so, not zero) and ``unused``
 (``requires_grad=True`` but no gradient arrived although a backward ran: what DDP's
