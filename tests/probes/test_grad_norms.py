@@ -105,6 +105,22 @@ def test_a_huge_but_finite_gradient_has_a_finite_norm_on_the_cpu() -> None:
     assert stats[3:] == [0.0, 0.0]
 
 
+@pytest.mark.parametrize("scale", [1e-22, 1e-30, 1e-40, 0.0])
+def test_tiny_gradients_are_exact_where_float32_squares_underflow(scale: float) -> None:
+    """A vanishing gradient is what the probe is for: squares below float32's normal
+    range (elements under about 1e-19) lose precision, under 4e-23 they are 0."""
+    torch.manual_seed(7)
+    g = torch.randn(5 * _ROW + 3) * scale
+    norm, max_abs, mean, nans, infs = grad_stats(g).tolist()
+    d = g.double()
+    assert float(l2_norm(g)) == pytest.approx(oracle_norm(g), rel=1e-9, abs=0.0)
+    assert norm == pytest.approx(oracle_norm(g), rel=1e-9, abs=0.0)
+    assert (norm > 0) == (scale > 0)
+    assert max_abs == float(d.abs().max())
+    assert mean == pytest.approx(float(d.mean()), rel=1e-9, abs=0.0)
+    assert (nans, infs) == (0.0, 0.0)
+
+
 def test_non_finite_gradients_are_counted() -> None:
     g = torch.randn(2 * _ROW + 3)
     g[5], g[_ROW + 7], g[-1] = math.nan, math.inf, -math.inf

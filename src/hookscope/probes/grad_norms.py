@@ -1,5 +1,5 @@
-"""How the gradients probe measures a gradient (``probes/grads.py``): fast, and exact to
-better than 1e-6 relative, without a float64 copy of the gradient.
+"""How the gradients probe measures a gradient (``probes/grads.py``): on the CPU fast, and
+exact to better than 1e-6 relative, mostly without a float64 copy of the gradient.
 
 A float64 copy (``vector_norm(g, dtype=torch.float64)``) is exact, but on the CPU it
 costs about 20 times one pass over a float32 gradient and allocates twice its size:
@@ -12,12 +12,12 @@ relative on a gradient of equal values (a float32 sum's worst case) and 1e-9 on 
 ones, as fast as one float32 ``vector_norm``. The mean is torch's float32 mean
 (pairwise: about 1e-7); max-abs is exact.
 
-Overflow: a float32 row overflows for elements beyond about 6e17 (one element beyond
-about 2e19). On the CPU, where reading a value costs no synchronisation, such a norm is
-computed again from a float64 copy; on an accelerator it stays ``inf``, as
-``torch.nn.utils.clip_grad_norm_`` reports it. Likewise the NaN and Inf counts of a
-parameter's gradient are counted on the CPU only when its norm is not finite (else
-both are 0); on an accelerator always, so that nothing waits for the device.
+Where float32 is not exact enough the float64 copy is made after all, on the CPU, where
+reading the norm back costs no synchronisation: a norm below :data:`_TINY` (squares of
+tiny elements are subnormal in float32), or one that is not finite (an overflow:
+elements beyond about 6e17; or a NaN or Inf, which the exact path then counts). On
+an accelerator, where reading a value back would wait for the device, every value is
+computed from a float64 copy, as before.
 """
 
 from __future__ import annotations
@@ -69,19 +69,46 @@ def _rows_norm(flat: torch.Tensor) -> torch.Tensor:
     return norm
 
 
-def _norm(g: torch.Tensor, flat: torch.Tensor, repeat: int) -> torch.Tensor:
+def _exact_norm(g: torch.Tensor) -> torch.Tensor:
+    norm: torch.Tensor = torch.linalg.vector_norm(g, dtype=_F64)
+    return norm
+
+
+def _exact_stats(g: torch.Tensor) -> torch.Tensor:
+    return torch.stack([
+        torch.linalg.vector_norm(g, dtype=_F64),
+        torch.linalg.vector_norm(g, ord=math.inf, dtype=_F64),
+        g.mean(dtype=_F64),
+        torch.isnan(g).sum().to(_F64),
+        torch.isinf(g).sum().to(_F64),
+    ])
+
+
+def _fast_norm(g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int] | None:
+    """The norm of a CPU tensor from float32 rows, its flat view and repeat count;
+    ``None`` where float32 is not exact enough (see :data:`_TINY`) or not finite."""
+    flat, repeat = _flat(g)
     norm = _rows_norm(flat)
     if repeat != 1:
         norm = norm * math.sqrt(repeat)
-    if g.device.type == "cpu" and math.isinf(norm.item()):
-        norm = torch.linalg.vector_norm(g, dtype=_F64)  # overflow, or a true Inf
-    return norm
+    if not _TINY <= norm.item() < math.inf:  # NB: also a NaN
+        return None
+    return norm, flat, repeat
+
+
+#: Below this norm a float32 sum of squares may have lost more than 1e-7 relative:
+#: squares of elements under about 1e-19 are subnormal in float32 (under 4e-23, zero),
+#: each rounded by up to 7e-46, which is 1e-7 of the norm's square only above
+#: 7e-39 times the element count: about 3e-14 for 1e11 elements.
+_TINY = 1e-13
 
 
 def l2_norm(g: torch.Tensor) -> torch.Tensor:
     """The L2 norm of a floating tensor, as a float64 0-d tensor on its device."""
-    flat, repeat = _flat(g)
-    return _norm(g, flat, repeat)
+    if g.device.type != "cpu":
+        return _exact_norm(g)
+    fast = _fast_norm(g)
+    return _exact_norm(g) if fast is None else fast[0]
 
 
 def joint_norm(tensors: list[torch.Tensor]) -> torch.Tensor:
@@ -101,15 +128,13 @@ def joint_norm(tensors: list[torch.Tensor]) -> torch.Tensor:
 def grad_stats(g: torch.Tensor) -> torch.Tensor:
     """``[norm, max_abs, mean, nan_count, inf_count]`` of a floating tensor ``g`` with
     elements, float64, on its device."""
-    flat, repeat = _flat(g)
-    norm = _norm(g, flat, repeat)
-    lo, hi = torch.aminmax(flat)  # NB: a NaN makes both NaN, as max-abs is then
+    fast = _fast_norm(g) if g.device.type == "cpu" else None
+    if fast is None:  # an accelerator, a tiny norm, or a NaN or Inf somewhere
+        return _exact_stats(g)
+    norm, flat, _ = fast
+    lo, hi = torch.aminmax(flat)
     max_abs = torch.maximum(hi, -lo).to(_F64)
     # every element stands for ``repeat`` of g's: the mean is the same
     mean = flat.mean(dtype=None if flat.dtype in (_F32, _F64) else _F32).to(_F64)
-    if g.device.type == "cpu" and math.isfinite(norm.item()):
-        nan = inf = torch.zeros((), dtype=_F64)
-    else:
-        nan = torch.count_nonzero(torch.isnan(flat)).to(_F64) * repeat
-        inf = torch.count_nonzero(torch.isinf(flat)).to(_F64) * repeat
-    return torch.stack([norm, max_abs, mean, nan, inf])
+    zero = torch.zeros((), dtype=_F64)
+    return torch.stack([norm, max_abs, mean, zero, zero])  # finite: no NaN, no Inf
