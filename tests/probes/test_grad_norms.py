@@ -171,3 +171,69 @@ def test_a_traced_large_layer_reports_exact_gradient_statistics() -> None:
         assert s.max_abs == pytest.approx(float(p.grad.abs().max()), rel=1e-6)
         assert s.mean == pytest.approx(float(p.grad.double().mean()), rel=1e-5, abs=1e-12)
     assert trace["1"].grad_output_norm == pytest.approx(oracle_norm(g_h), rel=1e-6)
+
+
+def test_adversarial_rows_stay_within_the_claim() -> None:
+    """Equal values (a float32 sum's worst case), and one large element per row with
+    small ones beside it (the weight gradient of an outlier feature)."""
+    equal = torch.full((51_200,), 0.9489715695381165)
+    outlier = torch.full((51_200,), 2.4e-4)
+    outlier[::1024] = 1.0
+    for g in (equal, outlier):
+        assert float(l2_norm(g)) == pytest.approx(oracle_norm(g), rel=1e-6)
+
+
+def test_a_mean_of_cancelling_values_is_as_exact_as_torch_s_float32_mean() -> None:
+    """The documented bound: an absolute error of about 1e-7 of the mean magnitude."""
+    torch.manual_seed(8)
+    for g in (torch.tensor([1e8, 1.0, -1e8, 0.0] * 300), torch.randn(1_000_000)):
+        g = g - g.mean() if g.numel() > 10_000 else g
+        mean = grad_stats(g).tolist()[2]
+        d = g.double()
+        assert abs(mean - float(d.mean())) <= 1e-6 * float(d.abs().mean())
+
+
+def test_a_broadcast_gradient_is_measured_from_its_stored_values() -> None:
+    """Billions of elements, a few thousand stored: exact, and nothing materialised."""
+    torch.manual_seed(9)
+    x = torch.randn(2000) * 1e-21  # stored squares subnormal in float32: exact path,
+    g = x.unsqueeze(0).expand(10**15, 2000)  # though the whole norm is above 1e-13
+    exact = float(x.double().norm()) * math.sqrt(1e15)
+    assert exact > 1e-13
+    assert float(l2_norm(g)) == pytest.approx(exact, rel=1e-9, abs=0.0)
+    norm, max_abs, mean, nans, infs = grad_stats(g).tolist()
+    assert norm == pytest.approx(exact, rel=1e-9, abs=0.0)
+    assert max_abs == float(x.abs().max())
+    assert mean == pytest.approx(float(x.double().mean()), rel=1e-9, abs=0.0)
+    assert (nans, infs) == (0.0, 0.0)
+    bad = torch.tensor([math.nan, 1.0, math.inf]).expand(10**9, 3)
+    assert grad_stats(bad).tolist()[3:] == [1e9, 1e9]
+
+
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
+@pytest.mark.parametrize("layout", ["coo", "csr", "empty"])
+def test_sparse_gradients_count_their_implicit_zeros(layout: str) -> None:
+    torch.manual_seed(10)
+    dense = torch.randn(40, 30) * (torch.rand(40, 30) < 0.1)
+    if layout == "empty":
+        dense = torch.zeros(40, 30)
+    sparse = dense.to_sparse_csr() if layout == "csr" else dense.to_sparse()
+    norm, max_abs, mean, nans, infs = grad_stats(sparse).tolist()
+    d = dense.double()
+    assert norm == pytest.approx(float(d.norm()), rel=1e-7, abs=0.0)
+    assert max_abs == float(d.abs().max())
+    assert mean == pytest.approx(float(d.mean()), rel=1e-6, abs=1e-12)
+    assert (nans, infs) == (0.0, 0.0)
+    assert float(l2_norm(sparse)) == pytest.approx(float(d.norm()), rel=1e-7, abs=0.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float8_e4m3fn])
+def test_low_precision_statistics_match_float64(dtype: torch.dtype) -> None:
+    torch.manual_seed(11)
+    g = (torch.randn(3 * _ROW + 5) * 4).to(dtype)
+    d = g.double()
+    norm, max_abs, mean, nans, infs = grad_stats(g).tolist()
+    assert norm == pytest.approx(oracle_norm(g), rel=1e-6)
+    assert max_abs == float(d.abs().max())
+    assert abs(mean - float(d.mean())) <= 1e-6 * float(d.abs().mean())
+    assert (nans, infs) == (0.0, 0.0)

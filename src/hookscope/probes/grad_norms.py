@@ -7,15 +7,19 @@ on ResNet-50 at batch 8 it doubled the time of ``trace(backward=True)``. A plain
 ``vector_norm`` of a large CPU tensor is fast but loses about 1e-4 relative (1e-2 on a
 gradient of equal values). So the gradient's elements, as one flat view
 (:func:`_flat`), are cut into rows of :data:`_ROW`: each row's norm in float32 (lower
-precisions accumulate in float32), the rows' norms combined in float64. That is 4e-7
-relative on a gradient of equal values (a float32 sum's worst case) and 1e-9 on random
-ones, as fast as one float32 ``vector_norm``. The mean is torch's float32 mean
-(pairwise: about 1e-7); max-abs is exact.
+precisions accumulate in float32), the rows' norms combined in float64. That is under
+4e-7 relative on adversarial values (all equal, a float32 sum's worst case; or one
+large element per 1024 among small ones, an outlier feature's weight gradient) and
+1e-9 on random ones, about as fast as one float32 ``vector_norm``. (CPU reductions add
+in SIMD lanes one after another: rows of 1024 reached 4e-6 on the outlier case.)
+Max-abs is exact. The mean is torch's float32 mean, what ``grad.mean()`` gives: its
+absolute error is about 1e-7 of the mean magnitude, so a mean near zero from values
+that cancel is only that exact.
 
 Where float32 is not exact enough the float64 copy is made after all, on the CPU, where
 reading the norm back costs no synchronisation: a norm below :data:`_TINY` (squares of
 tiny elements are subnormal in float32), or one that is not finite (an overflow:
-elements beyond about 6e17; or a NaN or Inf, which the exact path then counts). On
+elements beyond about 2e18; or a NaN or Inf, which the exact path then counts). On
 an accelerator, where reading a value back would wait for the device, every value is
 computed from a float64 copy, as before.
 """
@@ -26,7 +30,7 @@ import math
 
 import torch
 
-_ROW = 1024
+_ROW = 128
 _F64 = torch.float64
 _F32 = torch.float32
 
@@ -69,31 +73,46 @@ def _rows_norm(flat: torch.Tensor) -> torch.Tensor:
     return norm
 
 
-def _exact_norm(g: torch.Tensor) -> torch.Tensor:
-    norm: torch.Tensor = torch.linalg.vector_norm(g, dtype=_F64)
-    return norm
+def _stored(g: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """The values ``g`` stores, in a dtype torch reduces (float8 as float32), and the
+    number of elements ``g`` has: a sparse tensor's implicit zeros add nothing to a
+    norm, a maximum magnitude or a count, and only their number to a mean."""
+    if g.layout is torch.sparse_coo:
+        values = g.coalesce().values()
+    elif g.layout is not torch.strided:  # CSR, CSC, BSR, BSC
+        values = g.values()
+    else:
+        values = g
+    if values.dtype not in _REDUCIBLE:
+        values = values.float()
+    return values, g.numel()
 
 
-def _exact_stats(g: torch.Tensor) -> torch.Tensor:
+_REDUCIBLE = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def _exact_stats(flat: torch.Tensor, repeat: int, numel: int) -> torch.Tensor:
+    """The statistics of ``numel`` elements: ``flat``'s, each ``repeat`` times, and zeros
+    for the rest (a sparse tensor's), from a float64 copy."""
+    norm = torch.linalg.vector_norm(flat, dtype=_F64)
+    mean = flat.sum(dtype=_F64) * (repeat / numel)
     return torch.stack([
-        torch.linalg.vector_norm(g, dtype=_F64),
-        torch.linalg.vector_norm(g, ord=math.inf, dtype=_F64),
-        g.mean(dtype=_F64),
-        torch.isnan(g).sum().to(_F64),
-        torch.isinf(g).sum().to(_F64),
+        norm * math.sqrt(repeat) if repeat != 1 else norm,
+        torch.linalg.vector_norm(flat, ord=math.inf, dtype=_F64),
+        mean,
+        torch.isnan(flat).sum().to(_F64) * repeat,
+        torch.isinf(flat).sum().to(_F64) * repeat,
     ])
 
 
-def _fast_norm(g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int] | None:
-    """The norm of a CPU tensor from float32 rows, its flat view and repeat count;
-    ``None`` where float32 is not exact enough (see :data:`_TINY`) or not finite."""
-    flat, repeat = _flat(g)
+def _fast_norm(flat: torch.Tensor, repeat: int) -> torch.Tensor | None:
+    """The norm of a CPU tensor's ``flat`` view of stored values (each standing for
+    ``repeat`` elements) from float32 rows; ``None`` where float32 is not exact enough
+    (see :data:`_TINY`) or it is not finite."""
     norm = _rows_norm(flat)
-    if repeat != 1:
-        norm = norm * math.sqrt(repeat)
-    if not _TINY <= norm.item() < math.inf:  # NB: also a NaN
+    if not _TINY <= norm.item() < math.inf:  # NB: of the stored values; also a NaN
         return None
-    return norm, flat, repeat
+    return norm * math.sqrt(repeat) if repeat != 1 else norm
 
 
 #: Below this norm a float32 sum of squares may have lost more than 1e-7 relative:
@@ -105,10 +124,14 @@ _TINY = 1e-13
 
 def l2_norm(g: torch.Tensor) -> torch.Tensor:
     """The L2 norm of a floating tensor, as a float64 0-d tensor on its device."""
-    if g.device.type != "cpu":
-        return _exact_norm(g)
-    fast = _fast_norm(g)
-    return _exact_norm(g) if fast is None else fast[0]
+    values, _ = _stored(g)
+    flat, repeat = _flat(values)
+    norm = _fast_norm(flat, repeat) if g.device.type == "cpu" else None
+    if norm is None:
+        norm = torch.linalg.vector_norm(flat, dtype=_F64)
+        if repeat != 1:
+            norm = norm * math.sqrt(repeat)
+    return norm
 
 
 def joint_norm(tensors: list[torch.Tensor]) -> torch.Tensor:
@@ -128,13 +151,18 @@ def joint_norm(tensors: list[torch.Tensor]) -> torch.Tensor:
 def grad_stats(g: torch.Tensor) -> torch.Tensor:
     """``[norm, max_abs, mean, nan_count, inf_count]`` of a floating tensor ``g`` with
     elements, float64, on its device."""
-    fast = _fast_norm(g) if g.device.type == "cpu" else None
-    if fast is None:  # an accelerator, a tiny norm, or a NaN or Inf somewhere
-        return _exact_stats(g)
-    norm, flat, _ = fast
+    values, numel = _stored(g)
+    flat, repeat = _flat(values)
+    if flat.numel() == 0:  # a sparse tensor without stored values: all zeros
+        return torch.zeros(5, dtype=_F64, device=g.device)
+    norm = _fast_norm(flat, repeat) if g.device.type == "cpu" else None
+    if norm is None:  # an accelerator, a tiny norm, or a NaN or Inf somewhere
+        return _exact_stats(flat, repeat, numel)
     lo, hi = torch.aminmax(flat)
     max_abs = torch.maximum(hi, -lo).to(_F64)
-    # every element stands for ``repeat`` of g's: the mean is the same
+    # every stored value stands for ``repeat`` elements; a sparse tensor's zeros count
     mean = flat.mean(dtype=None if flat.dtype in (_F32, _F64) else _F32).to(_F64)
+    if flat.numel() * repeat != numel:
+        mean = mean * (flat.numel() * repeat / numel)
     zero = torch.zeros((), dtype=_F64)
     return torch.stack([norm, max_abs, mean, zero, zero])  # finite: no NaN, no Inf

@@ -268,8 +268,6 @@ def _grad_stats(grad: torch.Tensor) -> torch.Tensor:
     """``[norm, max_abs, mean, nan_count, inf_count]`` of ``grad``, float64, on its device."""
     with torch.no_grad():
         g = grad.detach()
-        if g.is_sparse:
-            g = g.coalesce().values()
         if g.numel() == 0 or not g.is_floating_point():
             zero = torch.zeros((), dtype=torch.float64, device=g.device)
             return torch.stack([zero, zero, zero, zero, zero])
