@@ -5,6 +5,7 @@ gradients, and the parameter statistics of a real trace."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -98,7 +99,6 @@ def test_other_precisions_match_float64(dtype: torch.dtype) -> None:
 
 def test_a_huge_but_finite_gradient_has_a_finite_norm_on_the_cpu() -> None:
     g = torch.full((3 * _ROW,), 1e30)  # its float32 squares overflow
-    assert math.isinf(float(torch.linalg.vector_norm(g)))
     assert float(l2_norm(g)) == pytest.approx(oracle_norm(g), rel=1e-6)
     stats = grad_stats(g).tolist()
     assert stats[0] == pytest.approx(oracle_norm(g), rel=1e-6)
@@ -168,7 +168,7 @@ def test_a_traced_large_layer_reports_exact_gradient_statistics() -> None:
         assert p.grad is not None
         s = by_path[path]
         assert s.norm == pytest.approx(oracle_norm(p.grad), rel=1e-6)
-        assert s.max_abs == pytest.approx(float(p.grad.abs().max()), rel=1e-6)
+        assert s.max_abs == float(p.grad.abs().max())
         assert s.mean == pytest.approx(float(p.grad.double().mean()), rel=1e-5, abs=1e-12)
     assert trace["1"].grad_output_norm == pytest.approx(oracle_norm(g_h), rel=1e-6)
 
@@ -237,3 +237,24 @@ def test_low_precision_statistics_match_float64(dtype: torch.dtype) -> None:
     assert max_abs == float(d.abs().max())
     assert abs(mean - float(d.mean())) <= 1e-6 * float(d.abs().mean())
     assert (nans, infs) == (0.0, 0.0)
+
+
+def test_an_ordinary_cpu_gradient_takes_the_float32_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The accuracy tests would pass on the float64 path too: check which path runs."""
+    import hookscope.probes.grad_norms as grad_norms
+
+    exact: list[int] = []
+    real = grad_norms._exact_stats
+
+    def counted(*args: Any) -> torch.Tensor:
+        exact.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(grad_norms, "_exact_stats", counted)
+    torch.manual_seed(12)
+    grad_stats(torch.randn(10_000))
+    grad_stats(torch.randn(300, 200).t())
+    assert exact == []
+    grad_stats(torch.randn(10_000) * 1e-20)  # tiny: float32 squares underflow
+    grad_stats(torch.tensor([1.0, math.nan]))
+    assert exact == [1, 1]

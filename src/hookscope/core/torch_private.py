@@ -2,7 +2,9 @@
 
 hookscope relies on a few things torch does not promise: that every module call looks
 ``Module._call_impl`` up when it runs (the exclusive fast path stands in for it), the
-registries of global module hooks, autograd's node sequence numbers and
+registries of global module hooks, the sources of ``Module._call_impl`` and
+``Module._slow_forward`` and ``torch.jit.trace``'s scope map
+(``torch.jit._trace._trace_module_map``), autograd's node sequence numbers and
 current node, the saved-tensor hooks currently active, the execution engine's
 end-of-backward callback queue, functorch's wrapper check, the dispatcher's kernel
 table and the guard that turns Python dispatch off. Each is wrapped here with a
@@ -242,7 +244,8 @@ def jit_trace_scopes() -> Any:
         else:
             _jit_scopes.append(_TracingStateAsMap())
             _warn_once("the speed of trace() and summary()",
-                       "changed how Module._slow_forward records torch.jit.trace scopes")
+                       "changed how Module._slow_forward records torch.jit.trace scopes"
+                       if source else "has no readable source for Module._slow_forward")
     return _jit_scopes[0]
 
 

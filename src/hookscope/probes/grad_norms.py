@@ -142,7 +142,7 @@ def joint_norm(tensors: list[torch.Tensor]) -> torch.Tensor:
         return norms[0]
     devices = {n.device for n in norms}
     if len(devices) > 1:  # a call with outputs on several devices: no host sync
-        target = next((d for d in devices if d.type != "cpu"), norms[0].device)
+        target = next((n.device for n in norms if n.device.type != "cpu"), norms[0].device)
         norms = [n.to(target, non_blocking=True) for n in norms]
     joint: torch.Tensor = torch.linalg.vector_norm(torch.stack(norms))
     return joint
