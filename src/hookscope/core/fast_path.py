@@ -218,59 +218,48 @@ def make_traced_call(
             calls.append(call)
             if clocked:
                 at_start[index] = overhead
-            if watching[0]:
-                dispatch_exit(call, module, args, kwargs, output, False)
-            else:
-                try:
-                    for fn in exits:
-                        fn(call, module, args, kwargs, output, False)
-                except Exception as e:
-                    raise exit_failed(e, fn, call) from e
-            now = perf_counter_ns()
-            clock[0] = now - origin
+        else:  # a call that may contain others: recorded when it starts
+            start = perf_counter_ns()
             if clocked:
-                tracer.overhead_ns += now - tracer.chain_start_ns
-            return output
-        start = perf_counter_ns()
-        if clocked:
-            tracer.chain_start_ns = start
-        clock[0] = begun = start - origin
-        call = new_call(stack, calls, path, cls, count, begun)
-        index = call.index
-        if clocked:
-            at_start[index] = tracer.overhead_ns
-        frame = (call, module, None)
-        stack.append(frame)
-        if owners is not None:
-            owners.mark(index)
-        try:
-            if dispatch_enter is not None:
-                dispatch_enter(call, module, args, kwargs)
+                tracer.chain_start_ns = start
+            clock[0] = begun = start - origin
+            call = new_call(stack, calls, path, cls, count, begun)
+            index = call.index
             if clocked:
-                tracer.overhead_ns += perf_counter_ns() - start
-            # NB: torch's shortcut, as in the leaf path above (inline: the hot path)
-            if (
-                module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
-                or module._backward_pre_hooks or g_pre or g_post or g_back_pre or g_back
-                or jit._trace_module_map is not None
-            ):
-                output = original(module, *args, **kwargs)
-            else:
-                output = module.forward(*args, **kwargs)
-        except Exception as exc:
+                at_start[index] = tracer.overhead_ns
+            frame = (call, module, None)
+            stack.append(frame)
+            if owners is not None:
+                owners.mark(index)
+            try:
+                if dispatch_enter is not None:
+                    dispatch_enter(call, module, args, kwargs)
+                if clocked:
+                    tracer.overhead_ns += perf_counter_ns() - start
+                # NB: torch's shortcut, as in the leaf path above (inline: the hot path)
+                if (
+                    module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+                    or module._backward_pre_hooks or g_pre or g_post or g_back_pre or g_back
+                    or jit._trace_module_map is not None
+                ):
+                    output = original(module, *args, **kwargs)
+                else:
+                    output = module.forward(*args, **kwargs)
+            except Exception as exc:
+                if clocked:
+                    tracer.chain_start_ns = perf_counter_ns()
+                _pop(stack, frame, owners, call)
+                _raised(tracer, call, exc, module, args, kwargs)
+                raise
             if clocked:
                 tracer.chain_start_ns = perf_counter_ns()
-            _pop(stack, frame, owners, call)
-            _raised(tracer, call, exc, module, args, kwargs)
-            raise
-        if clocked:
-            tracer.chain_start_ns = perf_counter_ns()
-        if stack and stack[-1] is frame:
-            stack.pop()
-            if owners is not None:
-                owners.mark(call.parent)
-        else:
-            _pop(stack, frame, owners, call)
+            if stack and stack[-1] is frame:
+                stack.pop()
+                if owners is not None:
+                    owners.mark(call.parent)
+            else:
+                _pop(stack, frame, owners, call)
+        # the exit event, of either kind of call (NB: inline, as above)
         if watching[0]:
             dispatch_exit(call, module, args, kwargs, output, False)
         else:
