@@ -88,6 +88,31 @@ def test_value_clipping_clamps_every_element() -> None:
     assert any(float(p.grad.abs().max()) == pytest.approx(1e-3) for p in model.parameters())
 
 
+class ComplexMix(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(2)
+        self.lin = nn.Linear(4, 4)
+        self.w = nn.Parameter(torch.randn(4, 4, dtype=torch.complex64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (self.lin(x).to(torch.complex64) @ self.w).abs()
+
+
+def test_complex_parameters_get_their_norms_and_norm_clipping() -> None:
+    model, x = ComplexMix(), torch.randn(8, 4)
+    with hookscope.GradientMonitor(model, clip={"w": 1e-3}, flow=True) as mon:
+        model(x).sum().backward()
+        raw = float(model.w.grad.cdouble().norm())
+        mon.step()
+    assert mon.history.column("w")[0] == pytest.approx(raw, rel=1e-6)
+    assert raw > 1e-3
+    assert float(model.w.grad.norm()) == pytest.approx(1e-3, rel=1e-4)  # clipped
+    with pytest.raises(hookscope.SpecError, match="'w' is complex; use clip_mode='norm'"):
+        hookscope.GradientMonitor(model, clip={"w": 1.0}, clip_mode="value")
+    hookscope.GradientMonitor(model, clip={"lin.*": 1.0}, clip_mode="value").close()
+
+
 def test_monitored_training_is_bit_identical_to_unmonitored_training() -> None:
     plain, watched = mlp(), mlp()
     opts = [torch.optim.Adam(m.parameters(), lr=1e-2) for m in (plain, watched)]

@@ -258,3 +258,57 @@ def test_an_ordinary_cpu_gradient_takes_the_float32_path(monkeypatch: pytest.Mon
     grad_stats(torch.randn(10_000) * 1e-20)  # tiny: float32 squares underflow
     grad_stats(torch.tensor([1.0, math.nan]))
     assert exact == [1, 1]
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_gradients_are_measured_by_their_magnitudes(dtype: torch.dtype) -> None:
+    torch.manual_seed(13)
+    g = torch.randn(3 * _ROW + 7, dtype=dtype)
+    norm, max_abs, mean, nans, infs = grad_stats(g).tolist()
+    magnitudes = g.cdouble().abs()
+    assert norm == pytest.approx(float(torch.linalg.vector_norm(g.cdouble())), rel=1e-6, abs=0.0)
+    assert max_abs == pytest.approx(float(magnitudes.max()), rel=1e-6, abs=0.0)
+    assert mean == pytest.approx(float(magnitudes.mean()), rel=1e-6, abs=0.0)
+    assert (nans, infs) == (0.0, 0.0)
+    g[3] = complex(1.0, math.nan)
+    g[5] = complex(math.inf, 0.0)
+    assert grad_stats(g).tolist()[3:] == [1.0, 1.0]
+
+
+def test_a_complex_parameter_gets_its_gradient_statistics_in_a_trace() -> None:
+    """A complex parameter's gradient was counted as zero, which reads as vanishing."""
+
+    class Mix(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(8, 8, dtype=torch.complex64))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.to(torch.complex64) @ self.w
+
+    class Spectral(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin, self.mix = nn.Linear(8, 8), Mix()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            z = self.mix(self.lin(x))
+            self.z = z
+            return z.abs()
+
+    torch.manual_seed(14)
+    model, x = Spectral(), torch.randn(4, 8)
+    trace = hookscope.trace(model, x, backward=True)
+    assert model.mix.w.grad is None
+    model(x).sum().backward()
+    w = model.mix.w
+    assert w.grad is not None
+    z = model.z
+    del model.z
+    g_z, = torch.autograd.grad(z.abs().sum(), [z])
+    assert trace["mix"].grad_output_norm == pytest.approx(
+        float(g_z.cdouble().norm()), rel=1e-6, abs=0.0)
+    stats = {s.path: s for s in trace.param_grads}["mix.w"]
+    assert stats.status == "ok"
+    assert stats.norm == pytest.approx(float(w.grad.cdouble().norm()), rel=1e-6, abs=0.0)
+    assert stats.max_abs == pytest.approx(float(w.grad.abs().max()), rel=1e-6, abs=0.0)

@@ -100,6 +100,13 @@ class GradientMonitor:
         self.names = [n for n, _ in named]
         self._params = [p for _, p in named]
         self._clip = clip_limits(self.names, clip)
+        if clip_mode == "value":
+            complex_ = [self.names[i] for i in self._clip if self._params[i].is_complex()]
+            if complex_:
+                raise SpecError(
+                    f"clip_mode='value' clamps real values, but {complex_[0]!r} is complex; "
+                    f"use clip_mode='norm' for it, or leave it out of clip="
+                )
         self._clip_mode, self._flow, self._log_every = clip_mode, flow, log_every
         self._checker = AnomalyChecker(
             self.names, explode_above=check_threshold("explode_above", explode_above),

@@ -22,6 +22,11 @@ tiny elements are subnormal in float32), or one that is not finite (an overflow:
 elements beyond about 2e18; or a NaN or Inf, which the exact path then counts). On
 an accelerator, where reading a value back would wait for the device, every value is
 computed from a float64 copy, as before.
+
+A complex gradient is measured by its elements' magnitudes ``abs(z)``: its norm and
+max-abs are the complex tensor's own, its NaN/Inf counts those of elements with a
+non-finite part, and its mean the mean magnitude (the convention of the statistics
+probe, ``probes/moments.py``).
 """
 
 from __future__ import annotations
@@ -74,15 +79,18 @@ def _rows_norm(flat: torch.Tensor) -> torch.Tensor:
 
 
 def _stored(g: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """The values ``g`` stores, in a dtype torch reduces (float8 as float32), and the
-    number of elements ``g`` has: a sparse tensor's implicit zeros add nothing to a
-    norm, a maximum magnitude or a count, and only their number to a mean."""
+    """The values ``g`` stores, in a dtype torch reduces (float8 as float32; a complex
+    tensor's magnitudes), and the number of elements ``g`` has: a sparse tensor's
+    implicit zeros add nothing to a norm, a maximum magnitude or a count, and only their
+    number to a mean."""
     if g.layout is torch.sparse_coo:
         values = g.coalesce().values()
     elif g.layout is not torch.strided:  # CSR, CSC, BSR, BSC
         values = g.values()
     else:
         values = g
+    if values.is_complex():  # the magnitudes: the same norm, max-abs and NaN/Inf counts
+        values = values.abs()
     if values.dtype not in _REDUCIBLE:
         values = values.float()
     return values, g.numel()
@@ -123,7 +131,7 @@ _TINY = 1e-13
 
 
 def l2_norm(g: torch.Tensor) -> torch.Tensor:
-    """The L2 norm of a floating tensor, as a float64 0-d tensor on its device."""
+    """The L2 norm of a floating (or complex) tensor, as a float64 0-d tensor on its device."""
     values, _ = _stored(g)
     flat, repeat = _flat(values)
     norm = _fast_norm(flat, repeat) if g.device.type == "cpu" else None
@@ -149,8 +157,8 @@ def joint_norm(tensors: list[torch.Tensor]) -> torch.Tensor:
 
 
 def grad_stats(g: torch.Tensor) -> torch.Tensor:
-    """``[norm, max_abs, mean, nan_count, inf_count]`` of a floating tensor ``g`` with
-    elements, float64, on its device."""
+    """``[norm, max_abs, mean, nan_count, inf_count]`` of a floating (or complex) tensor
+    ``g`` with elements, float64, on its device."""
     values, numel = _stored(g)
     flat, repeat = _flat(values)
     if flat.numel() == 0:  # a sparse tensor without stored values: all zeros

@@ -20,7 +20,8 @@ tensor; ``finalize`` moves them to the host in one transfer per device. How
 (``probes/grad_norms.py``): on the CPU without a float64 copy of each gradient, norms to
 better than 1e-6 relative, max-abs exact, the mean torch's float32 mean (its absolute
 error about 1e-7 of the mean magnitude); on an accelerator all from a float64 copy. A
-sparse gradient's statistics cover all its elements, implicit zeros too. The
+sparse gradient's statistics cover all its elements, implicit zeros too; a complex
+one's are of its magnitudes (the mean is the mean magnitude). The
 parameter list (``trace.param_grads``) also holds parameters that got no gradient:
 ``frozen`` (``requires_grad=False``: no gradient, said so, not zero) and ``unused``
 (``requires_grad=True`` but no gradient arrived although a backward ran: what DDP's
@@ -75,7 +76,9 @@ class ParamGradStats:
             ``"frozen"`` (``requires_grad=False``). Only ``"ok"`` has statistics.
         norm, max_abs, mean: of the gradient, as floats (on the CPU the mean is torch's
             float32 mean; everything else, and everything on an accelerator, is exact to
-            about 1e-6 relative or better); of every element of a sparse gradient.
+            about 1e-6 relative or better); of every element of a sparse gradient;
+            of the magnitudes of a complex one (its norm and max-abs are the complex
+            tensor's own, the mean is the mean magnitude).
         nan_count, inf_count: non-finite elements of the gradient.
         events: how many gradients arrived (one per backward pass).
     """
@@ -261,7 +264,8 @@ def _joint_norm(grads: tuple[Any, ...]) -> torch.Tensor | None:
     """The L2 norm of all the tensors in ``grads`` together (``None``: no tensor)."""
     tensors = [
         g.detach() for g in grads
-        if isinstance(g, torch.Tensor) and g.is_floating_point() and not g.is_meta
+        if isinstance(g, torch.Tensor) and (g.is_floating_point() or g.is_complex())
+        and not g.is_meta
     ]
     if not tensors:
         return None
@@ -273,7 +277,7 @@ def _grad_stats(grad: torch.Tensor) -> torch.Tensor:
     """``[norm, max_abs, mean, nan_count, inf_count]`` of ``grad``, float64, on its device."""
     with torch.no_grad():
         g = grad.detach()
-        if g.numel() == 0 or not g.is_floating_point():
+        if g.numel() == 0 or not (g.is_floating_point() or g.is_complex()):
             zero = torch.zeros((), dtype=torch.float64, device=g.device)
             return torch.stack([zero, zero, zero, zero, zero])
         return grad_stats(g)
