@@ -102,6 +102,29 @@ def test_functorch_wrappers_are_recognised() -> None:
     assert not torch_private.is_functorch_wrapped(torch.randn(3))
 
 
+def test_vmap_is_told_from_other_torch_func_transforms() -> None:
+    seen: list[bool] = []
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        seen.append(torch_private.vmap_running())
+        return x.sin().sum()
+
+    torch.func.grad(f)(torch.randn(3))
+    torch.func.vmap(torch.func.grad(f))(torch.randn(2, 3))
+    torch.func.vmap(f)(torch.randn(2, 3))
+    assert seen == [False, True, True]
+    assert not torch_private.vmap_running()
+
+
+def test_without_the_interpreter_stack_vmap_is_not_seen_and_that_is_said(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(torch_private, "_functorch_stack", None)
+    monkeypatch.setattr(torch_private, "_warned", set())
+    with pytest.warns(torch_private.HookscopeTorchWarning, match="inside torch.func.vmap"):
+        assert torch_private.vmap_running() is False
+
+
 def test_composite_kernels_are_found_in_the_dispatcher() -> None:
     assert torch_private.dispatch_has_composite_kernel(torch.ops.aten.linear.default)
     assert not torch_private.dispatch_has_composite_kernel(torch.ops.aten.mm.default)

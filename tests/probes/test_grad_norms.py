@@ -312,3 +312,35 @@ def test_a_complex_parameter_gets_its_gradient_statistics_in_a_trace() -> None:
     assert stats.status == "ok"
     assert stats.norm == pytest.approx(float(w.grad.cdouble().norm()), rel=1e-6, abs=0.0)
     assert stats.max_abs == pytest.approx(float(w.grad.abs().max()), rel=1e-6, abs=0.0)
+
+
+def test_a_backward_inside_vmap_records_no_norm_and_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Per-sample gradients (``vmap(grad(f))``): each gradient there is a batch, whose
+    norm cannot be one number; reading one raised a ProbeError and stopped the run."""
+    from torch.func import functional_call, grad, vmap
+
+    import hookscope.probes.grads as grads_probe
+
+    monkeypatch.setattr(grads_probe, "_VMAP_WARNED", [])
+    torch.manual_seed(15)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    params = {k: v.detach() for k, v in model.named_parameters()}
+
+    def loss(p: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        return functional_call(model, p, (x.unsqueeze(0),)).sum()
+
+    x = torch.randn(5, 4)
+    plain = vmap(grad(loss), in_dims=(None, 0))(params, x)
+    said = "not recorded for a backward inside torch.func.vmap"
+    with pytest.warns(UserWarning, match=said), hookscope.Tracer(model, grads=True) as tracer:
+        traced = vmap(grad(loss), in_dims=(None, 0))(params, x)
+    assert all(torch.equal(plain[k], traced[k]) for k in plain)
+    assert tracer.trace is not None
+    assert [c.path for c in tracer.trace.calls] == ["", "0", "1", "2"]
+    assert all(c.facts.get("grad_output_norm") is None for c in tracer.trace.calls)
+    with hookscope.Tracer(model, grads=True) as tracer:  # grad alone: norms as usual
+        grad(lambda p: loss(p, x[0]))(params)
+    assert tracer.trace is not None
+    assert tracer.trace[""].grad_output_norm == pytest.approx(1.0, rel=1e-9)

@@ -53,6 +53,7 @@ __all__ = [
     "saved_tensor_default_hooks",
     "torch_call_impl",
     "unwrapped_dispatch_mode",
+    "vmap_running",
 ]
 
 
@@ -366,6 +367,23 @@ def is_functorch_wrapped(t: torch.Tensor) -> bool:
         _warn_once("statistics inside torch.func transforms", "has no is_functorch_wrapped_tensor")
         return False
     return _functorch_wrapped(t)
+
+
+_functorch_stack: Callable[[], Any] | None = getattr(
+    getattr(torch._C, "_functorch", None), "get_interpreter_stack", None
+)
+_VMAP = getattr(getattr(getattr(torch._C, "_functorch", None), "TransformType", None), "Vmap", None)
+
+
+def vmap_running() -> bool:
+    """Whether a ``torch.func.vmap`` transform runs on this thread (``jacrev`` and
+    per-sample gradients use one): each of its tensors holds a batch of values, so a
+    norm of one is a batch too, and reading it as a number raises."""
+    if _functorch_stack is None or _VMAP is None:
+        _warn_once("gradient norms inside torch.func.vmap", "has no get_interpreter_stack")
+        return False
+    stack = _functorch_stack()
+    return bool(stack) and any(level.key() == _VMAP for level in stack)
 
 
 def dispatch_has_composite_kernel(func: Any) -> bool:

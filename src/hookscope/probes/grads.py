@@ -43,12 +43,14 @@ it ends when the gradient of all its inputs is known, or with the pass.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from hookscope.core import torch_private
 from hookscope.core.facts import Column, Fact, Field, Unit, set_exclusive
 from hookscope.core.probe import Probe, register_probe
 from hookscope.core.value_json import float_in, float_out
@@ -261,7 +263,11 @@ def _replace(record: ParamGradStats, **changes: Any) -> ParamGradStats:
 
 
 def _joint_norm(grads: tuple[Any, ...]) -> torch.Tensor | None:
-    """The L2 norm of all the tensors in ``grads`` together (``None``: no tensor)."""
+    """The L2 norm of all the tensors in ``grads`` together (``None``: no tensor, or a
+    backward inside ``torch.func.vmap``, whose gradients are batches: see
+    :func:`_under_vmap`)."""
+    if _under_vmap():
+        return None
     tensors = [
         g.detach() for g in grads
         if isinstance(g, torch.Tensor) and (g.is_floating_point() or g.is_complex())
@@ -271,6 +277,26 @@ def _joint_norm(grads: tuple[Any, ...]) -> torch.Tensor | None:
         return None
     with torch.no_grad():
         return joint_norm(tensors)
+
+
+def _under_vmap() -> bool:
+    """Whether a backward runs inside ``torch.func.vmap`` (``jacrev``, per-sample
+    gradients): its gradients are batches of gradients, each norm a batch of norms, so
+    the probe records none there, and says so once per process."""
+    if not torch_private.vmap_running():
+        return False
+    if not _VMAP_WARNED:
+        _VMAP_WARNED.append(True)
+        warnings.warn(
+            "hookscope: gradient norms are not recorded for a backward inside "
+            "torch.func.vmap (jacrev, per-sample gradients): each gradient there is a "
+            "batch; run the backward outside vmap to measure it",
+            UserWarning, stacklevel=2,
+        )
+    return True
+
+
+_VMAP_WARNED: list[bool] = []
 
 
 def _grad_stats(grad: torch.Tensor) -> torch.Tensor:
