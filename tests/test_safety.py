@@ -112,6 +112,26 @@ def plain_nothing(model: nn.Module, args: Args, kwargs: Kwargs) -> Any:
     return None
 
 
+def keeping_buffers(plain: Callable[[nn.Module, Args, Kwargs], Any]
+                    ) -> Callable[[nn.Module, Args, Kwargs], Any]:
+    """``plain``, then every buffer's value as it was before (also when it raises): what
+    an entry point that runs the forward for its caller promises (``trace``,
+    ``summary``, ``capture``, ``find_anomaly``): a forward in training mode does not move
+    BatchNorm's running statistics."""
+
+    def run(model: nn.Module, args: Args, kwargs: Kwargs) -> Any:
+        saved = [(b, b.detach().clone()) for b in model.buffers()
+                 if not isinstance(b, nn.parameter.UninitializedBuffer)]
+        try:
+            return plain(model, args, kwargs)
+        finally:
+            with torch.no_grad():
+                for b, value in saved:
+                    b.copy_(value)
+
+    return run
+
+
 # -- the public entry points -------------------------------------------------------------
 
 
@@ -142,7 +162,8 @@ def _trace_entry(name: str, *, backward: bool = False, select: Any = None,
                                **flags)
 
     return Entry(
-        name, observe, plain_forward_and_grad if backward else plain_forward_no_grad,
+        name, observe,
+        keeping_buffers(plain_forward_and_grad if backward else plain_forward_no_grad),
         probes=probes, same_grad_mode=False, select=select,
     )
 
@@ -165,7 +186,7 @@ def _summary_entry(name: str, **options: Any) -> Entry:
         return hookscope.summary(model, *args, kwargs=kwargs, **options)
 
     probes = ("ops",) if options.get("ops") else ()
-    return Entry(name, observe, plain_forward_no_grad, probes=probes)
+    return Entry(name, observe, keeping_buffers(plain_forward_no_grad), probes=probes)
 
 
 def _every_other(path: str) -> bool:
@@ -190,8 +211,8 @@ ENTRIES: list[Entry] = [
     _tracer_entry("tracer-fwd-bwd-all", user_forward_backward, changes_model=True, **ALL_ON),
     _tracer_entry("tracer-two-forwards", user_two_forwards, changes_model=False,
                   time=True, stats=True),
-    Entry("annotated-repr", lambda m, a, k: annotate(m, a, k), plain_forward_no_grad,
-          probes=("time",), same_grad_mode=False),
+    Entry("annotated-repr", lambda m, a, k: annotate(m, a, k),
+          keeping_buffers(plain_forward_no_grad), probes=("time",), same_grad_mode=False),
 ]
 
 
@@ -220,7 +241,7 @@ def _capture_entry(name: str, *, to_disk: bool = False) -> Entry:
                                      save_to=f"{tmp}/acts", shard_mib=0.01)
             return {k: acts[k] for k in acts}
 
-    return Entry(name, observe, plain_forward_no_grad)
+    return Entry(name, observe, keeping_buffers(plain_forward_no_grad))
 
 
 def _in_block(name: str, block: Callable[[nn.Module], Any]) -> Entry:
@@ -274,10 +295,10 @@ def _breaking(model: nn.Module, phase: str) -> Any:
 
 DEBUG_ENTRIES: list[Entry] = [
     Entry("find-anomaly", lambda m, a, k: hookscope.find_anomaly(m, *a, kwargs=k),
-          plain_forward_no_grad, same_grad_mode=False),
+          keeping_buffers(plain_forward_no_grad), same_grad_mode=False),
     Entry("find-anomaly-backward",
           lambda m, a, k: hookscope.find_anomaly(m, *a, kwargs=k, backward=True),
-          plain_forward_and_grad, same_grad_mode=False),
+          keeping_buffers(plain_forward_and_grad), same_grad_mode=False),
     _in_block("detect-anomaly", lambda m: hookscope.detect_anomaly(m)),
     _in_block("breakpoint-forward", lambda m: _breaking(m, "forward")),
     _in_block("breakpoint-backward", lambda m: _breaking(m, "backward")),

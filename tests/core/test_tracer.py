@@ -391,6 +391,44 @@ def test_trace_puts_flags_changed_during_its_forward_back() -> None:
     assert model.fc.weight.requires_grad
 
 
+def test_a_forward_in_training_mode_leaves_batchnorm_statistics_as_they_were() -> None:
+    """``summary``/``trace``/``capture`` run the forward for their caller, often on
+    random inputs: a trained model's running statistics must not move."""
+    torchvision = pytest.importorskip("torchvision")
+    model = torchvision.models.resnet18(num_classes=10).train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    hookscope.summary(model, input_size=(2, 3, 32, 32))
+    hookscope.trace(model, torch.randn(2, 3, 32, 32), backward=True)
+    hookscope.capture(model, torch.randn(2, 3, 32, 32), select="layer1.0.bn1")
+    after = model.state_dict()
+    assert [k for k in before if not torch.equal(before[k], after[k])] == []
+    assert int(model.bn1.num_batches_tracked) == 0
+    with hookscope.Tracer(model):  # the user's own forward: its updates are the user's
+        model(torch.randn(2, 3, 32, 32))
+    assert int(model.bn1.num_batches_tracked) == 1
+    assert not torch.equal(model.bn1.running_mean, before["bn1.running_mean"])
+
+
+class _ReplacesItsBuffer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("seen", torch.zeros(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seen = torch.ones(5)  # a new object, another shape
+        return x * 2
+
+
+def test_a_buffer_replaced_in_the_forward_is_put_back() -> None:
+    model = _ReplacesItsBuffer().train()
+    buffer = model.seen
+    hookscope.trace(model, torch.ones(2))
+    assert model.seen is buffer and torch.equal(buffer, torch.zeros(3))
+    model.eval()  # no torch module changes buffers in eval mode: not copied
+    hookscope.trace(model, torch.ones(2))
+    assert torch.equal(model.seen, torch.ones(5))
+
+
 def test_tracer_keeps_what_the_users_own_code_changed_inside_the_block() -> None:
     model = nn.Sequential(nn.Linear(2, 2), nn.Dropout()).train()
     with hookscope.Tracer(model):

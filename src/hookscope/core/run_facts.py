@@ -4,8 +4,8 @@
   timeline view needs: versions, start time, pid, device, rank and world size;
 - :func:`cuda_devices`: the CUDA devices the model lives on (the timing and memory
   probes synchronise or read them);
-- :class:`ModelState`: the ``training`` flags and ``requires_grad`` that
-  ``Tracer(restore_state=True)`` puts back on exit.
+- :class:`ModelState`: the ``training`` flags, ``requires_grad`` and the buffers of
+  modules in training mode that ``Tracer(restore_state=True)`` puts back on exit.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import time as _time
 from typing import Any
 
 import torch
+from torch import nn
 
 from hookscope.core.module_table import ModuleTable
 
@@ -62,13 +63,28 @@ def cuda_devices(table: ModuleTable) -> list[torch.device]:
 
 
 class ModelState:
-    """``training`` flags and ``requires_grad`` of a model, to restore them on exit."""
+    """``training`` flags and ``requires_grad`` of a model, and the buffers of its
+    modules in training mode, to restore them on exit.
+
+    A forward in training mode changes buffers: BatchNorm's running statistics and
+    ``num_batches_tracked`` (in place, inside its kernel, without bumping the tensors'
+    version counters, so a change cannot be seen and every value is copied back). A
+    forward the tracer runs for its caller (``trace``, ``summary``, ``capture``) on
+    generated or sample inputs must not move a trained model's statistics. Buffers of
+    modules in eval mode are not copied: no torch module changes them there, and a
+    summary of an eval model costs nothing more.
+    """
 
     def __init__(self, table: ModuleTable) -> None:
         self.modules = [m for _, m in table.members]
         self.training = [m.training for m in self.modules]
         self.parameters = table.parameters
         self.requires_grad = [p.requires_grad for p in self.parameters]
+        self.buffers = [
+            (m, name, b, b.detach().clone())
+            for m, flag in zip(self.modules, self.training, strict=True) if flag
+            for name, b in m._buffers.items() if _has_values(b)
+        ]
 
     def restore(self) -> None:
         for m, flag in zip(self.modules, self.training, strict=True):
@@ -77,3 +93,20 @@ class ModelState:
         for p, rg in zip(self.parameters, self.requires_grad, strict=True):
             if p.requires_grad is not rg:
                 p.requires_grad_(rg)
+        if self.buffers:
+            with torch.no_grad():
+                for module, name, buffer, value in self.buffers:
+                    module._buffers[name] = buffer  # also one the forward replaced
+                    if (buffer.shape, buffer.dtype, buffer.device) == (
+                            value.shape, value.dtype, value.device):
+                        buffer.copy_(value)
+                    else:  # resized or converted in the forward
+                        buffer.data = value
+
+
+def _has_values(b: torch.Tensor | None) -> bool:
+    """A buffer whose values can be copied: not a lazy module's, not on meta."""
+    return (
+        b is not None and not isinstance(b, nn.parameter.UninitializedBuffer)
+        and b.device.type != "meta"
+    )

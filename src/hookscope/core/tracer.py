@@ -92,10 +92,12 @@ class Tracer:
         select: only observe modules whose path matches (glob string, list of globs,
             or ``fn(path: str) -> bool``); ``None`` observes every module.
         restore_state: on exit, put every module's ``training`` flag and every
-            parameter's ``requires_grad`` back as they were on entry. Off by default:
-            hookscope itself changes neither, and what your own code inside the
-            ``with`` block changes (``model.eval()``, freezing a layer) is yours to
-            keep. ``hookscope.trace`` turns it on, so the forward it runs leaves no trace.
+            parameter's ``requires_grad`` back as they were on entry, and the buffers
+            of modules in training mode (BatchNorm's running statistics). Off by
+            default: hookscope itself changes none of them, and what your own code
+            inside the ``with`` block changes (``model.eval()``, freezing a layer, a
+            training step) is yours to keep. ``hookscope.trace`` turns it on, so the
+            forward it runs leaves no trace.
         **options: ``NAME=True`` switches on the registered probe ``NAME``.
 
     NB: while the tracer is active, ``torch.compile``d code runs eagerly (compiled code

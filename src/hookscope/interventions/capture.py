@@ -177,6 +177,11 @@ class Capture:
         self._memory = CapturedActivations()
         self._writer: ShardWriter | None = None
         self._tracer: Tracer | None = None
+        #: ``capture()`` runs the forward for its caller: it restores the model's
+        #: training flags, ``requires_grad`` and training-mode buffers afterwards
+        #: (``Tracer(restore_state=True)``); in a ``with Capture`` block the forward
+        #: is the user's own.
+        self._restore_state = False
 
     @property
     def activations(self) -> Mapping[str, Any]:
@@ -194,7 +199,7 @@ class Capture:
         probe = _OutputCapture(self) if self.what is What.OUTPUT else _InputCapture(self)
         chosen = self._chosen
         tracer = Tracer(self.model, shapes=False, probes=[probe],
-                        select=lambda path: path in chosen)
+                        select=lambda path: path in chosen, restore_state=self._restore_state)
         try:
             tracer.__enter__()
         except BaseException as e:  # nothing started: close the writer, stay reusable
@@ -266,6 +271,7 @@ def capture(
     """
     cap = Capture(model, select=select, what=what, to=to, save_to=save_to,
                   shard_mib=shard_mib)
+    cap._restore_state = True  # the forward run here leaves the model as it was
     started = False
     try:
         with cap, torch.no_grad():
