@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import time as _time
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 from torch import nn
@@ -80,7 +80,7 @@ class ModelState:
         self.training = [m.training for m in self.modules]
         self.parameters = table.parameters
         self.requires_grad = [p.requires_grad for p in self.parameters]
-        self.buffers = [
+        self.buffers: list[tuple[nn.Module, str, torch.Tensor, torch.Tensor]] = [
             (m, name, b, b.detach().clone())
             for m, flag in zip(self.modules, self.training, strict=True) if flag
             for name, b in m._buffers.items() if _has_values(b)
@@ -104,7 +104,7 @@ class ModelState:
                         buffer.data = value
 
 
-def _has_values(b: torch.Tensor | None) -> bool:
+def _has_values(b: torch.Tensor | None) -> TypeGuard[torch.Tensor]:
     """A buffer whose values can be copied: not a lazy module's, not on meta."""
     return (
         b is not None and not isinstance(b, nn.parameter.UninitializedBuffer)
