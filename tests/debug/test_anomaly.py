@@ -132,6 +132,44 @@ def test_an_input_that_is_already_nan_is_reported_as_not_finite() -> None:
     assert a.op is not None and False in [t.finite for t in a.op.inputs]
 
 
+class LogBetweenChildren(nn.Module):
+    """The NaN is made by the parent's own code, between two submodules: the first call
+    whose output is not finite (``act``) only passes it on."""
+
+    def __init__(self, inplace: bool) -> None:
+        super().__init__()
+        self.lin, self.act, self.head = nn.Linear(3, 3), nn.ReLU(inplace=inplace), nn.Linear(3, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.act(self.lin(x).log()))
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+def test_a_nan_made_by_the_parents_own_code_is_traced_back_to_its_op(inplace: bool) -> None:
+    torch.manual_seed(0)
+    model, x = LogBetweenChildren(inplace), torch.randn(2, 3)
+    with torch.no_grad():
+        made = model.lin(x).log()
+    assert not bool(torch.isfinite(made).all())
+    report = hookscope.find_anomaly(model, x)
+    assert report is not None
+    a = report.first
+    assert a.path == "act"  # the first call whose output is not finite
+    assert a.origin is not None
+    assert (a.origin.name, a.origin.path) == ("aten.log.default", "")
+    assert [t.finite for t in a.origin.inputs] == [True]
+    assert "made before the call by aten.log.default in <root>" in str(report)
+    assert json.loads(report.to_json())["anomalies"][0]["origin"]["name"] == "aten.log.default"
+
+
+def test_a_nan_made_inside_the_call_names_no_origin() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), Log(), nn.Linear(4, 2))
+    report = hookscope.find_anomaly(model, torch.randn(3, 4))
+    assert report is not None and report.first.op is not None
+    assert report.first.origin is None
+
+
 def test_collect_all_reports_every_anomalous_call_in_execution_order() -> None:
     torch.manual_seed(0)
     model = Counted()

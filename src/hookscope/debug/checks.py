@@ -113,6 +113,12 @@ class OpFindings:
         i = bisect_left(self.owners, call)
         return self.findings[i] if i < len(self.owners) else None
 
+    def before(self, call: int) -> OpFinding | None:
+        """The first finding of a call that started before ``call`` (one of its
+        callers, which are still running: the findings of a call that ended finite are
+        dropped): a non-finite value made before ``call`` started."""
+        return self.findings[0] if self.owners and self.owners[0] < call else None
+
     def last_owner(self) -> int:
         return self.owners[-1] if self.owners else -1
 

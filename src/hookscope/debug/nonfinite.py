@@ -235,10 +235,13 @@ def _output_anomaly(
     for i, (in_path, x) in enumerate(iter_call_inputs(args, kwargs)):
         changed = versions is not None and i < len(versions) and versions[i] != x._version
         inputs.append(InputCheck(_stats(in_path, x), changed))
+    op = findings.inside(call.index)
+    # the value came in with the inputs: name what made it before the call
+    came_in = op is None or not all(i.finite for i in op.inputs)
     return Anomaly(
         AnomalyKind.OUTPUT, "forward", call.path, call.module_class, call.call_index,
         call.index, path, t.numel(), nans or 0, infs or 0, tuple(inputs),
-        op=findings.inside(call.index),
+        op=op, origin=findings.before(call.index) if came_in else None,
     )
 
 

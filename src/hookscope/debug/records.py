@@ -121,6 +121,12 @@ class Anomaly:
             (``None``: none of its ops did; the value came in from outside, or the
             forward was observed without the op check).
         parameter: the parameter's path (``param_grad`` only).
+        origin: when the value came into the call with its inputs (no op inside it
+            produced it from finite values): the first op before the call, in its
+            callers' own code, that produced a non-finite value (``aten.log`` in the
+            parent's ``forward``, between two of its submodules); ``None`` otherwise.
+            An in-place op's inputs are counted after it wrote, so for one the op
+            before is named too.
     """
 
     kind: AnomalyKind
@@ -136,6 +142,7 @@ class Anomaly:
     inputs: tuple[InputCheck, ...] = ()
     op: OpFinding | None = None
     parameter: str | None = None
+    origin: OpFinding | None = None
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,13 @@ def anomaly_line(a: Anomaly) -> str:
     )
     if a.op is not None:
         text += f"; first non-finite op: {a.op.name}"
+    if a.origin is not None:
+        text += f"; made before the call by {a.origin.name} in {_path(a.origin)}"
     return text
+
+
+def _path(op: OpFinding) -> str:
+    return repr(op.path) if op.path else "<root>" if op.path == "" else "no module"
 
 
 def _tensor(c: TensorCheck) -> str:
@@ -57,9 +63,9 @@ def _tensor(c: TensorCheck) -> str:
     return f"{c.path} {shape} {c.dtype} {_counts(c.nan_count, c.inf_count)}"
 
 
-def _op_lines(op: OpFinding) -> list[str]:
+def _op_lines(op: OpFinding, head: str | None = None) -> list[str]:
     where = f" in {op.path!r}" if op.path else ""
-    lines = [f"  first op that produced it: {op.name}{where}"
+    lines = [f"  {head or f'first op that produced it: {op.name}{where}'}"
              + (" (in place)" if op.inplace else "")]
     lines += [f"    in:  {_tensor(t)}" for t in op.inputs]
     lines += [f"    out: {_tensor(t)}" for t in op.outputs]
@@ -94,6 +100,9 @@ def render_anomaly_text(report: AnomalyReport) -> str:
             lines += _op_lines(a.op)
         elif a.kind.value == "output":
             lines.append("  no op inside the call produced it: it came in with the inputs")
+        if a.origin is not None:
+            lines += _op_lines(a.origin, f"it came in: made before the call by {a.origin.name} "
+                                         f"in {_path(a.origin)}")
     if report.stopped and report.anomalies:
         rest = "backward" if report.first.phase == "backward" else "model"
         lines.append(f"The run stopped there: the rest of the {rest} did not run.")
