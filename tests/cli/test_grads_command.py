@@ -51,6 +51,24 @@ def test_grads_errors_are_one_line(
     assert_one_error_line(code, err, "meta")
 
 
+@pytest.mark.parametrize("plot", ["out.txt", "missing-dir/g.png"])
+def test_a_plot_path_that_cannot_be_written_is_refused_before_training(
+    capsys: pytest.CaptureFixture[str], model_file: str, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, plot: str,
+) -> None:
+    pytest.importorskip("matplotlib")
+    import hookscope.cli.grads_command as grads_command
+
+    trained: list[int] = []
+    monkeypatch.setattr(grads_command, "_train", lambda *a, **k: trained.append(1))
+    code, _, err = run_cli(capsys, "grads", model_file, "--input", "3,4", "--steps", "2",
+                           "--plot", str(tmp_path / plot))
+    assert_one_error_line(code, err, "txt is not an image format" if plot.endswith("txt")
+                          else "does not exist")
+    assert trained == []
+    assert not (tmp_path / plot).exists()
+
+
 def test_trace_backward_shows_the_backward_columns(
     capsys: pytest.CaptureFixture[str], model_file: str
 ) -> None:

@@ -59,6 +59,8 @@ def grads_command(
             from hookscope.errors import SpecError
 
             raise SpecError("grads trains the model; --device meta has no values to train")
+        if plot is not None:
+            _check_plot(plot)  # before the model is built and trained, not after
         with model_prints_to_stderr():
             prepared = prepare(model, inputs=inputs or [], config=config, device=device)
             monitor = _train(prepared, steps=steps, lr=lr, explode_above=explode_above,
@@ -66,6 +68,28 @@ def grads_command(
         if plot is not None:
             monitor.plot(plot)
         target.write(_view(monitor))
+
+
+def _check_plot(path: Path) -> None:
+    """``--plot FILE`` can be written, as an image format matplotlib draws.
+
+    Raises:
+        SpecError: the file cannot be written there, or its extension is not an image
+            format matplotlib writes.
+        MissingDependencyError: matplotlib is not installed.
+    """
+    from hookscope.cli.running import check_output
+    from hookscope.errors import MissingDependencyError, SpecError
+
+    check_output(path)
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+    except ImportError as e:
+        raise MissingDependencyError("matplotlib", "plot", needed_for="plots") from e
+    suffix = path.suffix.lstrip(".").lower()
+    if suffix and suffix not in FigureCanvasAgg.get_supported_filetypes():
+        raise SpecError(f"--plot {str(path)!r}: .{suffix} is not an image format matplotlib "
+                        "writes; use .png, .svg or .pdf")
 
 
 def _train(prepared: Any, *, steps: int, lr: float, **thresholds: Any) -> Any:

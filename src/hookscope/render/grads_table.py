@@ -2,8 +2,8 @@
 
 Reads only plain values (a :class:`~hookscope.monitor.GradHistory`-shaped object and
 a list of anomalies; no model, no tensor): the last norm, the median, min and max over
-the steps, and the anomalies of that parameter, flagged. ``ascii=True`` draws with
-``+-|`` and no colour, what pipes and tests get.
+the steps, and the anomalies of that parameter, flagged. ``ascii=True`` draws plain
+text without colour, what pipes and tests get.
 """
 
 from __future__ import annotations
@@ -13,40 +13,55 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from rich.table import Table
-from rich.text import Text
-
-from hookscope.render.table import table_box
+from hookscope.render.grid import KEEP, LABEL_MIN, Grid, GridColumn, distinct_shortener
+from hookscope.render.table import GridTable
 from hookscope.render.units import format_stat
 
 __all__ = ["grads_table"]
 
 
-def grads_table(history: Any, anomalies: Sequence[Any], *, ascii: bool = False) -> Table:
+def grads_table(history: Any, anomalies: Sequence[Any], *, ascii: bool = False) -> GridTable:
     """A table of ``history`` (``names``, ``column(name)``, ``steps``) with the
-    ``anomalies`` (``path``, ``kind``, ``step``) of each parameter in its last column."""
-    table = Table(box=table_box(ascii), title=f"Gradient norms over {len(history.steps)} steps")
-    table.add_column("Parameter", no_wrap=True)
-    for header in ("Last", "Median", "Min", "Max"):
-        table.add_column(header, justify="right", no_wrap=True)
-    table.add_column("Anomalies")
-    flagged: dict[str, list[Any]] = {}
-    for a in anomalies:
-        flagged.setdefault(a.path, []).append(a)
-    for name in history.names:
-        values = history.column(name)
-        finite = [v for v in values if math.isfinite(v)]
-        last = values[-1] if values else None
-        cells = [format_stat(last)]
-        if finite:
-            cells += [format_stat(statistics.median(finite)), format_stat(min(finite)),
-                      format_stat(max(finite))]
-        else:
-            cells += ["", "", ""]
-        note = _describe(flagged.get(name, []))
-        style = "" if ascii or not note else "bold red"
-        table.add_row(name, *cells, Text(note, style=style))
-    return table
+    ``anomalies`` (``path``, ``kind``, ``step``) of each parameter in its last column.
+
+    Laid out as every table is (``render/grid.py``): at any width no number is cut;
+    long parameter paths shorten in the middle, and columns that still do not fit are
+    left out, least useful first, the caption naming them."""
+
+    def build(ascii: bool) -> Grid:
+        flagged: dict[str, list[Any]] = {}
+        for a in anomalies:
+            flagged.setdefault(a.path, []).append(a)
+        rows: list[list[str]] = []
+        notes: list[str] = []
+        for name in history.names:
+            values = history.column(name)
+            finite = [v for v in values if math.isfinite(v)]
+            last = values[-1] if values else None
+            cells = [format_stat(last)]
+            if finite:
+                cells += [format_stat(statistics.median(finite)), format_stat(min(finite)),
+                          format_stat(max(finite))]
+            else:
+                cells += ["", "", ""]
+            rows.append(cells)
+            notes.append(_describe(flagged.get(name, [])))
+        names = list(history.names)
+        styles = ["" if ascii or not n else "bold red" for n in notes]
+        columns = [
+            GridColumn("parameter", "Parameter", names, numeric=False, priority=KEEP,
+                       shorten=distinct_shortener(names),
+                       min_width=min(LABEL_MIN, max(map(len, names), default=0))),
+            GridColumn("last", "Last", [r[0] for r in rows], priority=90),
+            GridColumn("median", "Median", [r[1] for r in rows], priority=60),
+            GridColumn("min", "Min", [r[2] for r in rows], priority=50),
+            GridColumn("max", "Max", [r[3] for r in rows], priority=70),
+            GridColumn("anomalies", "Anomalies", notes, numeric=False, priority=80,
+                       styles=styles),
+        ]
+        return Grid(columns, title=f"Gradient norms over {len(history.steps)} steps")
+
+    return GridTable(build, ascii=ascii)
 
 
 def _describe(found: Sequence[Any]) -> str:

@@ -259,3 +259,39 @@ def labelled_min(cells: Sequence[str]) -> int:
 def shorten_plain(cell: str, width: int) -> str:
     """Every line of ``cell`` in ``width`` characters, by a middle ellipsis."""
     return "\n".join(elide(line, width) for line in cell.split("\n"))
+
+
+def distinct_shortener(labels: Sequence[str]) -> Shorten:
+    """A :data:`Shorten` for one-line labels (parameter paths) that keeps them apart.
+
+    Each label that does not fit is elided in the middle, more of its end kept than of
+    its start (``layer…onv1.weight``: the end of a path tells its rows apart); one that
+    would then read like another label keeps a different part instead, so two rows
+    never look the same while a distinct form of the width exists.
+    """
+    chosen: dict[int, dict[str, str]] = {}
+
+    def forms(width: int) -> dict[str, str]:
+        found = chosen.get(width)
+        if found is not None:
+            return found
+        out = {label: label for label in labels if len(label) <= width}
+        taken = set(out)
+        keep = max(width - 1, 1)
+        default = max(keep // 3, 1)
+        heads = [default, *range(default - 1, 0, -1), *range(default + 1, keep)]
+        for label in labels:
+            if label in out:
+                continue
+            options = (elide(label, width, head=h) for h in heads)
+            first = elide(label, width, head=default)
+            pick = next((o for o in options if o not in taken), first)
+            out[label] = pick
+            taken.add(pick)
+        chosen[width] = out
+        return out
+
+    def shorten(cell: str, width: int) -> str:
+        return forms(width).get(cell) or elide(cell, width)
+
+    return shorten

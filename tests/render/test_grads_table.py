@@ -1,0 +1,55 @@
+"""The table of ``hookscope grads``: laid out as every table is, no number ever cut."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import hookscope
+from hookscope.render.grads_table import grads_table
+from hookscope.render.units import format_stat
+
+
+@pytest.fixture(scope="module")
+def monitor() -> hookscope.GradientMonitor:
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=10)
+    with hookscope.GradientMonitor(model, explode_above=100.0, on_anomaly=lambda a: None) as mon:
+        for _ in range(2):
+            model(torch.randn(2, 3, 32, 32)).sum().backward()
+            mon.step()
+            model.zero_grad()
+    return mon
+
+
+@pytest.mark.parametrize("width", [30, 40, 50, 60, 72, 90, 120, 160])
+def test_no_number_is_cut_and_every_row_stays_distinguishable(
+    monitor: hookscope.GradientMonitor, width: int
+) -> None:
+    text = grads_table(monitor.history, monitor.anomalies, ascii=True).to_text(width=width)
+    lines = text.splitlines()
+    assert all(len(line) <= width for line in lines)
+    rows = lines[3:3 + len(monitor.names)]
+    labels = [row.split("  ")[0] for row in rows]
+    assert len(set(labels)) == len(labels)  # two rows never read the same
+    for name, row, label in zip(monitor.names, rows, labels, strict=True):
+        if "…" not in label:
+            assert label.strip() == name
+        last = format_stat(monitor.history.column(name)[-1])
+        assert re.search(rf"(^|\s){re.escape(last)}(\s|$)", row[len(label):]), (row, last)
+    if width < 90:
+        assert "not shown at width" in text
+        assert "widen with --width" in text
+
+
+def test_anomalies_are_listed_next_to_their_parameter(monitor: hookscope.GradientMonitor) -> None:
+    text = str(grads_table(monitor.history, monitor.anomalies, ascii=True))
+    flagged = {a.path for a in monitor.anomalies}
+    assert flagged
+    for line in text.splitlines()[3:]:
+        name = line.split("  ")[0]
+        if name in monitor.names:
+            assert ("explode at step" in line) == (name in flagged)
