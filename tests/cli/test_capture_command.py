@@ -68,5 +68,34 @@ def test_a_model_that_raises_is_one_error_line_naming_the_module(
     code, _, err = run_cli(capsys, "capture", model_file, "--input", "3,5", "--select", "0",
                            "-o", str(tmp_path / "bad"))
     assert_one_error_line(code, err, "module '0' (Linear, call 0)", "cannot be multiplied")
-    with pytest.raises(hookscope.SpecError, match="interrupted"):
-        hookscope.load_activations(tmp_path / "bad")
+    assert not (tmp_path / "bad").exists()  # nothing written half-way
+
+
+LATE = """\
+import torch
+from torch import nn
+
+
+def make():
+    return nn.Sequential(nn.Linear(4, 4), nn.Linear(5, 2))  # the second one does not fit
+"""
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["new-dir", "empty-dir"])
+def test_a_capture_that_fails_late_leaves_nothing_and_the_same_command_runs_again(
+    capsys: pytest.CaptureFixture[str], model_file: str, tmp_path: Path, existing: bool
+) -> None:
+    late = tmp_path / "late.py"
+    late.write_text(LATE, encoding="utf-8")
+    out_dir = tmp_path / "acts"
+    if existing:
+        out_dir.mkdir()
+    code, _, err = run_cli(capsys, "capture", f"{late}:make", "--input", "3,4", "--select",
+                           "*", "--shard-mib", "0.00001", "-o", str(out_dir))
+    assert_one_error_line(code, err, "module '1' (Linear, call 0)")
+    assert out_dir.exists() == existing
+    assert not existing or list(out_dir.iterdir()) == []
+    code, _, err = run_cli(capsys, "capture", model_file, "--input", "3,4", "--select", "0",
+                           "-o", str(out_dir))
+    assert code == 0, err
+    assert list(hookscope.load_activations(out_dir)) == ["0"]

@@ -8,6 +8,7 @@ registered on the app of ``cli/app.py`` when that module is imported.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Annotated
 
@@ -48,12 +49,35 @@ def capture_command(
         with model_prints_to_stderr():
             prepared = prepare(model, inputs=inputs or [], config=config, device=device)
         globs = [g.strip() for g in select.split(",") if g.strip()]
-        with model_prints_to_stderr():
-            acts = hookscope.capture(
-                prepared.loaded.model, *prepared.args, kwargs=prepared.kwargs,
-                select=globs, what=what, save_to=output, shard_mib=shard_mib,
-            )
+        made = not output.exists()
+        fresh = made or (output.is_dir() and not any(output.iterdir()))
+        try:
+            with model_prints_to_stderr():
+                acts = hookscope.capture(
+                    prepared.loaded.model, *prepared.args, kwargs=prepared.kwargs,
+                    select=globs, what=what, save_to=output, shard_mib=shard_mib,
+                )
+        except BaseException:
+            if fresh:  # a failed command leaves nothing behind (the library keeps a
+                _empty(output, made=made)  # partial capture, for a run of hours)
+            raise
         for name in acts:
             info = acts.info(name) if hasattr(acts, "info") else {}
             typer.echo(f"{name or '<root>'}\t{info.get('module_class', '')}")
         typer.echo(f"{len(acts)} calls saved to {output}", err=True)
+
+
+def _empty(directory: Path, *, made: bool) -> None:
+    """Remove what a failed capture wrote into ``directory`` (new or empty before),
+    and the directory itself when the capture ``made`` it."""
+    import shutil
+
+    if directory.is_dir():
+        for child in directory.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                child.unlink(missing_ok=True)
+        if made:
+            with contextlib.suppress(OSError):
+                directory.rmdir()
