@@ -583,6 +583,25 @@ def test_parse_input_spec(text: str, expected: InputSpec) -> None:
     assert parse_input_spec(str(spec)) == spec
 
 
+@pytest.mark.parametrize(("alias", "dtype"), [
+    ("fp16", torch.float16), ("half", torch.float16), ("bf16", torch.bfloat16),
+    ("FP32", torch.float32), ("float", torch.float32), ("double", torch.float64),
+    ("long", torch.int64),
+])
+def test_input_spec_takes_the_short_dtype_names_of_dtype(alias: str, dtype: torch.dtype) -> None:
+    assert parse_input_spec(f"1,4:{alias}") == InputSpec((1, 4), dtype)
+
+
+def test_position_and_segment_ids_are_made_to_index_their_tables() -> None:
+    _, kwargs = make_inputs([InputSpec((2, 6), torch.int64, "position_ids"),
+                             InputSpec((2, 6), torch.int64, "token_type_ids"),
+                             InputSpec((2, 6), torch.int64, "input_ids")],
+                            device="cpu", vocab_size=50_000)
+    assert torch.equal(kwargs["position_ids"], torch.arange(6).expand(2, 6))
+    assert set(kwargs["token_type_ids"].unique().tolist()) <= {0, 1}
+    assert int(kwargs["input_ids"].max()) > 2  # ids still span the vocabulary
+
+
 @pytest.mark.parametrize("dtype", list(DTYPES))
 def test_input_spec_round_trips_every_dtype(dtype: str) -> None:
     spec = InputSpec((2, 3), DTYPES[dtype], "x")
@@ -599,8 +618,9 @@ def test_input_spec_round_trips_every_dtype(dtype: str) -> None:
         ("1.5,3", ["dimension '1.5'", "not an integer"]),
         ("1,,3", ["dimension ''", "not an integer"]),
         ("1,-3", ["dimension -3", "negative"]),
-        ("1,3:float", ["dtype 'float'", "use one of float32 float16 bfloat16", "complex64"]),
-        ("1,3:long", ["dtype 'long'", "int64"]),
+        ("1,3:flot", ["dtype 'flot'", "use one of float32 float16 bfloat16", "complex64"]),
+        ("1,3:int65", ["dtype 'int65'", "int64"]),
+        ("99999999999999999999,4", ["dimension 99999999999999999999", "too large"]),
         ("my input=1,3", ["input name 'my input'", "not a Python identifier"]),
     ],
 )

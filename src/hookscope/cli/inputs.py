@@ -43,7 +43,13 @@ DTYPES: dict[str, torch.dtype] = {
     "bool": torch.bool,
     "complex64": torch.complex64,
 }
-"""Dtype names accepted after ``:`` in an input spec."""
+"""Dtype names accepted after ``:`` in an input spec (and the short names below)."""
+
+_DTYPE_ALIASES: dict[str, str] = {
+    "fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16",
+    "bf16": "bfloat16", "fp64": "float64", "double": "float64", "long": "int64",
+    "int": "int32",
+}
 
 @dataclass(frozen=True)
 class InputSpec:
@@ -184,11 +190,15 @@ def _parse_shape(shape_text: str, text: str) -> tuple[int, ...]:
             ) from None
         if dim < 0:
             raise SpecError(f"dimension {dim} in input spec {text!r} is negative; sizes are >= 0")
+        if dim >= 2**63:
+            raise SpecError(f"dimension {dim} in input spec {text!r} is too large for a tensor "
+                            "size (at most 2**63 - 1); give a smaller shape")
         dims.append(dim)
     return tuple(dims)
 
 
 def _parse_dtype(name: str, text: str) -> torch.dtype:
+    name = _DTYPE_ALIASES.get(name.lower(), name.lower())
     if name not in DTYPES:
         raise SpecError(
             f"dtype {name!r} in input spec {text!r} is unknown{suggest(name, list(DTYPES))}; "
@@ -208,7 +218,9 @@ def make_inputs(
 
     Floats (and complex) are standard normal; integers are drawn from
     ``[0, vocab_size)`` (``[0, 2)`` when the vocabulary is unknown), except inputs whose
-    name ends in ``mask``, which are all ones; bools are random. Values come from a
+    name ends in ``mask``, which are all ones, in ``position_ids``, which count
+    ``0, 1, ...`` along the last dimension, and in ``type_ids`` (segments), drawn from
+    ``[0, 2)``; bools are random. Values come from a
     generator seeded with ``seed`` on the CPU, so they are the same on every device and
     torch's global random state is untouched. On ``meta``, no data is made.
 
@@ -245,6 +257,11 @@ def _make_tensor(
     if is_mask and integer and spec.dtype != torch.bool and device.type != "meta":
         # NB: all ones: a random mask could hide every token
         return torch.ones(spec.shape, dtype=spec.dtype, device=device)
-    return random_tensor(
-        spec.shape, spec.dtype, device=device, generator=generator, high=vocab_size or 2
-    )
+    name = spec.name or ""
+    if integer and spec.dtype != torch.bool and name.endswith("position_ids") and spec.shape:
+        # 0, 1, ... along the sequence: a token id would index past the position table
+        positions = torch.arange(spec.shape[-1], dtype=spec.dtype, device=device)
+        return positions.expand(spec.shape).contiguous()
+    # segment ids (token_type_ids) index a table of 2 rows, not the vocabulary
+    high = 2 if name.endswith("type_ids") else vocab_size or 2
+    return random_tensor(spec.shape, spec.dtype, device=device, generator=generator, high=high)
