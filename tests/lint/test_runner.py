@@ -161,6 +161,42 @@ def test_batchnorm_running_statistics_are_put_back() -> None:
     assert_state_unchanged(before, model)
 
 
+def test_backward_runs_under_the_callers_no_grad_and_is_refused_in_inference_mode() -> None:
+    class Unused(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.used, self.spare = nn.Linear(4, 2), nn.Linear(4, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.used(x)
+
+    model = Unused()
+    with torch.no_grad():
+        report = hookscope.lint(model, torch.randn(2, 4), backward=True)
+    assert report.backward and report.backward_skipped is None
+    assert "HS502" in report.codes()  # spare never ran
+    with torch.inference_mode(), pytest.raises(hookscope.SpecError, match="inference_mode"):
+        hookscope.lint(model, torch.randn(2, 4), backward=True)
+
+
+def test_a_backward_that_could_not_run_is_said_so_not_claimed() -> None:
+    class ArgMax(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(x).argmax(-1)
+
+    report = hookscope.lint(ArgMax(), torch.randn(2, 4), backward=True)
+    assert not report.backward
+    assert report.backward_skipped is not None
+    assert "no backward pass: no floating output requires grad" in report.to_text()
+    assert "forward pass and backward" not in report.to_text()
+    doc = json.loads(report.to_json())
+    assert doc["backward"] is False and "requires grad" in doc["backward_skipped"]
+
+
 def test_a_model_that_raises_is_a_model_run_error_and_leaves_no_hook() -> None:
     class Raises(nn.Module):
         def __init__(self) -> None:

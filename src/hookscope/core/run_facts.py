@@ -75,14 +75,14 @@ class ModelState:
     summary of an eval model costs nothing more.
     """
 
-    def __init__(self, table: ModuleTable) -> None:
+    def __init__(self, table: ModuleTable, *, buffers: bool = True) -> None:
         self.modules = [m for _, m in table.members]
         self.training = [m.training for m in self.modules]
         self.parameters = table.parameters
         self.requires_grad = [p.requires_grad for p in self.parameters]
         self.buffers: list[tuple[nn.Module, str, torch.Tensor, torch.Tensor]] = [
             (m, name, b, b.detach().clone())
-            for m, flag in zip(self.modules, self.training, strict=True) if flag
+            for m, flag in zip(self.modules, self.training, strict=True) if flag and buffers
             for name, b in m._buffers.items() if _has_values(b)
         ]
 

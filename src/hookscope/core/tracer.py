@@ -157,6 +157,11 @@ class Tracer:
         #: Set by ``trace()``/``summary()``, which run nothing but the model inside the
         #: tracer: no user code can add a hook between two calls (``core/fast_path.py``).
         self._exclusive = False
+        #: With ``restore_state``, also put the buffers of modules in training mode back
+        #: on exit. ``lint`` turns it off: it takes gradients after the tracer ended, and
+        #: a buffer written back in place before would break that backward (BatchNorm
+        #: saves its running statistics for it); it restores them itself afterwards.
+        self._restore_buffers = True
         self._state: ModelState | None = None
         self._lazy = False
         self._failures = FailureTracker([])
@@ -250,7 +255,8 @@ class Tracer:
         self._overhead_at_start.clear()
         self._failures = FailureTracker(self.trace.calls)
         self._control = None
-        self._state = ModelState(table) if self._restore_state else None
+        self._state = ModelState(table, buffers=self._restore_buffers) \
+            if self._restore_state else None
         self._t0 = perf_counter_ns()
         self._clock[0] = 0
         #: forward events come from this thread only: another thread running the same

@@ -106,17 +106,21 @@ class LintReport:
         dynamic: whether rules that need a forward pass ran.
         backward: whether rules that need a backward pass ran.
         suppressed: how many findings ``ignore=`` silenced.
+        backward_skipped: why no backward pass ran although ``backward=True`` asked for
+            one (no floating output requires grad: an ``argmax`` output, a frozen
+            model); ``None`` otherwise.
     """
 
     def __init__(
         self, findings: list[Finding], *, model: str, dynamic: bool, backward: bool,
-        suppressed: int = 0,
+        suppressed: int = 0, backward_skipped: str | None = None,
     ) -> None:
         self.findings = sorted(findings, key=lambda f: (-f.severity.rank, f.path, f.code))
         self.model = model
         self.dynamic = dynamic
         self.backward = backward
         self.suppressed = suppressed
+        self.backward_skipped = backward_skipped
 
     def __iter__(self) -> Iterator[Finding]:
         return iter(self.findings)
@@ -161,6 +165,7 @@ class LintReport:
             "model": self.model,
             "dynamic": self.dynamic,
             "backward": self.backward,
+            "backward_skipped": self.backward_skipped,
             "suppressed": self.suppressed,
             "counts": self.counts(),
             "findings": [f.to_dict() for f in self.findings],

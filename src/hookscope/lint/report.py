@@ -54,6 +54,8 @@ def render_text(report: LintReport) -> str:
         "static rules only; give inputs for the HS5xx rules")
     if report.backward:
         scope += " and backward"
+    elif report.backward_skipped:
+        scope += f"; no backward pass: {report.backward_skipped}"
     summary = f"{report.model}: {counts} ({scope})" if report.findings else (
         f"{report.model}: no findings ({scope})")
     if report.suppressed:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import torch
 from torch import nn
 
 from hookscope.errors import SpecError
@@ -71,6 +72,11 @@ def lint(
     if backward and not dynamic:
         raise SpecError("backward=True needs inputs: pass them as hookscope.lint(model, x, "
                         "backward=True), or drop backward=True for the static rules only")
+    if backward and torch.is_inference_mode_enabled():
+        raise SpecError(
+            "backward=True needs autograd, which torch.inference_mode() turns off; call "
+            "hookscope.lint outside the inference_mode block (or use torch.no_grad())"
+        )
     ctx = LintContext(model)
     findings = _run(ctx, [r for r in rules if r.needs is Needs.STATIC])
     wanted = [r for r in rules
@@ -81,8 +87,11 @@ def lint(
         ctx.forward = observe(ctx, inputs, dict(kwargs or {}), backward=backward)
         findings += _run(ctx, wanted)
     kept = [f for f in findings if not silenced(f)]
+    skipped = ctx.forward.backward_skipped if ctx.forward is not None else None
     return LintReport(kept, model=type(model).__name__, dynamic=dynamic and bool(wanted),
-                      backward=backward and dynamic, suppressed=len(findings) - len(kept))
+                      backward=backward and dynamic and ctx.forward is not None
+                      and skipped is None,
+                      suppressed=len(findings) - len(kept), backward_skipped=skipped)
 
 
 def _run(ctx: LintContext, rules: list[Rule]) -> list[Finding]:

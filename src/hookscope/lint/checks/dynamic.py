@@ -88,6 +88,7 @@ def observe(
     """
     model = ctx.model
     tracer = hookscope.Tracer(model, shapes=True, restore_state=True)
+    tracer._restore_buffers = False  # after the backward below: _restore(saved)
     watch = _ForeignWatch(ctx, tracer)
     saved = [(m, name, b, b.detach().clone()) for _, m in ctx.members
              for name, b in m._buffers.items() if b is not None and b.device.type != "meta"]
@@ -109,7 +110,8 @@ def observe(
         assert tracer.trace is not None
         facts = ForwardFacts(tracer.trace.calls, list(watch.found.values()))
         if backward:
-            facts.no_grad, facts.backward_skipped = _missing_gradients(ctx, output)
+            with torch.enable_grad():  # also when the caller is in torch.no_grad()
+                facts.no_grad, facts.backward_skipped = _missing_gradients(ctx, output)
     finally:
         handles.remove()
         _restore(saved)
@@ -134,7 +136,7 @@ def _missing_gradients(ctx: LintContext, output: Any) -> tuple[list[str], str | 
               if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad]
     params = [(p, t) for p, t in ctx.tensors(buffers=False) if t.requires_grad]
     if not leaves or not params:
-        return [], "no floating output requires grad: no backward pass ran"
+        return [], "no floating output requires grad (or no parameter does)"
     total = torch.stack([t.float().sum() for t in leaves]).sum()
     grads = torch.autograd.grad(total, [t for _, t in params], allow_unused=True)
     return [path for (path, _), g in zip(params, grads, strict=True) if g is None], None
