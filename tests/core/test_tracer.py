@@ -15,7 +15,7 @@ from torch import nn
 
 import hookscope
 import zoo
-from helpers import total_hooks
+from helpers import assert_state_unchanged, snapshot_state, total_hooks
 
 SHAPES_ONLY = {"time": False, "stats": False, "memory": False}
 
@@ -179,9 +179,8 @@ def test_unregistered_submodule_runs_inside_its_callers_call() -> None:
         ("<root>", [""]),
         (["<root>", "cd"], ["", "cd"]),
         (lambda path: path.endswith(("a", "d")), ["ab.a", "cd", "cd.d"]),
-        ("nothing.matches", []),
     ],
-    ids=["glob-children", "glob-suffix", "list", "root", "root-and-cd", "callable", "none"],
+    ids=["glob-children", "glob-suffix", "list", "root", "root-and-cd", "callable"],
 )
 def test_select(select: Any, expected: list[str]) -> None:
     model = zoo.build(zoo.NestedSeeds)
@@ -194,6 +193,19 @@ def test_select(select: Any, expected: list[str]) -> None:
     with hookscope.Tracer(model, select=select):
         hooked = {p for p, m in model.named_modules() if m._forward_hooks}
     assert hooked == set(expected)
+
+
+def test_a_selector_that_matches_no_module_is_a_spec_error() -> None:
+    model = zoo.build(zoo.NestedSeeds)
+    (x,), _ = zoo.NestedSeeds.example_inputs()
+    before = snapshot_state(model)
+    with pytest.raises(hookscope.SpecError, match=r"select='nothing.matches' matches no module"):
+        hookscope.trace(model, x, select="nothing.matches")
+    with pytest.raises(hookscope.SpecError, match=r"at='ab\.z\*' matches no module"), \
+            hookscope.breakpoint(model, at="ab.z*"):
+        pass
+    assert_state_unchanged(before, model)
+    assert total_hooks(model) == 0
 
 
 def test_select_parent_is_the_nearest_observed_caller() -> None:

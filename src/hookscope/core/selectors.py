@@ -120,3 +120,22 @@ def glob_to_regex(pattern: str) -> str:
             out.append(re.escape(pattern[i]))
             i += 1
     return "(?:" + "".join(out) + r")\Z"
+
+
+def require_match(
+    select: object, matches: Callable[[str], bool], paths: Sequence[str], model: str, *,
+    option: str = "select",
+) -> None:
+    """Raise unless ``matches`` chooses one of ``paths`` at least: a selector that matches
+    no module is a typo, and would observe nothing without a word.
+
+    Raises:
+        SpecError: no path matches.
+    """
+    if any(matches(path) for path in paths):
+        return
+    examples = [p for p in paths if p][:4]
+    raise SpecError(
+        f"{option}={select!r} matches no module of {model}; paths look like {examples!r} "
+        "(glob: * within a segment, ** across dots; '<root>' is the root)"
+    )

@@ -61,7 +61,7 @@ from hookscope.core.probe import (
 from hookscope.core.process import PROCESS
 from hookscope.core.records import Call, StopRecord, Trace
 from hookscope.core.run_facts import ModelState, cuda_devices, run_facts
-from hookscope.core.selectors import Selector, compile_selector
+from hookscope.core.selectors import Selector, compile_selector, require_match
 from hookscope.core.torch_private import call_impl_replaceable, global_module_hooks_present
 from hookscope.errors import HookscopeError, ProbeError, RunStopped, SpecError
 
@@ -150,6 +150,8 @@ class Tracer:
         self.model = model
         self.probes: list[Probe] = build_probes(flags, probes)
         self._matches = compile_selector(select) if select is not None else None
+        self._select = select
+        self._select_option = "select"  # how the caller named it (breakpoint: at=)
         self._plan_dispatch()
         self._handles = HandleGroup()
         self._stack: list[_Frame] = []
@@ -244,6 +246,9 @@ class Tracer:
         if self._active:
             raise HookscopeError("this Tracer is already active; create a new Tracer instead")
         table = module_table(self.model, extra_repr=False)
+        if self._matches is not None:
+            require_match(self._select, self._matches, [p for p, _ in table.members],
+                          type(self.model).__name__, option=self._select_option)
         # A lazy module's parameters have no shape until the first forward (counted as
         # 0 elements): count them again on exit, once materialised.
         self._lazy = table.lazy
@@ -622,3 +627,4 @@ def _named_parameters(table: ModuleTable) -> list[tuple[str, nn.Parameter]]:
 
 def _unwatch() -> None:
     _shared.watchers[0] -= 1
+

@@ -201,5 +201,7 @@ def breakpoint(
             f"fn(module, value) -> bool, got {when!r}"
         )
     probe = _CLASSES[phase](when)
-    with Tracer(model, shapes=False, probes=[probe], select=at):
+    tracer = Tracer(model, shapes=False, probes=[probe], select=at)
+    tracer._select_option = "at"
+    with tracer:
         yield
