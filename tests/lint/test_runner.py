@@ -197,6 +197,26 @@ def test_a_backward_that_could_not_run_is_said_so_not_claimed() -> None:
     assert doc["backward"] is False and "requires grad" in doc["backward_skipped"]
 
 
+def test_a_forward_that_fails_still_says_what_the_static_rules_found() -> None:
+    class Mixed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4).double()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(self.a(x))
+
+    assert "HS402" in hookscope.lint(Mixed()).codes()
+    with pytest.raises(ModelRunError) as info:
+        hookscope.lint(Mixed(), torch.randn(2, 4))
+    message = str(info.value)
+    assert "same dtype" in message  # the model's own error first
+    assert "the static rules found: HS402" in message and "b.weight" in message
+    with pytest.raises(ModelRunError) as info:
+        hookscope.lint(Mixed(), torch.randn(2, 4), ignore=["HS402"])
+    assert "static rules" not in str(info.value)
+
+
 def test_a_model_that_raises_is_a_model_run_error_and_leaves_no_hook() -> None:
     class Raises(nn.Module):
         def __init__(self) -> None:

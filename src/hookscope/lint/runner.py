@@ -12,13 +12,13 @@ with its rule's fields and the source location of the attribute
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
-from hookscope.errors import SpecError
+from hookscope.errors import ModelRunError, SpecError
 from hookscope.lint.context import LintContext
 from hookscope.lint.findings import Finding, Hit, LintReport
 from hookscope.lint.rules import Needs, Rule, load_rules
@@ -84,7 +84,10 @@ def lint(
     if dynamic and wanted:
         from hookscope.lint.checks.dynamic import observe
 
-        ctx.forward = observe(ctx, inputs, dict(kwargs or {}), backward=backward)
+        try:
+            ctx.forward = observe(ctx, inputs, dict(kwargs or {}), backward=backward)
+        except ModelRunError as e:
+            raise _with_static_findings(e, findings, silenced) from e.__cause__
         findings += _run(ctx, wanted)
     kept = [f for f in findings if not silenced(f)]
     skipped = ctx.forward.backward_skipped if ctx.forward is not None else None
@@ -92,6 +95,21 @@ def lint(
                       backward=backward and dynamic and ctx.forward is not None
                       and skipped is None,
                       suppressed=len(findings) - len(kept), backward_skipped=skipped)
+
+
+def _with_static_findings(
+    error: ModelRunError, findings: list[Finding], silenced: Callable[[Finding], bool],
+) -> ModelRunError:
+    """``error`` (the forward raised), saying what the static rules found first: often
+    the cause (HS402, a float64 layer among float32 ones)."""
+    kept = sorted((f for f in findings if not silenced(f)),
+                  key=lambda f: (-f.severity.rank, f.path, f.code))
+    message = str(error)
+    if kept:
+        shown = "; ".join(f"{f.code} {f.message}" for f in kept[:2])
+        more = f" (+{len(kept) - 2} more)" if len(kept) > 2 else ""
+        message += f"; the static rules found: {shown}{more}"
+    return ModelRunError(message, trace=error.trace, path=error.path)
 
 
 def _run(ctx: LintContext, rules: list[Rule]) -> list[Finding]:
