@@ -236,6 +236,8 @@ def test_unavailable_device_is_named(capsys: pytest.CaptureFixture[str]) -> None
         (["trace", "--columns", "layer,mean", "--no-stats"], ["--columns mean", "--no-stats"]),
         (["trace", "--sort", "out_bytes", "--no-memory"], ["'out_bytes'", "--no-memory"]),
         (["trace", "--sort", "flops_fwd"], ["'flops_fwd'", "--ops"]),
+        (["trace", "--columns", "layer,grad_out"], ["'grad_out'", "--backward"]),
+        (["trace", "--sort", "bwd_time"], ["'bwd_time'", "--backward"]),
         (["trace", "--sort", "time", "--device", "meta"], ["'time'", "meta"]),
         (["trace", "--columns", "mean", "--device", "meta"], ["'mean'", "meta"]),
     ],

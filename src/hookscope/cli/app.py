@@ -179,7 +179,8 @@ def trace_command(
     target = OutputTarget(output, no_color, width)
     view = TraceView(split_names(columns), sort, top, depth, ops, fold=not no_fold)
     with failure_boundary(debug=debug):
-        off = unmeasured(time=time, stats=stats, memory=memory, ops=ops, device=device)
+        off = unmeasured(time=time, stats=stats, memory=memory, ops=ops, device=device,
+                         backward=backward)
         check_trace_view(view, fmt.value, unmeasured=off)
         debug_options.check_debug_options(find_anomaly=find_anomaly, break_at=break_at,
                                           break_on=break_on, repeat=repeat, fmt=fmt.value)

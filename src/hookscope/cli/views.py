@@ -57,7 +57,8 @@ every call in call order (``--columns`` picks CSV fields)."""
 
 
 def unmeasured(
-    *, time: bool, stats: bool, memory: bool, ops: bool, device: str | None
+    *, time: bool, stats: bool, memory: bool, ops: bool, device: str | None,
+    backward: bool = False,
 ) -> dict[str, str]:
     """Probe name -> why a ``trace`` run with these options leaves its columns empty."""
     on_meta = (device or "").strip().partition(":")[0] == "meta"
@@ -73,6 +74,8 @@ def unmeasured(
         off["memory"] = "--no-memory turns the memory probe off"
     if not ops:
         off["ops"] = "FLOPs are counted only with --ops"
+    if not backward:
+        off["grads"] = "gradients and backward times are recorded only with --backward"
     return off
 
 
