@@ -341,6 +341,20 @@ def test_unknown_fields_of_a_newer_version_are_kept_with_a_warning() -> None:
     assert again["facts"]["future_total"] == 7
 
 
+def test_a_newer_version_without_unknown_fields_is_read_with_a_warning() -> None:
+    from hookscope.core.records import SCHEMA_VERSION
+
+    trace = hookscope.trace(mlp(), torch.randn(2, 4))
+    doc = json.loads(trace.to_json())
+    doc["schema_version"] = SCHEMA_VERSION + 1
+    with pytest.warns(UserWarning, match=r"newer hookscope \(schema version"):
+        again = hookscope.Trace.from_json(json.dumps(doc))
+    assert [c.path for c in again.calls] == [c.path for c in trace.calls]
+    with warnings.catch_warnings():  # this version's own documents: no warning
+        warnings.simplefilter("error")
+        hookscope.Trace.from_json(trace.to_json())
+
+
 def test_a_nan_statistic_round_trips() -> None:
     model = nn.Sequential(nn.Linear(2, 2))
     with torch.no_grad():

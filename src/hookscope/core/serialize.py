@@ -256,6 +256,14 @@ def trace_from_dict(doc: dict[str, Any]) -> Trace:
             UnknownFieldsWarning,
             stacklevel=3,
         )
+    elif version > SCHEMA_VERSION:  # nothing unknown, but its meaning may have moved on
+        warnings.warn(
+            f"hookscope: the trace document was written by a newer hookscope (schema "
+            f"version {version}, this one reads up to {SCHEMA_VERSION}); it was read with "
+            "this version's fields: upgrade hookscope to read what is new in it",
+            UnknownFieldsWarning,
+            stacklevel=3,
+        )
     return trace
 
 
