@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 import hookscope
-from helpers import count_hooks
+from helpers import assert_state_unchanged, count_hooks, snapshot_state
 from hookscope.render.trace_table import render_trace
 
 
@@ -148,6 +148,11 @@ def test_bad_loss_options_are_spec_errors() -> None:
         hookscope.trace(model, x, backward=True, loss=lambda o: o)
     with pytest.raises(hookscope.SpecError, match="function"):
         hookscope.trace(model, x, backward=True, loss=3)  # type: ignore[arg-type]
+    before = snapshot_state(model)
+    with pytest.raises(hookscope.SpecError, match=r"loss= raised KeyError: 'logits' on the "
+                       r"model's output \(a tensor of shape \[5, 3\]\)"):
+        hookscope.trace(model, x, backward=True, loss=lambda o: {}["logits"])  # not the model's
+    assert_state_unchanged(before, model)
 
 
 class SlowBackwardProbe(hookscope.Probe):

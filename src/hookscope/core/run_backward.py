@@ -35,7 +35,14 @@ def run_backward(
     """
     if loss_fn is not None:
         with tracer.internal_work():
-            loss = loss_fn(output)
+            try:
+                loss = loss_fn(output)
+            except Exception as e:  # the caller's function, not the model, raised
+                raise SpecError(
+                    f"loss= raised {type(e).__name__}: {e} on the model's output "
+                    f"({_describe(output)}); loss= gets the output exactly as the model "
+                    "returns it"
+                ) from e
         _check_loss(loss)
         _gradients(loss, _grad_targets(model, args, kw))
         return
@@ -101,3 +108,14 @@ def _check_loss(loss: Any) -> None:
             "the tensor loss= returned does not require grad (computed under no_grad, or "
             "from a detached output); compute it from the model's output"
         )
+
+
+def _describe(output: Any) -> str:
+    """What the model returned, in a few words (for an error about ``loss=``)."""
+    if isinstance(output, torch.Tensor):
+        return f"a tensor of shape {list(output.shape)}"
+    if isinstance(output, dict):
+        return f"a {type(output).__name__} with keys {list(output)[:6]}"
+    if isinstance(output, (tuple, list)):
+        return f"a {type(output).__name__} of {len(output)}"
+    return f"a {type(output).__name__}"
