@@ -85,6 +85,17 @@ def test_unused_frozen_and_tied_parameters_are_said_so() -> None:
     assert "tail.weight" not in by_path  # reported once
 
 
+def test_a_block_without_a_backward_says_so_instead_of_ok() -> None:
+    model = Branches()
+    with hookscope.Tracer(model, grads=True) as tracer:
+        model(torch.randn(2, 3))
+    assert tracer.trace is not None
+    by_path = {s.path: s for s in tracer.trace.param_grads}
+    assert by_path["used.weight"].status == "no_backward"
+    assert by_path["used.weight"].norm is None and by_path["used.weight"].events == 0
+    assert by_path["frozen.weight"].status == "frozen"
+
+
 def test_tied_gradient_is_the_sum_of_both_uses() -> None:
     model, x = Branches(), torch.randn(2, 3)
     trace = hookscope.trace(model, x, backward=True)

@@ -63,7 +63,7 @@ if TYPE_CHECKING:
 
 __all__ = ["GradsProbe", "ParamGradStats"]
 
-OK, UNUSED, FROZEN = "ok", "unused", "frozen"
+OK, UNUSED, FROZEN, NO_BACKWARD = "ok", "unused", "frozen", "no_backward"
 
 
 @dataclass(frozen=True)
@@ -74,8 +74,10 @@ class ParamGradStats:
         path: the parameter's first path (``fc.weight``).
         aliases: its other paths when tied (``lm_head.weight``).
         shape: the parameter's shape.
-        status: ``"ok"`` (a gradient arrived), ``"unused"`` (requires grad, got none) or
-            ``"frozen"`` (``requires_grad=False``). Only ``"ok"`` has statistics.
+        status: ``"ok"`` (a gradient arrived), ``"unused"`` (requires grad, got none
+            although a backward ran), ``"frozen"`` (``requires_grad=False``) or
+            ``"no_backward"`` (requires grad; no backward pass ran while the tracer was
+            active). Only ``"ok"`` has statistics.
         norm, max_abs, mean: of the gradient, as floats (on the CPU the mean is torch's
             float32 mean; everything else, and everything on an accelerator, is exact to
             about 1e-6 relative or better); of every element of a sparse gradient;
@@ -250,7 +252,7 @@ class _ParamSlot:
                 return _replace(base, status=FROZEN)
             if self.events:  # a gradient arrived without values (meta): ok, no numbers
                 return base
-            return _replace(base, status=UNUSED) if backward_seen else base
+            return _replace(base, status=UNUSED if backward_seen else NO_BACKWARD)
         norm, max_abs, mean, nan, inf = stats
         return _replace(base, norm=norm, max_abs=max_abs, mean=mean, nan_count=int(nan),
                         inf_count=int(inf))
