@@ -128,6 +128,8 @@ def test_a_raising_model_leaves_no_hook_and_keeps_what_finished() -> None:
         ({"select": "nothing.here"}, "matches no module"),
         ({"select": "**", "what": "grads"}, "what="),
         ({"select": "**", "to": "nowhere"}, "to="),
+        pytest.param({"select": "**", "to": "cuda:0"}, "to='cuda:0'.*not available here",
+                     marks=pytest.mark.skipif(torch.cuda.is_available(), reason="has CUDA")),
         ({"select": "**", "shard_mib": 0}, "shard_mib"),
         ({"select": 3}, "selector"),
     ],

@@ -27,6 +27,7 @@ from torch import nn
 from torch.utils._pytree import tree_map
 
 from hookscope.core.failures import describe_failure
+from hookscope.core.inputs import parse_device
 from hookscope.core.probe import Probe
 from hookscope.core.records import Call
 from hookscope.core.selectors import ModuleSelector, compile_module_selector
@@ -167,6 +168,11 @@ class Capture:
             self.to = None if to is None else torch.device(to)
         except (RuntimeError, TypeError):
             raise SpecError(f"to= must be a device such as 'cpu' or 'cuda:0', got {to!r}") from None
+        if self.to is not None:
+            try:
+                parse_device(str(self.to))  # one this machine has: no failure mid-forward
+            except SpecError as e:
+                raise SpecError(f"to={to!r}: {e}") from None
         if not (isinstance(shard_mib, (int, float)) and shard_mib > 0):
             raise SpecError(f"shard_mib= must be a positive number, got {shard_mib!r}")
         if not isinstance(model, nn.Module):
