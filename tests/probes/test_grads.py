@@ -72,6 +72,38 @@ class Branches(nn.Module):
         return self.tail(self.head(self.frozen(self.used(x))))
 
 
+class TwoLeaves(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.fc(x) * y
+
+
+def test_calls_whose_inputs_are_the_users_leaves_get_their_input_gradient_norm() -> None:
+    """The model's own input with requires_grad=True (saliency, adversarial inputs): the
+    root and its first layer take leaves, which a multi-grad hook cannot watch."""
+    model = mlp()
+    x = torch.randn(5, 4, requires_grad=True)
+    trace = hookscope.trace(model, x, backward=True)
+    g_x, = torch.autograd.grad(model(x).sum(), [x])
+    oracle = float(g_x.double().norm())
+    assert trace[""].grad_input_norm == pytest.approx(oracle, rel=1e-6)
+    assert trace["0"].grad_input_norm == pytest.approx(oracle, rel=1e-6)
+    assert x.grad is None and not x._backward_hooks  # nothing left on the user's tensor
+    two, y = TwoLeaves(), torch.randn(5, 3, requires_grad=True)
+    with hookscope.Tracer(two, grads=True) as tracer:
+        for _ in range(3):  # a long block: the hooks on the leaves do not pile up
+            two(x, y).sum().backward()
+            assert not x._backward_hooks and not y._backward_hooks
+    assert tracer.trace is not None
+    g = torch.autograd.grad(two(x, y).sum(), [x, y])
+    both = float(torch.cat([t.reshape(-1) for t in g]).double().norm())
+    roots = [c for c in tracer.trace.calls if c.path == ""]
+    assert [c.grad_input_norm for c in roots] == pytest.approx([both] * 3, rel=1e-6)
+
+
 def test_unused_frozen_and_tied_parameters_are_said_so() -> None:
     model = Branches()
     trace = hookscope.trace(model, torch.randn(2, 3), backward=True)

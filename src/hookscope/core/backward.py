@@ -29,14 +29,14 @@ else at the end of the backward with the computed gradient.
 
 Every hook is a handle in the tracer's ``HandleGroup``: removed when the tracer ends
 (the backward it watches has run by then; one run after the ``with`` block is not
-observed). :class:`NodeOwners` answers which call's forward made an autograd node,
-from autograd's sequence numbers: the engine's knowledge, for every probe.
+observed). :class:`~hookscope.core.node_owners.NodeOwners` answers which call's forward
+made an autograd node, from autograd's sequence numbers: the engine's knowledge, for
+every probe.
 """
 
 from __future__ import annotations
 
 import threading
-from bisect import bisect_right
 from collections.abc import Callable, Iterable
 from time import perf_counter_ns
 from typing import Any
@@ -46,6 +46,7 @@ from torch.autograd.graph import register_multi_grad_hook
 
 from hookscope.core import torch_private
 from hookscope.core.handles import HandleGroup
+from hookscope.core.node_owners import NodeOwners
 from hookscope.core.records import Call, ParamGrad
 from hookscope.core.tensors import iter_call_inputs, iter_tensors
 
@@ -57,10 +58,15 @@ def _needing_grad(tensors: Iterable[tuple[str, torch.Tensor]]) -> list[torch.Ten
     """Tensors that require grad and were computed (have a ``grad_fn``).
 
     NB: leaves are left out: ``register_multi_grad_hook`` cannot watch a leaf while
-    ``torch.autograd.grad`` runs (torch raises), and a call whose inputs are leaves (the
-    model's own input with ``requires_grad=True``) ends with the backward pass instead.
+    ``torch.autograd.grad`` runs (torch raises). A call whose inputs needing grad are all
+    leaves (the model's own input with ``requires_grad=True``) is watched by a tensor
+    hook on each instead (:meth:`BackwardWatch.watch_outputs`).
     """
     return [t for _, t in tensors if t.requires_grad and t.grad_fn is not None]
+
+
+def _leaves(tensors: Iterable[tuple[str, torch.Tensor]]) -> list[torch.Tensor]:
+    return [t for _, t in tensors if t.requires_grad and t.grad_fn is None]
 
 
 class BackwardWatch:
@@ -87,6 +93,8 @@ class BackwardWatch:
         self._pending: dict[int, ParamGrad] = {}  # id(param) -> not yet accumulated
         self._queued_task: int | None = None  # the backward pass whose end is queued
         self._early: dict[int, tuple[Any, ...]] = {}  # exits that came before their enter
+        self._leaf_inputs: dict[int, list[torch.Tensor]] = {}  # call index -> leaf inputs
+        self._spent: list[Any] = []  # hooks on leaves whose call ended: removed at the end
 
     # -- module calls ----------------------------------------------------------------
 
@@ -100,15 +108,19 @@ class BackwardWatch:
                 self._makers.mark(call.index)
                 parent = () if call.parent is None else self._ancestry.get(call.parent, ())
                 self._ancestry[call.index] = (call.index, *parent)
-        tensors = _needing_grad(iter_call_inputs(args, kwargs))
+        inputs = list(iter_call_inputs(args, kwargs))
+        tensors = _needing_grad(inputs)
         if tensors:
             self._handles.add(
                 register_multi_grad_hook(tensors, lambda grads: self._exit(call, tuple(grads)))
             )
+        elif leaves := _leaves(inputs):  # hooked when the call ends (watch_outputs)
+            self._leaf_inputs[call.index] = leaves
 
     def forget(self, call: Call) -> None:
         """``call`` raised: it has no outputs to watch."""
         self._starts.pop(call.index, None)
+        self._leaf_inputs.pop(call.index, None)
         if self._makers is not None:
             self._makers.mark(call.parent)
 
@@ -116,8 +128,11 @@ class BackwardWatch:
         start = self._starts.pop(call.index, None)
         if self._makers is not None:
             self._makers.mark(call.parent)  # from now on, nodes are the parent's
+        leaves = self._leaf_inputs.pop(call.index, None)
         if not torch.is_grad_enabled():
             return
+        if leaves:
+            self._watch_leaves(call, leaves)
         tensors = _needing_grad(iter_tensors(output, "out"))
         if tensors:
             self._handles.add(
@@ -180,6 +195,28 @@ class BackwardWatch:
         if found is None or found[0] != torch_private.current_graph_task_id():
             return None  # none yet, or from an earlier backward pass of the graph
         return found[1], found[2]
+
+    def _watch_leaves(self, call: Call, leaves: list[torch.Tensor]) -> None:
+        """A hook on each leaf input of ``call``; the last gradient to arrive ends its
+        backward. Hooked when the call ends, so an inner call's hooks on the same leaf
+        (registered earlier) run first and the inner call ends first, as it should."""
+        grads: dict[int, torch.Tensor] = {}
+        handles: list[Any] = []
+
+        def arrived(i: int, grad: torch.Tensor) -> None:
+            if handles and handles[0] is None:
+                return  # ended already: removed at the end of the pass
+            grads[i] = grad
+            if len(grads) == len(leaves):
+                self._exit(call, tuple(grads[j] for j in range(len(leaves))))
+                self._spent += handles  # a leaf is the user's tensor: its hooks must not
+                handles.insert(0, None)  # pile up over the steps of a long Tracer block
+
+        for i, leaf in enumerate(leaves):
+            handle = leaf.register_hook(  # type: ignore[no-untyped-call]
+                lambda g, i=i: arrived(i, g))  # returns None: the gradient is unchanged
+            handles.append(handle)
+            self._handles.add(handle)
 
     def _enter(self, call: Call, grads: tuple[Any, ...]) -> None:
         self._queue_end()
@@ -251,6 +288,9 @@ class BackwardWatch:
         gradient was computed but not accumulated (``torch.autograd.grad``)."""
         self._queued_task = None
         self._early.clear()  # calls whose outputs got no gradient: no backward
+        spent, self._spent = self._spent, []
+        for handle in spent:  # after the pass: autograd no longer runs these hooks
+            handle.remove()
         pending, self._pending = self._pending, {}
         for grad in pending.values():
             self._dispatch("on_param_grad", None, grad)
@@ -261,40 +301,3 @@ class BackwardWatch:
         finally:
             self._own_ends.clear()  # nodes that finished after their call's exit
 
-
-class NodeOwners:
-    """Which call was innermost when an autograd node with a given sequence number was made.
-
-    The tracer calls :meth:`mark` at every call start (with the call) and end (with its
-    parent): nodes made from then on belong to that call. Only integers are kept, never
-    graph nodes or tensors.
-    """
-
-    __slots__ = ("_cache", "_calls", "_starts")
-
-    def __init__(self) -> None:
-        self._starts: list[int] = []
-        self._calls: list[int | None] = []
-        self._cache: dict[int, int | None] = {}
-        self.mark(None)
-
-    def mark(self, call: int | None) -> None:
-        """From now on, new nodes belong to ``call``."""
-        seq = torch_private.next_sequence_nr()
-        if seq is not None:
-            self._starts.append(seq)
-            self._calls.append(call)
-
-    def owner(self, node: Any) -> int | None:
-        """The index of the call whose forward made ``node`` (``None``: no call)."""
-        if node is None or not self._starts:
-            return None
-        seq = torch_private.node_sequence_nr(node)
-        if seq is None:
-            return None
-        found = self._cache.get(seq, -1)
-        if found == -1:
-            i = bisect_right(self._starts, seq) - 1
-            found = self._calls[i] if i >= 0 else None
-            self._cache[seq] = found
-        return found

@@ -52,7 +52,7 @@ from hookscope.core.module_hooks import new_call
 from hookscope.core.records import started_call
 
 if TYPE_CHECKING:
-    from hookscope.core.backward import NodeOwners
+    from hookscope.core.node_owners import NodeOwners
     from hookscope.core.records import Call
     from hookscope.core.tracer import Tracer
 

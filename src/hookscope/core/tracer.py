@@ -37,7 +37,7 @@ from typing import Any, NoReturn
 import torch
 from torch import nn
 
-from hookscope.core.backward import BackwardWatch, NodeOwners
+from hookscope.core.backward import BackwardWatch
 from hookscope.core.failures import FailureTracker, add_note, describe_failure
 from hookscope.core.fast_path import install_call_path, plan_calls
 from hookscope.core.handles import CallbackHandle, HandleGroup
@@ -49,6 +49,7 @@ from hookscope.core.module_hooks import (
     make_module_pre_hook,
 )
 from hookscope.core.module_table import ModuleTable, module_table
+from hookscope.core.node_owners import NodeOwners
 from hookscope.core.probe import (
     BACKWARD_EVENTS,
     PROBES,
