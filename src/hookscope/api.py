@@ -126,6 +126,7 @@ def trace(
         grads=backward if grads is None else grads,
     )
     tracer._exclusive = True  # only the model (and the backward) runs inside it
+    tracer._restore_buffers = True  # its forward is run for the caller: no trace left
     grad_ctx = torch.enable_grad() if backward or grad else torch.no_grad()
     started = False
     try:

@@ -66,9 +66,9 @@ def test_a_model_that_raises_is_one_error_line_naming_the_module(
     capsys: pytest.CaptureFixture[str], model_file: str, tmp_path: Path
 ) -> None:
     code, _, err = run_cli(capsys, "capture", model_file, "--input", "3,5", "--select", "0",
-                           "-o", str(tmp_path / "bad"))
+                           "-o", str(tmp_path / "bad" / "new" / "acts"))
     assert_one_error_line(code, err, "module '0' (Linear, call 0)", "cannot be multiplied")
-    assert not (tmp_path / "bad").exists()  # nothing written half-way
+    assert not (tmp_path / "bad").exists()  # nothing written half-way, no new parents
 
 
 LATE = """\

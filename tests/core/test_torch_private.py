@@ -125,6 +125,42 @@ def test_without_the_interpreter_stack_vmap_is_not_seen_and_that_is_said(
         assert torch_private.vmap_running() is False
 
 
+def test_batched_tensors_of_either_vmap_are_recognised() -> None:
+    seen: list[bool] = []
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        seen.append(torch_private.batched(x))
+        return x.sin()
+
+    torch.func.vmap(f)(torch.randn(2, 3))
+    torch.autograd.functional.jacobian(f, torch.randn(3), vectorize=True)
+    assert seen[0] is True and False in seen[1:]  # jacobian's own forward is not batched
+    seen.clear()
+    x = torch.randn(3, requires_grad=True)
+    y = x.sin()
+    y.register_hook(lambda g: seen.append(torch_private.batched(g)))
+    torch.autograd.grad(y, x, torch.eye(3), is_grads_batched=True)
+    assert seen == [True]
+    assert not torch_private.batched(torch.randn(3))
+
+
+def test_a_buffer_s_version_can_be_set_back() -> None:
+    t = torch.zeros(3)
+    t.add_(1)
+    assert t._version == 1
+    assert torch_private.set_versions([t], [0]) is True
+    assert t._version == 0
+
+
+def test_without_the_version_setter_buffers_keep_their_version_and_that_is_said(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(torch_private, "_set_versions", None)
+    monkeypatch.setattr(torch_private, "_warned", set())
+    with pytest.warns(torch_private.HookscopeTorchWarning, match="buffers back"):
+        assert torch_private.set_versions([torch.zeros(1)], [0]) is False
+
+
 def test_composite_kernels_are_found_in_the_dispatcher() -> None:
     assert torch_private.dispatch_has_composite_kernel(torch.ops.aten.linear.default)
     assert not torch_private.dispatch_has_composite_kernel(torch.ops.aten.mm.default)

@@ -7,6 +7,7 @@ model, hookscope's calls must match it one for one (path, call index, parent, de
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import pytest
@@ -419,6 +420,51 @@ def test_a_forward_in_training_mode_leaves_batchnorm_statistics_as_they_were() -
         model(torch.randn(2, 3, 32, 32))
     assert int(model.bn1.num_batches_tracked) == 1
     assert not torch.equal(model.bn1.running_mean, before["bn1.running_mean"])
+
+
+def test_a_graph_built_before_the_look_still_runs_its_backward() -> None:
+    """BatchNorm saves its running statistics for the backward: written back in place,
+    they must get their version back too, or the user's pending backward raises."""
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 1)).train()
+    x = torch.randn(8, 3)
+    out = model(x)  # the user's forward, backward still to come
+    stats = model[1].running_mean.clone()
+    hookscope.summary(model, input_size=(8, 3))
+    hookscope.trace(model, torch.randn(8, 3))
+    hookscope.capture(model, torch.randn(8, 3), select="1")
+    assert torch.equal(model[1].running_mean, stats)
+    out.sum().backward()  # raised "modified by an inplace operation" before
+    assert model[0].weight.grad is not None
+
+
+class _OddBuffers(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        with torch.inference_mode():
+            self.register_buffer("table", torch.ones(4))
+        self.register_buffer("scale", torch.ones(1).expand(4))  # overlapping memory
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x) * self.scale + self.table
+
+
+def test_buffers_that_cannot_be_written_in_place_do_not_fail_the_trace() -> None:
+    model = _OddBuffers().train()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # unchanged: nothing to put back, nothing to say
+        hookscope.trace(model, torch.randn(2, 4))
+        hookscope.summary(model, input_size=(2, 4))
+
+
+def test_a_tracer_around_a_training_loop_keeps_what_the_loop_did_to_buffers() -> None:
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4)).train()
+    with hookscope.Tracer(model, restore_state=True):
+        for _ in range(3):
+            model(torch.randn(8, 3))
+        model.eval()
+    assert model.training  # the flag is put back
+    assert int(model[1].num_batches_tracked) == 3  # the statistics are the loop's
 
 
 class _ReplacesItsBuffer(nn.Module):

@@ -273,6 +273,10 @@ def test_complex_gradients_are_measured_by_their_magnitudes(dtype: torch.dtype) 
     g[3] = complex(1.0, math.nan)
     g[5] = complex(math.inf, 0.0)
     assert grad_stats(g).tolist()[3:] == [1.0, 1.0]
+    huge = torch.tensor([complex(3e38, 3e38), complex(1.0, 0.0)], dtype=dtype)  # finite
+    norm, max_abs, _, nans, infs = grad_stats(huge).tolist()
+    assert norm == pytest.approx(math.hypot(3e38, 3e38), rel=1e-6) and math.isfinite(max_abs)
+    assert (nans, infs) == (0.0, 0.0)
 
 
 def test_a_complex_parameter_gets_its_gradient_statistics_in_a_trace() -> None:

@@ -51,6 +51,9 @@ def capture_command(
         globs = [g.strip() for g in select.split(",") if g.strip()]
         made = not output.exists()
         fresh = made or (output.is_dir() and not any(output.iterdir()))
+        top = output  # the outermost directory the capture will make
+        while made and not top.parent.exists():
+            top = top.parent
         try:
             with model_prints_to_stderr():
                 acts = hookscope.capture(
@@ -59,7 +62,7 @@ def capture_command(
                 )
         except BaseException:
             if fresh:  # a failed command leaves nothing behind (the library keeps a
-                _empty(output, made=made)  # partial capture, for a run of hours)
+                _empty(output, made=made, top=top)  # partial capture, for a run of hours)
             raise
         for name in acts:
             info = acts.info(name) if hasattr(acts, "info") else {}
@@ -67,9 +70,9 @@ def capture_command(
         typer.echo(f"{len(acts)} calls saved to {output}", err=True)
 
 
-def _empty(directory: Path, *, made: bool) -> None:
+def _empty(directory: Path, *, made: bool, top: Path) -> None:
     """Remove what a failed capture wrote into ``directory`` (new or empty before),
-    and the directory itself when the capture ``made`` it."""
+    and, when the capture ``made`` it, the directory and its new parents up to ``top``."""
     import shutil
 
     if directory.is_dir():
@@ -81,3 +84,6 @@ def _empty(directory: Path, *, made: bool) -> None:
         if made:
             with contextlib.suppress(OSError):
                 directory.rmdir()
+                while directory != top:
+                    directory = directory.parent
+                    directory.rmdir()

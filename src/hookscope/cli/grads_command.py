@@ -87,9 +87,11 @@ def _check_plot(path: Path) -> None:
     except ImportError as e:
         raise MissingDependencyError("matplotlib", "plot", needed_for="plots") from e
     suffix = path.suffix.lstrip(".").lower()
-    if suffix and suffix not in FigureCanvasAgg.get_supported_filetypes():
+    # NB: matplotlib's own list, less the formats that need an outside program (pgf: LaTeX)
+    formats = set(FigureCanvasAgg.get_supported_filetypes()) - {"pgf"}
+    if suffix and suffix not in formats:
         raise SpecError(f"--plot {str(path)!r}: .{suffix} is not an image format matplotlib "
-                        "writes; use .png, .svg or .pdf")
+                        "writes by itself; use .png, .svg or .pdf")
 
 
 def _train(prepared: Any, *, steps: int, lr: float, **thresholds: Any) -> Any:

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import os
 import time as _time
+import warnings
 from typing import Any, TypeGuard
 
 import torch
 from torch import nn
 
+from hookscope.core import torch_private
 from hookscope.core.module_table import ModuleTable
 
 
@@ -63,25 +65,31 @@ def cuda_devices(table: ModuleTable) -> list[torch.device]:
 
 
 class ModelState:
-    """``training`` flags and ``requires_grad`` of a model, and the buffers of its
-    modules in training mode, to restore them on exit.
+    """``training`` flags and ``requires_grad`` of a model, and (``buffers=True``) the
+    buffers of its modules in training mode, to restore them on exit.
 
     A forward in training mode changes buffers: BatchNorm's running statistics and
     ``num_batches_tracked`` (in place, inside its kernel, without bumping the tensors'
     version counters, so a change cannot be seen and every value is copied back). A
     forward the tracer runs for its caller (``trace``, ``summary``, ``capture``) on
     generated or sample inputs must not move a trained model's statistics. Buffers of
-    modules in eval mode are not copied: no torch module changes them there, and a
-    summary of an eval model costs nothing more.
+    modules in eval mode are not copied: torch's own modules do not change them there,
+    and a summary of an eval model costs nothing more.
+
+    Each buffer written back also gets back the version it had when the forward did not
+    bump it (BatchNorm's kernel does not): a graph the user built before, which saved
+    the buffer, still runs its backward. A buffer that cannot be written back (an
+    inference tensor, an expanded one) is left as the forward left it, with a warning:
+    the restore never raises.
     """
 
-    def __init__(self, table: ModuleTable, *, buffers: bool = True) -> None:
+    def __init__(self, table: ModuleTable, *, buffers: bool = False) -> None:
         self.modules = [m for _, m in table.members]
         self.training = [m.training for m in self.modules]
         self.parameters = table.parameters
         self.requires_grad = [p.requires_grad for p in self.parameters]
-        self.buffers: list[tuple[nn.Module, str, torch.Tensor, torch.Tensor]] = [
-            (m, name, b, b.detach().clone())
+        self.buffers: list[tuple[nn.Module, str, torch.Tensor, torch.Tensor, int]] = [
+            (m, name, b, b.detach().clone(), _version(b))
             for m, flag in zip(self.modules, self.training, strict=True) if flag and buffers
             for name, b in m._buffers.items() if _has_values(b)
         ]
@@ -94,14 +102,50 @@ class ModelState:
             if p.requires_grad is not rg:
                 p.requires_grad_(rg)
         if self.buffers:
-            with torch.no_grad():
-                for module, name, buffer, value in self.buffers:
-                    module._buffers[name] = buffer  # also one the forward replaced
-                    if (buffer.shape, buffer.dtype, buffer.device) == (
-                            value.shape, value.dtype, value.device):
-                        buffer.copy_(value)
-                    else:  # resized or converted in the forward
-                        buffer.data = value
+            _restore_buffers(self.buffers)
+
+
+def _restore_buffers(saved: list[tuple[nn.Module, str, torch.Tensor, torch.Tensor, int]]) -> None:
+    back: list[torch.Tensor] = []
+    versions: list[int] = []
+    failed: list[str] = []
+    with torch.no_grad():
+        for module, name, buffer, value, version in saved:
+            module._buffers[name] = buffer  # also one the forward replaced
+            unchanged = version >= 0 and _version(buffer) == version
+            try:
+                if (buffer.shape, buffer.dtype, buffer.device) == (
+                        value.shape, value.dtype, value.device):
+                    buffer.copy_(value)
+                else:  # resized or converted in the forward
+                    buffer.data = value
+            except RuntimeError as e:  # an inference tensor, overlapping memory:
+                if not _same(buffer, value):  # which the forward cannot have written
+                    failed.append(f"{type(module).__name__}.{name} "
+                                  f"({(str(e).splitlines() or [''])[0]})")
+                continue
+            if unchanged:
+                back.append(buffer)
+                versions.append(version)
+    if back:
+        torch_private.set_versions(back, versions)
+    if failed:
+        warnings.warn(
+            f"hookscope: could not put back {len(failed)} buffer(s) the forward changed: "
+            f"{', '.join(failed[:3])}", UserWarning, stacklevel=4,
+        )
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    try:
+        return a.shape == b.shape and bool(torch.equal(a, b))
+    except RuntimeError:
+        return False
+
+
+def _version(b: torch.Tensor) -> int:
+    """``b``'s version counter (-1: an inference tensor, which has none)."""
+    return -1 if b.is_inference() else b._version
 
 
 def _has_values(b: torch.Tensor | None) -> TypeGuard[torch.Tensor]:

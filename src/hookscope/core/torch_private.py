@@ -33,6 +33,7 @@ from torch.utils import _pytree as pytree
 
 __all__ = [
     "HookscopeTorchWarning",
+    "batched",
     "call_impl_replaceable",
     "call_impl_shortcut",
     "current_autograd_node",
@@ -51,6 +52,7 @@ __all__ = [
     "queue_end_of_backward",
     "replace_call_impl",
     "saved_tensor_default_hooks",
+    "set_versions",
     "torch_call_impl",
     "unwrapped_dispatch_mode",
     "vmap_running",
@@ -384,6 +386,35 @@ def vmap_running() -> bool:
         return False
     stack = _functorch_stack()
     return bool(stack) and any(level.key() == _VMAP for level in stack)
+
+
+_set_versions: Callable[..., None] | None = getattr(
+    getattr(torch._C, "_autograd", None), "_unsafe_set_version_counter", None
+)
+
+
+def set_versions(tensors: list[torch.Tensor], versions: list[int]) -> bool:
+    """Set the version counters of ``tensors`` (a buffer written back to the values it
+    had, with the version it had: a graph that saved it before still runs its
+    backward). False (and a warning once) where torch has no such function."""
+    if _set_versions is None:
+        _warn_once("putting buffers back under a saved graph",
+                   "has no _autograd._unsafe_set_version_counter")
+        return False
+    _set_versions(tuple(tensors), tuple(versions))
+    return True
+
+
+def batched(t: torch.Tensor) -> bool:
+    """Whether ``t`` is a batch of tensors of a vmap, functorch's or the older one that
+    ``torch.autograd.functional.jacobian(vectorize=True)`` and ``is_grads_batched`` use."""
+    return any(check is not None and check(t) for check in _BATCHED)
+
+
+_BATCHED = tuple(
+    getattr(getattr(torch._C, "_functorch", None), name, None)
+    for name in ("is_batchedtensor", "is_legacy_batchedtensor")
+)
 
 
 def dispatch_has_composite_kernel(func: Any) -> bool:

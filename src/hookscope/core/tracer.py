@@ -93,12 +93,12 @@ class Tracer:
         select: only observe modules whose path matches (glob string, list of globs,
             or ``fn(path: str) -> bool``); ``None`` observes every module.
         restore_state: on exit, put every module's ``training`` flag and every
-            parameter's ``requires_grad`` back as they were on entry, and the buffers
-            of modules in training mode (BatchNorm's running statistics). Off by
-            default: hookscope itself changes none of them, and what your own code
-            inside the ``with`` block changes (``model.eval()``, freezing a layer, a
-            training step) is yours to keep. ``hookscope.trace`` turns it on, so the
-            forward it runs leaves no trace.
+            parameter's ``requires_grad`` back as they were on entry. Off by default:
+            hookscope itself changes neither, and what your own code inside the
+            ``with`` block changes (``model.eval()``, freezing a layer) is yours to
+            keep. ``hookscope.trace`` turns it on, so the forward it runs leaves no trace
+            (and puts back the buffers of modules in training mode too: BatchNorm's
+            running statistics).
         **options: ``NAME=True`` switches on the registered probe ``NAME``.
 
     NB: while the tracer is active, ``torch.compile``d code runs eagerly (compiled code
@@ -161,10 +161,10 @@ class Tracer:
         #: tracer: no user code can add a hook between two calls (``core/fast_path.py``).
         self._exclusive = False
         #: With ``restore_state``, also put the buffers of modules in training mode back
-        #: on exit. ``lint`` turns it off: it takes gradients after the tracer ended, and
-        #: a buffer written back in place before would break that backward (BatchNorm
-        #: saves its running statistics for it); it restores them itself afterwards.
-        self._restore_buffers = True
+        #: on exit (``core/run_facts.py``): set by ``trace()``/``summary()`` and
+        #: ``capture()``, which run the forward for their caller. A ``Tracer`` around the
+        #: user's own training loop keeps what that loop did to them.
+        self._restore_buffers = False
         self._state: ModelState | None = None
         self._lazy = False
         self._failures = FailureTracker([])
@@ -628,4 +628,3 @@ def _named_parameters(table: ModuleTable) -> list[tuple[str, nn.Parameter]]:
 
 def _unwatch() -> None:
     _shared.watchers[0] -= 1
-

@@ -206,6 +206,7 @@ class Capture:
         chosen = self._chosen
         tracer = Tracer(self.model, shapes=False, probes=[probe],
                         select=lambda path: path in chosen, restore_state=self._restore_state)
+        tracer._restore_buffers = self._restore_state
         try:
             tracer.__enter__()
         except BaseException as e:  # nothing started: close the writer, stay reusable

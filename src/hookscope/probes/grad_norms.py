@@ -90,7 +90,7 @@ def _stored(g: torch.Tensor) -> tuple[torch.Tensor, int]:
     else:
         values = g
     if values.is_complex():  # the magnitudes: the same norm, max-abs and NaN/Inf counts
-        values = values.abs()
+        values = values.to(torch.complex128).abs()  # in float64: |3e38 + 3e38j| is finite
     if values.dtype not in _REDUCIBLE:
         values = values.float()
     return values, g.numel()

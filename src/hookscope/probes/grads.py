@@ -273,7 +273,7 @@ def _joint_norm(grads: tuple[Any, ...]) -> torch.Tensor | None:
     tensors = [
         g.detach() for g in grads
         if isinstance(g, torch.Tensor) and (g.is_floating_point() or g.is_complex())
-        and not g.is_meta
+        and not g.is_meta and not torch_private.batched(g)
     ]
     if not tensors:
         return None
@@ -284,7 +284,9 @@ def _joint_norm(grads: tuple[Any, ...]) -> torch.Tensor | None:
 def _under_vmap() -> bool:
     """Whether a backward runs inside ``torch.func.vmap`` (``jacrev``, per-sample
     gradients): its gradients are batches of gradients, each norm a batch of norms, so
-    the probe records none there, and says so once per process."""
+    the probe records none there, and says so once per process. (The older vmap of
+    ``torch.autograd.functional.jacobian(vectorize=True)`` is not on functorch's stack:
+    its batched gradients are left out one by one, ``torch_private.batched``.)"""
     if not torch_private.vmap_running():
         return False
     if not _VMAP_WARNED:
@@ -305,7 +307,8 @@ def _grad_stats(grad: torch.Tensor) -> torch.Tensor:
     """``[norm, max_abs, mean, nan_count, inf_count]`` of ``grad``, float64, on its device."""
     with torch.no_grad():
         g = grad.detach()
-        if g.numel() == 0 or not (g.is_floating_point() or g.is_complex()):
+        if g.numel() == 0 or not (g.is_floating_point() or g.is_complex()) or \
+                torch_private.batched(g):
             zero = torch.zeros((), dtype=torch.float64, device=g.device)
             return torch.stack([zero, zero, zero, zero, zero])
         return grad_stats(g)

@@ -88,7 +88,6 @@ def observe(
     """
     model = ctx.model
     tracer = hookscope.Tracer(model, shapes=True, restore_state=True)
-    tracer._restore_buffers = False  # after the backward below: _restore(saved)
     watch = _ForeignWatch(ctx, tracer)
     saved = [(m, name, b, b.detach().clone()) for _, m in ctx.members
              for name, b in m._buffers.items() if b is not None and b.device.type != "meta"]
