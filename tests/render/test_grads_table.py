@@ -53,3 +53,19 @@ def test_anomalies_are_listed_next_to_their_parameter(monitor: hookscope.Gradien
         name = line.split("  ")[0]
         if name in monitor.names:
             assert ("explode at step" in line) == (name in flagged)
+
+
+def test_distinct_shortener_keeps_bert_like_paths_apart_at_every_width_it_allows() -> None:
+    from hookscope.render.grid import LABEL_MIN, distinct_min, distinct_shortener
+
+    names = [f"encoder.layer.{i}.attention.self.{part}.{kind}" for i in range(12)
+             for part in ("query", "key", "value") for kind in ("weight", "bias")]
+    shorten = distinct_shortener(names)
+    floor = distinct_min(names, LABEL_MIN)
+    # 12 layers x 6 tensors: the layer number and the tensor's name must both survive,
+    # which the matching of elided forms manages in 17 characters (first-come forms: 19)
+    assert LABEL_MIN <= floor <= 17
+    for width in range(floor, max(map(len, names)) + 1):
+        forms = [shorten(n, width) for n in names]
+        assert all(len(f) <= width for f in forms)
+        assert len(set(forms)) == len(names), width

@@ -13,7 +13,14 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from hookscope.render.grid import KEEP, LABEL_MIN, Grid, GridColumn, distinct_shortener
+from hookscope.render.grid import (
+    KEEP,
+    LABEL_MIN,
+    Grid,
+    GridColumn,
+    distinct_min,
+    distinct_shortener,
+)
 from hookscope.render.table import GridTable
 from hookscope.render.units import format_stat
 
@@ -50,8 +57,7 @@ def grads_table(history: Any, anomalies: Sequence[Any], *, ascii: bool = False) 
         styles = ["" if ascii or not n else "bold red" for n in notes]
         columns = [
             GridColumn("parameter", "Parameter", names, numeric=False, priority=KEEP,
-                       shorten=distinct_shortener(names),
-                       min_width=min(LABEL_MIN, max(map(len, names), default=0))),
+                       shorten=distinct_shortener(names), min_width=distinct_min(names, LABEL_MIN)),
             GridColumn("last", "Last", [r[0] for r in rows], priority=90),
             GridColumn("median", "Median", [r[1] for r in rows], priority=60),
             GridColumn("min", "Min", [r[2] for r in rows], priority=50),

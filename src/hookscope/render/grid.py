@@ -261,37 +261,68 @@ def shorten_plain(cell: str, width: int) -> str:
     return "\n".join(elide(line, width) for line in cell.split("\n"))
 
 
+
 def distinct_shortener(labels: Sequence[str]) -> Shorten:
     """A :data:`Shorten` for one-line labels (parameter paths) that keeps them apart.
 
     Each label that does not fit is elided in the middle, more of its end kept than of
-    its start (``layer…onv1.weight``: the end of a path tells its rows apart); one that
-    would then read like another label keeps a different part instead, so two rows
-    never look the same while a distinct form of the width exists.
+    its start (``layer…onv1.weight``: the end of a path tells its rows apart). Labels
+    that would then read alike are given other elisions (more of the start, or of the
+    end) by a matching over every label's possible forms, so two rows never look the
+    same while distinct forms of the width exist (:func:`distinct_min` finds the
+    narrowest width where they do).
     """
     chosen: dict[int, dict[str, str]] = {}
 
-    def forms(width: int) -> dict[str, str]:
-        found = chosen.get(width)
-        if found is not None:
-            return found
-        out = {label: label for label in labels if len(label) <= width}
-        taken = set(out)
-        keep = max(width - 1, 1)
-        default = max(keep // 3, 1)
-        heads = [default, *range(default - 1, 0, -1), *range(default + 1, keep)]
-        for label in labels:
-            if label in out:
-                continue
-            options = (elide(label, width, head=h) for h in heads)
-            first = elide(label, width, head=default)
-            pick = next((o for o in options if o not in taken), first)
-            out[label] = pick
-            taken.add(pick)
-        chosen[width] = out
-        return out
-
     def shorten(cell: str, width: int) -> str:
-        return forms(width).get(cell) or elide(cell, width)
+        forms = chosen.get(width)
+        if forms is None:
+            forms = chosen[width] = _distinct_forms(labels, width)[0]
+        return forms.get(cell) or elide(cell, width)
 
     return shorten
+
+
+def distinct_min(labels: Sequence[str], floor: int) -> int:
+    """The narrowest width from ``floor`` on where :func:`distinct_shortener` keeps every
+    label apart (at most the widest label)."""
+    widest = max(map(len, labels), default=0)
+    width = min(floor, widest)
+    while width < widest and not _distinct_forms(labels, width)[1]:
+        width += 1
+    return width
+
+
+def _distinct_forms(labels: Sequence[str], width: int) -> tuple[dict[str, str], bool]:
+    """Each label's form in ``width`` characters, and whether they are all distinct:
+    labels that fit are themselves; the others get one of their elided forms, matched
+    (augmenting paths) so that no two share one where that is possible."""
+    unique = list(dict.fromkeys(labels))
+    out = {label: label for label in unique if len(label) <= width}
+    fixed = set(out)
+    keep = max(width - 1, 1)
+    default = max(keep // 3, 1)
+    heads = [default, *range(default - 1, 0, -1), *range(default + 1, keep)]
+    rest = [label for label in unique if label not in out]
+    options = {label: [f for f in dict.fromkeys(elide(label, width, head=h) for h in heads)
+                       if f not in fixed] for label in rest}
+    owner: dict[str, str] = {}  # form -> the label it is given to
+
+    def place(label: str, seen: set[str]) -> bool:
+        for form in options[label]:
+            if form in seen:
+                continue
+            seen.add(form)
+            if form not in owner or place(owner[form], seen):
+                owner[form] = label
+                return True
+        return False
+
+    distinct = True
+    for label in rest:
+        if not place(label, set()):
+            distinct = False
+    out.update({label: form for form, label in owner.items()})
+    for label in rest:
+        out.setdefault(label, elide(label, width, head=default))
+    return out, distinct
