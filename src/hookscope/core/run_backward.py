@@ -38,8 +38,10 @@ def run_backward(
             try:
                 loss = loss_fn(output)
             except Exception as e:  # the caller's function, not the model, raised
+                said = (str(e).strip().splitlines() or [""])[0][:200]
                 raise SpecError(
-                    f"loss= raised {type(e).__name__}: {e} on the model's output "
+                    f"loss= raised {type(e).__name__}{': ' + said if said else ''} on the "
+                    "model's output "
                     f"({_describe(output)}); loss= gets the output exactly as the model "
                     "returns it"
                 ) from e

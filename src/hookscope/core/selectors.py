@@ -135,7 +135,8 @@ def require_match(
     if any(matches(path) for path in paths):
         return
     examples = [p for p in paths if p][:4]
+    where = f"paths look like {examples!r}" if examples else "it has no submodules"
     raise SpecError(
-        f"{option}={select!r} matches no module of {model}; paths look like {examples!r} "
+        f"{option}={select!r} matches no module of {model}; {where} "
         "(glob: * within a segment, ** across dots; '<root>' is the root)"
     )
