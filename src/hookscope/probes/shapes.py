@@ -85,8 +85,9 @@ class ShapeProbe(Probe):
     )
 
     def __init__(self) -> None:
-        # (call, input fields..., output fields...) of calls of one plain tensor in and
-        # one out, made into records in ``finalize``
+        # (call, input fields, output fields) of calls of one plain tensor in and one
+        # out, made into records in ``finalize`` (NB: two inner tuples: slicing one
+        # flat tuple there cost more than making them here)
         self._plain: list[tuple[Any, ...]] = []
 
     def install(self, tracer: Tracer) -> list[Removable]:
@@ -104,8 +105,8 @@ class ShapeProbe(Probe):
         if type(t) is _Tensor and type(o) is _Tensor and not failed:
             try:
                 fields = (
-                    call, t.shape, t.dtype, t.device, t.requires_grad, t.layout,
-                    o.shape, o.dtype, o.device, o.requires_grad, o.layout,
+                    call, (t.shape, t.dtype, t.device, t.requires_grad, t.layout),
+                    (o.shape, o.dtype, o.device, o.requires_grad, o.layout),
                 )
             except RuntimeError:  # a strided nested tensor has no ``shape``: asking
                 pass  # raises, which costs nothing until it does (not is_nested twice)
@@ -122,17 +123,14 @@ class ShapeProbe(Probe):
         if len(inputs) + len(outputs) > _MAX_METAS:
             inputs.clear()
             outputs.clear()
-        for entry in self._plain:
-            call = entry[0]
-            fields = entry[1:6]
-            meta = inputs.get(fields)
+        for call, fields_in, fields_out in self._plain:
+            meta = inputs.get(fields_in)
             if meta is None:
-                meta = inputs[fields] = meta_from_fields("args[0]", *fields)
+                meta = inputs[fields_in] = meta_from_fields("args[0]", *fields_in)
             facts = call.facts
             facts["inputs"] = [meta]
-            fields = entry[6:11]
-            meta = outputs.get(fields)
+            meta = outputs.get(fields_out)
             if meta is None:
-                meta = outputs[fields] = meta_from_fields("out", *fields)
+                meta = outputs[fields_out] = meta_from_fields("out", *fields_out)
             facts["outputs"] = [meta]
         self._plain.clear()
