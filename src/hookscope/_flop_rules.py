@@ -71,8 +71,13 @@ FREE_OPS: frozenset[str] = frozenset(
         "pixel_shuffle", "pixel_unshuffle", "native_channel_shuffle", "im2col",
         "one_hot", "_unique2", "unique_consecutive", "unique_dim",
         # metadata, comparisons of whole tensors, asserts
-        "equal", "is_nonzero", "_assert_async", "_assert_tensor_metadata",
-        "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "record_stream",
+        "equal", "is_nonzero", "_is_all_true", "_is_any_true", "_assert_async",
+        "_assert_tensor_metadata", "sym_size", "sym_stride", "sym_numel",
+        "sym_storage_offset", "record_stream", "q_per_channel_scales",
+        "q_per_channel_zero_points", "hash_tensor",
+        # creation and copies that are loaded only when first used
+        "range", "from_file", "_lazy_clone", "_new_zeros_with_same_feature_meta",
+        "int_repr", "put", "_coalesce", "_cslt_compress",
     }
 )
 
@@ -81,13 +86,17 @@ FREE_OPS: frozenset[str] = frozenset(
 CONVENTION_OPS: frozenset[str] = frozenset(
     {
         # softmax
-        "_softmax", "_safe_softmax", "_log_softmax", "_softmax_backward_data",
+        "softmax", "log_softmax", "_softmax", "_safe_softmax", "_log_softmax",
+        "_softmax_backward_data", "_transform_bias_rescale_qkv", "_aminmax",
+        "_dirichlet_grad",
         "_log_softmax_backward_data", "_masked_softmax", "_masked_softmax_backward",
         # normalisation
         "native_layer_norm", "native_layer_norm_backward", "native_batch_norm",
         "native_batch_norm_backward", "_native_batch_norm_legit",
         "_native_batch_norm_legit_functional", "_native_batch_norm_legit_no_training",
         "_batch_norm_with_update", "_batch_norm_with_update_functional",
+        "batch_norm_stats", "batch_norm_elemt", "batch_norm_update_stats",  # SyncBatchNorm
+        "embedding_renorm",
         "_batch_norm_no_update", "batch_norm_backward", "batch_norm", "layer_norm",
         "group_norm", "instance_norm", "native_group_norm", "native_group_norm_backward",
         "_fused_rms_norm", "_fused_rms_norm_backward", "rms_norm", "cudnn_batch_norm",
@@ -134,7 +143,9 @@ CONVENTION_OPS: frozenset[str] = frozenset(
         "index_add", "index_reduce", "scatter_add", "scatter_reduce", "cumsum",
         "cumprod", "logcumsumexp", "_logcumsumexp", "cummax", "cummin", "sort",
         "argsort", "topk", "kthvalue", "median", "nanmedian", "mode", "bucketize",
-        "searchsorted", "histc", "bincount", "logsumexp", "norm", "linalg_vector_norm",
+        "searchsorted", "histc", "histogram", "_histogramdd_from_bin_cts",
+        "_histogramdd_from_bin_tensors", "bincount", "logsumexp", "norm", "native_norm",
+        "linalg_vector_norm",
         "std", "var", "std_mean", "var_mean", "cross", "linalg_cross", "_cdist_backward",
         # optimizer steps and AMP bookkeeping
         "_amp_foreach_non_finite_check_and_unscale", "_amp_update_scale",
