@@ -84,3 +84,13 @@ def test_break_at_and_break_on_open_the_breakpointhook(
     seen.clear()
     code, _, _ = run_cli(capsys, "trace", f"{models}:clean", "-i", "3,4", "--break-at", "0")
     assert code == 0 and seen == ["0"]
+
+
+def test_break_at_matching_no_module_names_the_option(
+    models: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[Any] = []
+    monkeypatch.setattr(sys, "breakpointhook", lambda: seen.append(1))
+    code, _, err = run_cli(capsys, "trace", f"{models}:clean", "-i", "3,4", "--break-at", "zz*")
+    line = assert_one_error_line(code, err, "--break-at 'zz*' matches no module", "'0'")
+    assert "at=" not in line and seen == []

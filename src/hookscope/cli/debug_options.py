@@ -90,6 +90,12 @@ def breaking(model: nn.Module, break_at: str | None, break_on: BreakOn | None) -
         return
     import hookscope
 
+    if break_at is not None:  # named as the command line wrote it, not as at=
+        from hookscope.core.selectors import compile_selector, require_match
+
+        paths = [path for path, _ in model.named_modules(remove_duplicate=False)]
+        require_match(break_at, compile_selector(break_at), paths, type(model).__name__,
+                      option="--break-at")
     with contextlib.ExitStack() as stack:
         stack.enter_context(hookscope.breakpoint(
             model, at=break_at, when=None if break_on is None else break_on.value))

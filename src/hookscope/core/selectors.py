@@ -129,6 +129,9 @@ def require_match(
     """Raise unless ``matches`` chooses one of ``paths`` at least: a selector that matches
     no module is a typo, and would observe nothing without a word.
 
+    ``option`` names the selector as the caller wrote it: ``select`` (``select='x'``)
+    or a command-line option (``--break-at 'x'``).
+
     Raises:
         SpecError: no path matches.
     """
@@ -136,7 +139,8 @@ def require_match(
         return
     examples = [p for p in paths if p][:4]
     where = f"paths look like {examples!r}" if examples else "it has no submodules"
+    named = f"{option} {select!r}" if option.startswith("-") else f"{option}={select!r}"
     raise SpecError(
-        f"{option}={select!r} matches no module of {model}; {where} "
+        f"{named} matches no module of {model}; {where} "
         "(glob: * within a segment, ** across dots; '<root>' is the root)"
     )
