@@ -348,3 +348,32 @@ def test_a_backward_inside_vmap_records_no_norm_and_says_so(
         grad(lambda p: loss(p, x[0]))(params)
     assert tracer.trace is not None
     assert tracer.trace[""].grad_output_norm == pytest.approx(1.0, rel=1e-9)
+
+
+def test_batched_gradients_of_the_older_vmap_record_no_norm_and_say_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``torch.autograd.grad(..., is_grads_batched=True)`` (what ``jacobian(vectorize=
+    True)`` runs): each gradient is a batch. A parameter's one stopped the run with a
+    ProbeError (``detach`` has no batching rule there); the calls' were left out
+    without a word."""
+    import hookscope.probes.grads as grads_probe
+
+    monkeypatch.setattr(grads_probe, "_BATCHED_WARNED", [])
+    torch.manual_seed(16)
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+    x = torch.randn(3)
+    params = list(model.parameters())
+    plain = torch.autograd.grad(model(x), params, torch.eye(2), is_grads_batched=True)
+    said = "not recorded for batched gradients"
+    with pytest.warns(UserWarning, match=said), hookscope.Tracer(model, grads=True) as tracer:
+        traced = torch.autograd.grad(model(x), params, torch.eye(2), is_grads_batched=True)
+    assert all(torch.equal(a, b) for a, b in zip(plain, traced, strict=True))
+    assert tracer.trace is not None
+    stats = tracer.trace.param_grads
+    assert [s.status for s in stats] == ["ok"] * 4 and all(s.norm is None for s in stats)
+    assert all(c.facts.get("grad_output_norm") is None for c in tracer.trace.calls)
+    monkeypatch.setattr(grads_probe, "_BATCHED_WARNED", [])
+    with pytest.warns(UserWarning, match=said), hookscope.Tracer(model, grads=True):
+        jac = torch.autograd.functional.jacobian(model, x, vectorize=True)
+    assert torch.equal(jac, torch.autograd.functional.jacobian(model, x, vectorize=True))

@@ -216,8 +216,12 @@ class GradsProbe(Probe):
         self._backward_seen = True
         slot = self._params.get(id(grad.param))
         if slot is not None and isinstance(grad.grad, torch.Tensor):
-            # NB: a gradient on the meta device has a shape but no values to measure
-            slot.values = None if grad.grad.is_meta else _grad_stats(grad.grad)
+            # NB: a gradient on the meta device has a shape but no values to measure, and
+            # a batched one (is_grads_batched) a batch of them
+            batched = torch_private.batched(grad.grad)
+            if batched:
+                _skipped_batched()
+            slot.values = None if grad.grad.is_meta or batched else _grad_stats(grad.grad)
             slot.events += 1
 
     def finalize(self, trace: Trace) -> None:
@@ -270,13 +274,17 @@ def _joint_norm(grads: tuple[Any, ...]) -> torch.Tensor | None:
     :func:`_under_vmap`)."""
     if _under_vmap():
         return None
-    tensors = [
-        g.detach() for g in grads
+    found = [
+        g for g in grads
         if isinstance(g, torch.Tensor) and (g.is_floating_point() or g.is_complex())
-        and not g.is_meta and not torch_private.batched(g)
+        and not g.is_meta
     ]
-    if not tensors:
+    if any(map(torch_private.batched, found)):  # NB: before detach, which they refuse
+        _skipped_batched()
         return None
+    if not found:
+        return None
+    tensors = [g.detach() for g in found]
     with torch.no_grad():
         return joint_norm(tensors)
 
@@ -303,12 +311,29 @@ def _under_vmap() -> bool:
 _VMAP_WARNED: list[bool] = []
 
 
+def _skipped_batched() -> None:
+    """Say once per process that batched gradients (the older vmap of
+    ``torch.autograd.functional.jacobian(vectorize=True)``, ``torch.autograd.grad(...,
+    is_grads_batched=True)``) were left out."""
+    if _BATCHED_WARNED:
+        return
+    _BATCHED_WARNED.append(True)
+    warnings.warn(
+        "hookscope: gradient norms are not recorded for batched gradients "
+        "(torch.autograd.functional.jacobian(vectorize=True), torch.autograd.grad(..., "
+        "is_grads_batched=True)): each is a batch; use vectorize=False to measure them",
+        UserWarning, stacklevel=3,
+    )
+
+
+_BATCHED_WARNED: list[bool] = []
+
+
 def _grad_stats(grad: torch.Tensor) -> torch.Tensor:
     """``[norm, max_abs, mean, nan_count, inf_count]`` of ``grad``, float64, on its device."""
     with torch.no_grad():
         g = grad.detach()
-        if g.numel() == 0 or not (g.is_floating_point() or g.is_complex()) or \
-                torch_private.batched(g):
+        if g.numel() == 0 or not (g.is_floating_point() or g.is_complex()):
             zero = torch.zeros((), dtype=torch.float64, device=g.device)
             return torch.stack([zero, zero, zero, zero, zero])
         return grad_stats(g)
