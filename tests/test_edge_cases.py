@@ -671,6 +671,42 @@ def test_batchnorm_and_dropout_in_train_mode_match_an_unobserved_twin(backward: 
     assert_state_unchanged(before, model, expected=snapshot_state(twin))
 
 
+def _calibrated() -> nn.Module:
+    """A model prepared for post-training quantization (``torch.ao.quantization``) and
+    calibrated: its observers hold min/max and histograms, in eval mode."""
+    from torch.ao import quantization as q
+
+    torch.manual_seed(3)
+    model = nn.Sequential(q.QuantStub(), nn.Conv2d(3, 4, 3), nn.ReLU(), q.DeQuantStub())
+    model.eval()
+    model.qconfig = q.get_default_qconfig("x86")
+    q.prepare(model, inplace=True)
+    model.eval()  # prepare() makes its observers in training mode: they record either way
+    assert not any(m.training for m in model.modules())
+    with torch.no_grad():
+        model(torch.rand(2, 3, 8, 8))
+    return model
+
+
+def test_quantization_observers_keep_their_calibration() -> None:
+    """Observers record statistics in eval mode too: a summary on random inputs moved a
+    calibrated model's ranges (what the quantized model would then be converted with)."""
+    model = _calibrated()
+    twin = copy.deepcopy(model)
+    assert any("min_val" in k for k in model.state_dict())
+    before = snapshot_state(model)
+    x = torch.randn(1, 3, 8, 8) * 50  # far outside the calibration range
+    hookscope.summary(model, input_size=(1, 3, 8, 8))
+    hookscope.trace(model, x)
+    hookscope.capture(model, x, select="1")
+    hookscope.find_anomaly(model, x)
+    assert_state_unchanged(before, model)
+    with torch.no_grad():  # the oracle: a twin's observers do move on the same input
+        twin(x)
+    assert not all(torch.equal(a, b) for a, b in
+                   zip(twin.state_dict().values(), model.state_dict().values(), strict=True))
+
+
 def test_grad_modes_around_trace() -> None:
     model = nn.Linear(4, 2)
     x = _x(3, 4)

@@ -66,15 +66,18 @@ def cuda_devices(table: ModuleTable) -> list[torch.device]:
 
 class ModelState:
     """``training`` flags and ``requires_grad`` of a model, and (``buffers=True``) the
-    buffers of its modules in training mode, to restore them on exit.
+    buffers a forward may change, to restore them on exit.
 
     A forward in training mode changes buffers: BatchNorm's running statistics and
     ``num_batches_tracked`` (in place, inside its kernel, without bumping the tensors'
-    version counters, so a change cannot be seen and every value is copied back). A
-    forward the tracer runs for its caller (``trace``, ``summary``, ``capture``) on
-    generated or sample inputs must not move a trained model's statistics. Buffers of
-    modules in eval mode are not copied: torch's own modules do not change them there,
-    and a summary of an eval model costs nothing more.
+    version counters, so a change cannot be seen and every value is copied back). So do
+    quantization observers and fake-quantize modules in eval mode too (``torch.ao``:
+    their min/max and histograms). A forward the tracer runs for its caller (``trace``,
+    ``summary``, ``capture``) on generated or sample inputs must not move a trained
+    model's statistics, nor a model's calibration. Other buffers of modules in eval mode
+    are not copied: torch's own modules do not change them there, and a summary of an
+    eval model costs nothing more. (A user's own module that writes its buffers in eval
+    mode, a KV cache, is not known here: its buffers stay as the forward left them.)
 
     Each buffer written back also gets back the version it had when the forward did not
     bump it (BatchNorm's kernel does not): a graph the user built before, which saved
@@ -88,11 +91,19 @@ class ModelState:
         self.training = [m.training for m in self.modules]
         self.parameters = table.parameters
         self.requires_grad = [p.requires_grad for p in self.parameters]
-        self.buffers: list[tuple[nn.Module, str, torch.Tensor, torch.Tensor, int]] = [
-            (m, name, b, b.detach().clone(), _version(b))
-            for m, flag in zip(self.modules, self.training, strict=True) if flag and buffers
-            for name, b in m._buffers.items() if _has_values(b)
-        ]
+        self.buffers: list[tuple[nn.Module, str, torch.Tensor, torch.Tensor, int]] = []
+        if not buffers:
+            return
+        # NB: per class, and C-level passes: an eval model without observers (what
+        # summary() mostly sees) pays no loop over its modules
+        recorders = {cls for cls in set(map(type, self.modules)) if _records_statistics(cls)}
+        if recorders or any(self.training):
+            self.buffers = [
+                (m, name, b, b.detach().clone(), _version(b))
+                for m, flag in zip(self.modules, self.training, strict=True)
+                if flag or type(m) in recorders
+                for name, b in m._buffers.items() if _has_values(b)
+            ]
 
     def restore(self) -> None:
         for m, flag in zip(self.modules, self.training, strict=True):
@@ -103,6 +114,29 @@ class ModelState:
                 p.requires_grad_(rg)
         if self.buffers:
             _restore_buffers(self.buffers)
+
+
+_RECORDS: dict[type, bool] = {}
+
+
+def _records_statistics(cls: type) -> bool:
+    """Whether ``cls`` records statistics in eval mode too: quantization observers and
+    fake-quantize modules (``torch.ao.quantization``)."""
+    found = _RECORDS.get(cls)
+    if found is None:
+        found = _RECORDS[cls] = issubclass(cls, _STATISTICS_RECORDERS)
+    return found
+
+
+def _recorders() -> tuple[type, ...]:
+    try:
+        from torch.ao.quantization import FakeQuantizeBase, ObserverBase
+    except ImportError:  # a torch without torch.ao.quantization: none to save
+        return ()
+    return (ObserverBase, FakeQuantizeBase)
+
+
+_STATISTICS_RECORDERS = _recorders()
 
 
 def _restore_buffers(saved: list[tuple[nn.Module, str, torch.Tensor, torch.Tensor, int]]) -> None:
