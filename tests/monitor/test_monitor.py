@@ -323,3 +323,68 @@ def test_tensorboard_gets_one_scalar_per_parameter_and_step() -> None:
 def test_bad_options_are_spec_errors(options: dict[str, object], match: str) -> None:
     with warnings.catch_warnings(), pytest.raises(hookscope.SpecError, match=match):
         hookscope.GradientMonitor(mlp(), **options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_norms_keep_the_range_and_digits_of_their_gradients(dtype: torch.dtype) -> None:
+    """float16 gradients of finite values whose norm exceeds 65504 were recorded as Inf
+    and flagged non-finite; float64 norms were rounded to float32 (and 1e100 was Inf)."""
+    model = nn.Linear(100, 100, bias=False).to(dtype)
+    value = 1e98 if dtype == torch.float64 else 1000.0
+    mon = hookscope.GradientMonitor(model)
+    model.weight.grad = torch.full_like(model.weight, value)
+    if dtype == torch.float64:
+        model.weight.grad[0, 0] = math.pi
+    mon.step()
+    mon.close()
+    oracle = float(model.weight.grad.double().norm())
+    assert math.isfinite(oracle) and mon.anomalies == []
+    rel = 1e-15 if dtype == torch.float64 else 1e-5
+    assert mon.history.norms[0][0] == pytest.approx(oracle, rel=rel, abs=0.0)
+
+
+@pytest.mark.parametrize("how", ["raise", "function"])
+def test_an_anomaly_raised_at_a_flush_keeps_every_step_of_it(how: str) -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+
+    def stop(anomaly: object) -> None:
+        raise RuntimeError("stop")
+
+    mon = hookscope.GradientMonitor(model, optimizer=opt, log_every=4,
+                                    on_anomaly="raise" if how == "raise" else stop)
+    raised = []
+    for step in range(8):
+        x = torch.randn(2, 4)
+        if step == 1:
+            x[0, 0] = math.nan
+        model(x).sum().backward()
+        try:
+            opt.step()
+        except (hookscope.GradientAnomalyError, RuntimeError):
+            raised.append(step)
+        opt.zero_grad()
+    mon.close()
+    assert raised == [3]  # the flush of steps 0-3
+    assert mon.history.steps == list(range(8))
+    assert [(a.step, a.path) for a in mon.anomalies] == [(1, "weight")]
+
+
+def test_a_loop_that_raises_inside_the_block_keeps_its_last_steps() -> None:
+    """The NaN that made the loop raise is what the user wants to inspect; it was
+    dropped with the rest of the unflushed steps."""
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    with pytest.raises(FloatingPointError), hookscope.GradientMonitor(
+            model, optimizer=opt, log_every=10, on_anomaly="raise") as mon:
+        for step in range(4):
+            x = torch.ones(2, 4) * (math.nan if step == 3 else 1.0)
+            loss = model(x).sum()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            if not torch.isfinite(loss):
+                raise FloatingPointError("loss is nan")
+    assert mon.history.steps == [0, 1, 2, 3]
+    assert [(a.step, a.path, a.kind) for a in mon.anomalies] == [(3, "weight", "nonfinite")]

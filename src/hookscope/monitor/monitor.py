@@ -131,17 +131,19 @@ class GradientMonitor:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        self.close(flush=exc is None)
+        # NB: when the loop raised, its last steps are still recorded (the NaN that made
+        # it raise is in the history), but no anomaly is raised over its exception
+        self.close(quiet=exc is not None)
 
-    def close(self, *, flush: bool = True) -> None:
-        """Remove the optimizer hook and move what is still on the device to the host.
-        Idempotent."""
+    def close(self, *, flush: bool = True, quiet: bool = False) -> None:
+        """Remove the optimizer hook and move what is still on the device to the host
+        (``quiet``: without raising for an anomaly found there). Idempotent."""
         if self._closed:
             return
         self._closed = True
         try:
             if flush:
-                self.flush()
+                self._flush(quiet=quiet)
         finally:
             self._handles.remove()
 
@@ -196,12 +198,12 @@ class GradientMonitor:
         rows: list[torch.Tensor] = []
         if found:
             with torch.no_grad():
-                norms = list(torch._foreach_norm(found))
+                norms = grad_norms(found, 2)
                 self._apply_clip(index, found, norms)
                 rows.append(stack_norms(norms))
                 if self._flow:
-                    rows.append(stack_norms(list(torch._foreach_norm(found, ord=math.inf))))
-                    l1 = torch._foreach_norm(found, ord=1)
+                    rows.append(stack_norms(grad_norms(found, math.inf)))
+                    l1 = grad_norms(found, 1)
                     sizes = [max(1, g.numel()) for g in found]
                     rows.append(stack_norms([n / k for n, k in zip(l1, sizes, strict=True)]))
         self._pending.append((self._count, present, rows, scaled))
@@ -226,12 +228,21 @@ class GradientMonitor:
         torch._foreach_mul_(targets, [c.to(g.dtype) for c, g in zip(coefs, targets, strict=True)])
 
     def flush(self) -> None:
-        """Move the recorded steps to the host, check them and log them."""
+        """Move the recorded steps to the host, check them and log them.
+
+        Raises:
+            GradientAnomalyError: with ``on_anomaly="raise"``, for the first anomaly
+                (every step is recorded and checked first).
+        """
+        self._flush(quiet=False)
+
+    def _flush(self, *, quiet: bool) -> None:
         pending, self._pending = self._pending, []
         if not pending:
             return
         host = rows_to_host([t for *_, rows, _ in pending for t in rows])
         width = 3 if self._flow else 1
+        checks = []
         for n, (step, present, rows, scaled) in enumerate(pending):
             values = host[n * width:(n + 1) * width] if rows else []
             full = [scatter_present(v, present) for v in values] or [[math.nan] * len(present)]
@@ -239,7 +250,16 @@ class GradientMonitor:
                 p and not math.isfinite(v) for v, p in zip(full[0], present, strict=True)
             )
             self._append(step, full, skipped)
-            self._checker.check(step, full[0], present, skipped=skipped)
+            checks.append((step, full[0], present, skipped))
+        # NB: every step recorded before any check may raise, and every one checked
+        first: Exception | None = None
+        for step, norms, present, skipped in checks:
+            try:
+                self._checker.check(step, norms, present, skipped=skipped)
+            except Exception as e:  # on_anomaly="raise", or the user's function raised
+                first = first or e
+        if first is not None and not quiet:
+            raise first
 
     def _append(self, step: int, full: list[list[float]], skipped: bool) -> None:
         h = self.history
@@ -277,12 +297,45 @@ class GradientMonitor:
         w.flush()
 
 
+def grad_norms(grads: list[torch.Tensor], ord: float) -> list[torch.Tensor]:
+    """The ``ord``-norm of each gradient, 0-d, accumulated in float32 at least (float64
+    for float64 gradients): in a float16 one, the norm of finite values overflows at
+    65504 (``_foreach_norm`` per dtype, as ``clip_grad_norm_`` groups them)."""
+    out: list[torch.Tensor | None] = [None] * len(grads)
+    groups: dict[torch.dtype, list[int]] = {}
+    for i, g in enumerate(grads):
+        groups.setdefault(g.dtype, []).append(i)
+    for dtype, indices in groups.items():
+        wide = _NORM_DTYPE.get(dtype, dtype)
+        chosen = [grads[i] for i in indices]
+        try:
+            found = torch._foreach_norm(chosen, ord, dtype=None if wide is dtype else wide)
+        except (TypeError, RuntimeError):  # no dtype= in this torch, or not a float dtype
+            found = torch._foreach_norm(chosen, ord)
+        for i, n in zip(indices, found, strict=True):
+            out[i] = n
+    return out  # type: ignore[return-value]
+
+
+#: The dtype a gradient's norm accumulates in, where it is not the gradient's own.
+_NORM_DTYPE = {
+    dtype: torch.float32 for dtype in (
+        torch.float16, torch.bfloat16, *(
+            getattr(torch, name) for name in ("float8_e4m3fn", "float8_e5m2")
+            if hasattr(torch, name)
+        ),
+    )
+}
+
+
 def stack_norms(values: list[torch.Tensor]) -> torch.Tensor:
-    """One float32 tensor per step (per device) from 0-d norms."""
+    """One float64 tensor per step (per device) from 0-d norms (NB: float64, not
+    float32: a float64 gradient's norm keeps its digits and its range)."""
     devices = {v.device for v in values}
     if len(devices) > 1:
         values = [v.to(values[0].device) for v in values]
-    return torch.stack([v if v.dtype == torch.float32 else v.float() for v in values])
+    wide = torch.float32 if values[0].device.type == "mps" else torch.float64  # MPS: no f64
+    return torch.stack([v if v.dtype == wide else v.to(wide) for v in values])
 
 
 def rows_to_host(rows: list[torch.Tensor]) -> list[list[float]]:
