@@ -120,6 +120,40 @@ def test_activation_patching_replaces_with_the_captured_call() -> None:
     assert total_hooks(model) == 0
 
 
+def test_a_model_writing_into_the_replacement_leaves_the_stored_value() -> None:
+    """ResNet's ``out += identity`` and ``ReLU(inplace=True)`` wrote into the captured
+    tensor handed to it: the capture changed, and the same patched run gave another
+    output the second time."""
+    import torchvision
+
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18().eval()
+    clean, corrupt = torch.randn(1, 3, 32, 32), torch.randn(1, 3, 32, 32)
+    acts = hookscope.capture(model, clean, select="layer1.0.bn2")
+    stored = acts["layer1.0.bn2"].clone()
+    pair = (stored.clone(), stored.clone())
+    with torch.no_grad():
+        with hookscope.patch(model, {"layer1.0.bn2": lambda m, i, o: stored.clone()}):
+            oracle = model(corrupt)
+        for source in (acts, stored.clone()):
+            patch = {"layer1.0.bn2": patches.replace_with(source)}
+            for _ in range(2):
+                with hookscope.patch(model, patch):
+                    assert torch.equal(model(corrupt), oracle)
+        assert torch.equal(acts["layer1.0.bn2"], stored)
+        nested = patches.replace_with(pair)  # a nested value: each tensor copied too
+        out = nested(nn.Identity(), (corrupt,), (corrupt, corrupt), call=acts_call(model))
+        out[0].add_(1.0)
+        assert torch.equal(pair[0], stored)
+
+
+def acts_call(model: nn.Module) -> Any:
+    """A call record to hand a patch function directly."""
+    trace = hookscope.trace(model, torch.randn(1, 3, 32, 32), time=False, stats=False,
+                            memory=False)
+    return trace.calls[0]
+
+
 def test_gradient_patches_leave_values_and_change_gradients() -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(3, 3), nn.ReLU(inplace=True), nn.Linear(3, 1))

@@ -122,15 +122,18 @@ def replace_with(source: Any) -> PatchFn:
 
 
 def _like(value: Any, output: Any, name: str) -> Any:
-    """``value`` on the output's device and dtype; its shape must match."""
+    """A copy of ``value`` on the output's device and dtype; its shape must match.
+
+    NB: a copy on every call: the model may write into what a call returned (``out +=
+    identity``, ``ReLU(inplace=True)``), which must not change the stored value."""
     if isinstance(value, torch.Tensor) and isinstance(output, torch.Tensor):
         if value.shape != output.shape:
             raise SpecError(
                 f"replace_with: the stored value for {name!r} has shape "
                 f"{list(value.shape)}, the output has {list(output.shape)}"
             )
-        return value.to(device=output.device, dtype=output.dtype)
-    return value
+        return value.to(device=output.device, dtype=output.dtype, copy=True)
+    return tree_map(lambda v: v.clone() if isinstance(v, torch.Tensor) else v, value)
 
 
 class _GradTransform(torch.autograd.Function):
