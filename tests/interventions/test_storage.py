@@ -176,3 +176,50 @@ def test_saving_a_capture_larger_than_the_limit_keeps_memory_bounded(tmp_path: P
     # a few shards' worth (the output, its copy, the shard and its serialised bytes),
     # not the 384 MiB capture
     assert saved["delta"] < 160 * 2**20, saved
+
+
+class _Pair(nn.Module):
+    """Returns a tuple, and has a child named ``0`` (as a Sequential's first child)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.add_module("0", nn.Linear(4, 4))
+        self.add_module("a", nn.Identity())
+
+    def forward(self, x: torch.Tensor) -> Any:
+        h = getattr(self, "0")(x)
+        return h * 2, {"0": h * 3, "0.0": h * 4}, self.a(h)
+
+
+def test_values_whose_tensor_keys_look_alike_are_each_read_back(tmp_path: Path) -> None:
+    """A tuple element of ``layers.0`` was stored under ``layers.0.0``, the key of its
+    child's call, and one overwrote the other: the disk gave the wrong tensor."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.ModuleList([_Pair()]))
+    model.forward = lambda x: model[0][0](x)  # type: ignore[method-assign]
+    x = torch.randn(2, 4)
+    memory = hookscope.capture(model, x, select="**")
+    hookscope.capture(model, x, select="**", save_to=tmp_path / "cap")
+    disk = hookscope.load_activations(tmp_path / "cap")
+    assert list(disk) == list(memory) and {"0.0", "0.0.0"} <= set(memory)
+    for name in memory:
+        flat_memory, flat_disk = _tensors(memory[name]), _tensors(disk[name])
+        assert len(flat_memory) == len(flat_disk) > 0
+        assert all(torch.equal(a, b) for a, b in zip(flat_memory, flat_disk, strict=True))
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    from torch.utils._pytree import tree_leaves
+
+    return [t for t in tree_leaves(value) if isinstance(t, torch.Tensor)]
+
+
+def test_calls_of_a_module_come_back_in_call_order(tmp_path: Path) -> None:
+    """The index was written with sorted keys: ``0#10`` came before ``0#2``."""
+    model = nn.Sequential(nn.Identity())
+    with hookscope.Capture(model, select="0", save_to=tmp_path / "cap"):
+        for i in range(12):
+            model(torch.full((1,), float(i)))
+    disk = hookscope.load_activations(tmp_path / "cap")
+    assert [float(v) for v in disk.calls_of("0")] == [float(i) for i in range(12)]
+    assert list(disk) == ["0"] + [f"0#{i}" for i in range(1, 12)]

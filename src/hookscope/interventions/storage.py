@@ -57,18 +57,24 @@ def _safetensors() -> Any:
 
 
 def encode_tree(value: Any, key: str, tensors: dict[str, torch.Tensor]) -> Any:
-    """JSON for ``value``; its tensors go into ``tensors`` under keys from ``key``."""
+    """JSON for ``value``; its tensors go into ``tensors`` under keys from ``key``.
+
+    NB: a step into a container is written ``[0]`` or ``["name"]``, never ``.0``: a
+    dotted step made the key of a tuple's element the key of a child module's call
+    (``layers.0`` returning a tuple, and ``layers.0.0``), and one overwrote the other.
+    (The keys are read back from the structure, so any earlier scheme still reads.)"""
     if isinstance(value, torch.Tensor):
         tensors[key] = value.contiguous()
         return {"tensor": key}
     if isinstance(value, ModuleInputs):
-        return {"inputs": [encode_tree(value.args, f"{key}.args", tensors),
-                           encode_tree(value.kwargs, f"{key}.kwargs", tensors)]}
+        return {"inputs": [encode_tree(value.args, f"{key}:args", tensors),
+                           encode_tree(value.kwargs, f"{key}:kwargs", tensors)]}
     if isinstance(value, Mapping) and all(isinstance(k, str) for k in value):
-        return {"dict": {k: encode_tree(v, f"{key}.{k}", tensors) for k, v in value.items()}}
+        return {"dict": {k: encode_tree(v, f"{key}[{json.dumps(k)}]", tensors)
+                         for k, v in value.items()}}
     if isinstance(value, (tuple, list)):
         kind = "list" if isinstance(value, list) else "tuple"
-        return {kind: [encode_tree(v, f"{key}.{i}", tensors) for i, v in enumerate(value)]}
+        return {kind: [encode_tree(v, f"{key}[{i}]", tensors) for i, v in enumerate(value)]}
     if value is None or isinstance(value, (bool, int, float, str)):
         return {"value": value}
     # NB: an object safetensors/JSON cannot hold is kept as its repr, never pickled
@@ -135,6 +141,9 @@ class ShardWriter:
         """Queue one call's value; write a shard when the queue reaches the limit."""
         tensors: dict[str, torch.Tensor] = {}
         structure = encode_tree(value, name, tensors)
+        if name in self._entries or name in self.index or not tensors.keys().isdisjoint(
+                self._tensors):  # NB: a call name is unique, and so is every key from it
+            raise RuntimeError(f"hookscope: capture key clash for call {name!r}")
         self._tensors.update(tensors)
         self._entries[name] = {"structure": structure, **info}
         self._bytes += sum(t.numel() * t.element_size() for t in tensors.values())
@@ -165,7 +174,7 @@ class ShardWriter:
             "error": None if error is None else f"{type(error).__name__}: {error}",
             "shards": self.shards, "bytes": self.bytes_written, "entries": self.index,
         }
-        text = json.dumps(doc, indent=1, sort_keys=True)
+        text = json.dumps(doc, indent=1)  # NB: not sorted: the entries are in call order
         _write_atomically(self.directory / INDEX, lambda tmp: tmp.write_text(text))
 
 
@@ -206,8 +215,11 @@ class Activations(Mapping[str, Any]):
         return {k: v for k, v in self._index[name].items() if k not in ("structure", "shard")}
 
     def calls_of(self, path: str) -> list[Any]:
-        """The values of every call of the module at ``path``, in call order."""
-        return [self[k] for k, e in self._index.items() if e.get("path") == path]
+        """The values of every call of the module at ``path``, in call order (NB: by
+        ``call_index``: an index written by an earlier hookscope sorted them by name)."""
+        found = [(e.get("call_index", 0), k) for k, e in self._index.items()
+                 if e.get("path") == path]
+        return [self[k] for _, k in sorted(found, key=lambda f: f[0])]
 
     def __repr__(self) -> str:
         state = "complete" if self.complete else "PARTIAL"
