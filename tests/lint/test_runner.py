@@ -245,3 +245,20 @@ def test_explain_documents_every_rule() -> None:
         text = rule.explain()
         assert text.startswith(f"{code} {rule.name} [{rule.severity.value}]")
         assert "Fix: " in text and f"--ignore {code}" in text
+
+
+def test_lint_leaves_a_graph_built_before_it_able_to_run_backward() -> None:
+    """Lint's forward copied every buffer back, bumping its version: a graph that saved
+    BatchNorm's statistics before the call failed its backward ("modified by an inplace
+    operation")."""
+    import torchvision
+
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18().eval()
+    x = torch.randn(1, 3, 32, 32)
+    loss = model(x).sum()
+    versions = [b._version for b in model.buffers()]
+    hookscope.lint(model, x)
+    assert [b._version for b in model.buffers()] == versions
+    loss.backward()
+    assert model.conv1.weight.grad is not None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import time as _time
 import warnings
+from collections.abc import Iterable
 from typing import Any, TypeGuard
 
 import torch
@@ -91,19 +92,17 @@ class ModelState:
         self.training = [m.training for m in self.modules]
         self.parameters = table.parameters
         self.requires_grad = [p.requires_grad for p in self.parameters]
-        self.buffers: list[tuple[nn.Module, str, torch.Tensor, torch.Tensor, int]] = []
+        self.buffers: list[SavedBuffer] = []
         if not buffers:
             return
         # NB: per class, and C-level passes: an eval model without observers (what
         # summary() mostly sees) pays no loop over its modules
         recorders = {cls for cls in set(map(type, self.modules)) if _records_statistics(cls)}
         if recorders or any(self.training):
-            self.buffers = [
-                (m, name, b, b.detach().clone(), _version(b))
-                for m, flag in zip(self.modules, self.training, strict=True)
+            self.buffers = saved_buffers(
+                m for m, flag in zip(self.modules, self.training, strict=True)
                 if flag or type(m) in recorders
-                for name, b in m._buffers.items() if _has_values(b)
-            ]
+            )
 
     def restore(self) -> None:
         for m, flag in zip(self.modules, self.training, strict=True):
@@ -113,7 +112,7 @@ class ModelState:
             if p.requires_grad is not rg:
                 p.requires_grad_(rg)
         if self.buffers:
-            _restore_buffers(self.buffers)
+            restore_buffers(self.buffers)
 
 
 _RECORDS: dict[type, bool] = {}
@@ -139,7 +138,22 @@ def _recorders() -> tuple[type, ...]:
 _STATISTICS_RECORDERS = _recorders()
 
 
-def _restore_buffers(saved: list[tuple[nn.Module, str, torch.Tensor, torch.Tensor, int]]) -> None:
+SavedBuffer = tuple[nn.Module, str, torch.Tensor, torch.Tensor, int]
+"""A module, a buffer's name, the buffer, a copy of its values, its version."""
+
+
+def saved_buffers(modules: Iterable[nn.Module]) -> list[SavedBuffer]:
+    """A copy of every buffer of ``modules`` that has values, for :func:`restore_buffers`."""
+    return [
+        (m, name, b, b.detach().clone(), _version(b))
+        for m in modules for name, b in m._buffers.items() if _has_values(b)
+    ]
+
+
+def restore_buffers(saved: list[SavedBuffer]) -> None:
+    """Put back every buffer object and value of :func:`saved_buffers` (see
+    :class:`ModelState`): the version too where the forward did not move it; never
+    raises (a warning names what could not be put back)."""
     back: list[torch.Tensor] = []
     versions: list[int] = []
     failed: list[str] = []

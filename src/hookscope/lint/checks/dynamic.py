@@ -26,6 +26,7 @@ from torch.utils import _pytree
 
 import hookscope
 from hookscope.core.handles import HandleGroup
+from hookscope.core.run_facts import restore_buffers, saved_buffers
 from hookscope.errors import ModelRunError
 from hookscope.lint.checks.containers import contents
 from hookscope.lint.context import CONTAINERS, ForeignCall, ForwardFacts, LintContext
@@ -89,8 +90,7 @@ def observe(
     model = ctx.model
     tracer = hookscope.Tracer(model, shapes=True, restore_state=True)
     watch = _ForeignWatch(ctx, tracer)
-    saved = [(m, name, b, b.detach().clone()) for _, m in ctx.members
-             for name, b in m._buffers.items() if b is not None and b.device.type != "meta"]
+    saved = saved_buffers(m for _, m in ctx.members)
     handles = HandleGroup()
     try:
         handles.add(torch.nn.modules.module.register_module_forward_pre_hook(watch))
@@ -113,20 +113,8 @@ def observe(
                 facts.no_grad, facts.backward_skipped = _missing_gradients(ctx, output)
     finally:
         handles.remove()
-        _restore(saved)
+        restore_buffers(saved)  # values, and the versions the forward did not move
     return facts
-
-
-def _restore(saved: list[tuple[nn.Module, str, torch.Tensor, torch.Tensor]]) -> None:
-    """Put back every buffer object and value the forward replaced or changed.
-
-    NB: every value is copied back: BatchNorm updates its running statistics inside its
-    kernel without bumping the tensors' version counters, so a change cannot be seen.
-    """
-    with torch.no_grad():
-        for module, name, buffer, value in saved:
-            module._buffers[name] = buffer
-            buffer.copy_(value)
 
 
 def _missing_gradients(ctx: LintContext, output: Any) -> tuple[list[str], str | None]:
