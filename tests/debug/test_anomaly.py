@@ -390,3 +390,20 @@ def test_ops_with_tuple_outputs_count_against_the_held_limit(
     monkeypatch.setattr(checks.OpCheckMode, "flush", counting_flush)
     assert hookscope.find_anomaly(LayerNorms(), torch.randn(8, 32)) is None
     assert held and max(held) > 100  # native_layer_norm returns a tuple: counted
+
+
+def test_the_meta_device_is_a_spec_error_not_a_clean_run() -> None:
+    """Nothing is computed on meta: the run came back "every output is finite" for a
+    model that makes NaN on the CPU."""
+
+    class Log(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.log()
+
+    model = nn.Sequential(nn.Identity(), Log())
+    x = -torch.ones(2, 4)
+    assert hookscope.find_anomaly(model, x) is not None  # log(-1): NaN on the CPU
+    with pytest.raises(hookscope.SpecError, match="meta device has shapes but no values"):
+        hookscope.find_anomaly(model.to("meta"), x.to("meta"))
+    with pytest.raises(hookscope.SpecError, match="meta"):
+        hookscope.find_anomaly(nn.Sequential(nn.Linear(4, 4), Log()), x.to("meta"))

@@ -14,9 +14,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import torch
 from torch import nn
+from torch.utils._pytree import tree_leaves
 
 from hookscope.api import trace as _trace
+from hookscope.core.meta import is_on_meta
 from hookscope.debug.nonfinite import NonFiniteError, NonFiniteGradProbe, NonFiniteProbe
 from hookscope.debug.records import AnomalyReport
 from hookscope.errors import SpecError
@@ -58,13 +61,19 @@ def find_anomaly(
 
     Raises:
         ModelRunError: the model raised.
-        SpecError: an option is wrong, or ``backward=True`` and no output needs grad.
+        SpecError: an option is wrong, the model or an input is on the meta device
+            (no values to check), or ``backward=True`` and no output needs grad.
 
     Example:
         >>> report = hookscope.find_anomaly(model, x)
         >>> print(report)  # the layer, the output, the inputs, the op
     """
     _check_flags(backward=backward, collect_all=collect_all, ops=ops)
+    if _on_meta(model, inputs, kwargs):
+        raise SpecError(
+            "find_anomaly looks for NaN and Inf values, and the meta device has shapes "
+            "but no values; run it with the model and inputs on 'cpu' or 'cuda'"
+        )
     probe = (NonFiniteGradProbe if backward else NonFiniteProbe)(collect_all=collect_all, ops=ops)
     try:
         result = _trace(
@@ -107,6 +116,12 @@ def detect_anomaly(
     probe = (NonFiniteGradProbe if backward else NonFiniteProbe)(ops=ops)
     with Tracer(model, shapes=False, probes=[probe]):
         yield
+
+
+def _on_meta(model: nn.Module, inputs: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
+    """Whether the model or one of its input tensors is on the meta device."""
+    tensors = [t for t in tree_leaves((inputs, kwargs)) if isinstance(t, torch.Tensor)]
+    return is_on_meta(model) or any(t.is_meta for t in tensors)
 
 
 def _check_flags(**flags: Any) -> None:
