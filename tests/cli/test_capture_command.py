@@ -99,3 +99,23 @@ def test_a_capture_that_fails_late_leaves_nothing_and_the_same_command_runs_agai
                            "-o", str(out_dir))
     assert code == 0, err
     assert list(hookscope.load_activations(out_dir)) == ["0"]
+
+
+@pytest.mark.parametrize("option", ["inf", "nan", "parent-is-a-file"])
+def test_an_unusable_shard_size_or_directory_is_one_error_line(
+    capsys: pytest.CaptureFixture[str], model_file: str, tmp_path: Path, option: str
+) -> None:
+    """These were internal errors (OverflowError from --shard-mib inf, NotADirectoryError
+    from a directory under a file)."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    if option == "parent-is-a-file":
+        args = ["-o", str(blocker / "sub")]
+        expected = "cannot make this directory"
+    else:
+        args = ["-o", str(tmp_path / "out"), "--shard-mib", option]
+        expected = "positive finite number"
+    code, _, err = run_cli(capsys, "capture", model_file, "--input", "3,4", "--select", "0",
+                           *args)
+    assert_one_error_line(code, err, expected)
+    assert not (tmp_path / "out").exists()

@@ -16,6 +16,7 @@ received, also inside a :func:`hookscope.patch` block entered before the capture
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from enum import Enum
@@ -173,8 +174,9 @@ class Capture:
                 parse_device(str(self.to))  # one this machine has: no failure mid-forward
             except SpecError as e:
                 raise SpecError(f"to={to!r}: {e}") from None
-        if not (isinstance(shard_mib, (int, float)) and shard_mib > 0):
-            raise SpecError(f"shard_mib= must be a positive number, got {shard_mib!r}")
+        if not (isinstance(shard_mib, (int, float)) and not isinstance(shard_mib, bool)
+                and 0 < shard_mib < math.inf):
+            raise SpecError(f"shard_mib= must be a positive finite number, got {shard_mib!r}")
         if not isinstance(model, nn.Module):
             raise SpecError(f"Capture expects a torch.nn.Module, got {type(model).__name__}")
         self.model = model

@@ -127,7 +127,13 @@ class ShardWriter:
                 f"save_to={str(self.directory)!r} exists and is not an empty directory; "
                 "pass a new directory (a capture never overwrites files)"
             )
-        self.directory.mkdir(parents=True, exist_ok=True)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as e:  # a parent that is a file, a read-only or virtual filesystem
+            raise SpecError(
+                f"save_to={str(self.directory)!r}: cannot make this directory "
+                f"({e.strerror or e}); pass a path in a writable directory"
+            ) from None
         self._st = _safetensors()
         self._limit = shard_bytes
         self._tensors: dict[str, torch.Tensor] = {}
