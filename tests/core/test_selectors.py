@@ -32,7 +32,8 @@ PATHS = [
         ("layer[!1].0", ["layer2.0"]),
         ("layer[12].1", ["layer1.1"]),
         ("**", PATHS),
-        ("*", ["", "conv1", "layer1", "layer2", "fc"]),
+        ("*", ["conv1", "layer1", "layer2", "fc"]),  # not the root: it has no segment
+        (["*", "<root>"], ["", "conv1", "layer1", "layer2", "fc"]),
         ("<root>", [""]),
         (["fc", "conv1"], ["conv1", "fc"]),
         ("layer1.0.downsample.0", ["layer1.0.downsample.0"]),

@@ -7,7 +7,8 @@ module's path is ``""``; the glob ``"<root>"`` selects it.
 Globs match whole paths, segment by segment: ``*`` matches within one segment and
 never crosses a dot (``layer*.0`` selects ``layer1.0``, not ``layer1.0.downsample.0``),
 ``?`` is one character other than a dot, ``[abc]``/``[!abc]`` one character of (not
-of) a set, and ``**`` matches across dots, any number of segments, also none
+of) a set (so ``*`` never selects the root, which has no segment), and ``**`` matches
+across dots, any number of segments, also none
 (``**.conv1`` selects ``conv1`` and ``layer1.0.conv1``; ``layer1.**`` selects
 ``layer1`` and everything below it).
 
@@ -119,7 +120,10 @@ def glob_to_regex(pattern: str) -> str:
         else:
             out.append(re.escape(pattern[i]))
             i += 1
-    return "(?:" + "".join(out) + r")\Z"
+    # the root's path has no segment: only ``<root>`` and ``**`` (also none) match it,
+    # not ``*`` (within one segment)
+    nonempty = "" if "**" in pattern else "(?=.)"
+    return "(?:" + nonempty + "".join(out) + r")\Z"
 
 
 def require_match(
