@@ -12,9 +12,9 @@ Order, documented and tested:
   order of the mapping, each receiving the output the previous one returned;
 - nested ``patch`` blocks compose in the order they were entered: an inner block's
   functions receive the output the outer block made;
-- a ``Tracer``/``trace``/``capture`` entered inside a patch block records the patched
-  values. NB: one entered *before* the patch block records the model's own values:
-  each tracer's hooks run after those of the tracers entered before it.
+- a ``Tracer``/``trace``/``capture`` records what the model's caller received, the
+  patched values, whether it was entered inside the patch block or before it: a
+  replacing-only tracer (the patch) puts its hooks before every recording tracer's.
 """
 
 from __future__ import annotations
