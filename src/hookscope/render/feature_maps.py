@@ -65,9 +65,23 @@ def plot_feature_maps(
         >>> acts = hookscope.capture(model, x, select="layer1.0.conv*")
         >>> hookscope.plot_feature_maps(acts, "maps.png", max_channels=8)
     """
-    if not (isinstance(max_channels, int) and max_channels >= 1):
-        raise SpecError(f"max_channels= must be a positive integer, got {max_channels!r}")
+    for option, value, least in (("max_channels", max_channels, 1), ("bins", bins, 1),
+                                 ("sample", sample, 0), ("dpi", dpi, 1)):
+        if not (isinstance(value, int) and not isinstance(value, bool) and value >= least):
+            kind = "a positive" if least else "a non-negative"
+            raise SpecError(f"{option}= must be {kind} integer, got {value!r}")
+    folder = os.path.dirname(os.fspath(path)) or "."
+    if not os.path.isdir(folder):
+        raise SpecError(f"cannot write {os.fspath(path)!r}: the directory {folder!r} does not "
+                        "exist; create it first")
     layers = _layers(source)
+    for name, t in layers:
+        if t.dim() == 4 and sample >= t.shape[0]:
+            raise SpecError(
+                f"sample={sample} is beyond the batch of {name!r} ({t.shape[0]} "
+                f"sample(s)); pass sample= from 0 to {t.shape[0] - 1}"
+                if t.shape[0] else f"{name!r} is an empty batch: there is no sample to show"
+            )
     figure_cls = _figure_class()
     rows = [_grid_rows(t, max_channels) for _, t in layers]
     height = sum(max(r, 1) * 1.1 + 0.6 for r in rows)
@@ -91,7 +105,7 @@ def _draw_layer(sub: Any, name: str, t: torch.Tensor, nrows: int, max_channels: 
     sub.suptitle(f"{name}  [{shape}]", fontsize=10, x=0.0, ha="left")
     if nrows:
         grid_fig, hist_fig = sub.subfigures(1, 2, width_ratios=[_GRID_COLS * 1.1, 4])
-        channels = t[min(sample, t.shape[0] - 1), :max_channels]
+        channels = t[sample, :max_channels]
         axes = grid_fig.subplots(nrows, _GRID_COLS, squeeze=False)
         for i, ax in enumerate(axes.flat):
             ax.set_axis_off()
