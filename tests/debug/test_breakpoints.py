@@ -164,3 +164,25 @@ def test_bad_options_are_spec_errors() -> None:
         nn.Linear(2, 2), when="negative"
     ):
         pass
+
+
+def test_a_backward_breakpoint_lets_go_of_calls_that_need_no_gradient() -> None:
+    """Every call's inputs and output were kept until its backward, also those made
+    under ``torch.no_grad()`` (an evaluation loop inside the block), which have none."""
+    import gc
+    import weakref
+
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    refs = []
+    with hookscope.breakpoint(model, at="2", phase="backward", when="nonfinite"):
+        for _ in range(5):
+            with torch.no_grad():
+                out = model(torch.randn(3, 4))
+            refs.append(weakref.ref(out))
+            del out
+        kept = model(torch.randn(3, 4))  # needs a gradient: kept for its backward
+        kept_ref = weakref.ref(kept)
+        del kept
+        gc.collect()
+        assert [r() for r in refs] == [None] * 5
+        assert kept_ref() is not None

@@ -130,8 +130,14 @@ class _BackwardBreak(_BreakProbe):
 
     def on_exit(self, call: Call, module: nn.Module, args: tuple[Any, ...],
                 kwargs: dict[str, Any], output: Any, failed: bool) -> None:
+        # NB: a call whose outputs need no gradient (torch.no_grad(), evaluation inside
+        # the block) never reaches a backward: its values are let go at once, not kept
+        # for the rest of the block
+        if failed or not _needs_grad(output):
+            self._calls.pop(call.index, None)
+            return
         entry = self._calls.get(call.index)
-        if entry is not None and not failed:
+        if entry is not None:
             self._calls[call.index] = (*entry[:3], output)
 
     def on_backward_enter(self, call: Call, grad_outputs: tuple[Any, ...]) -> None:
@@ -146,6 +152,12 @@ class _BackwardBreak(_BreakProbe):
     def __init__(self, when: str | Condition | None) -> None:
         super().__init__(when)
         self._calls: dict[int, tuple[Any, ...]] = {}
+
+
+def _needs_grad(output: Any) -> bool:
+    return torch.is_grad_enabled() and any(
+        t.requires_grad for _, t in iter_tensors(output, "out")
+    )
 
 
 _CLASSES: dict[str, type[_BreakProbe]] = {
