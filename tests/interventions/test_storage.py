@@ -223,3 +223,32 @@ def test_calls_of_a_module_come_back_in_call_order(tmp_path: Path) -> None:
     disk = hookscope.load_activations(tmp_path / "cap")
     assert [float(v) for v in disk.calls_of("0")] == [float(i) for i in range(12)]
     assert list(disk) == ["0"] + [f"0#{i}" for i in range(1, 12)]
+
+
+def test_a_write_that_fails_is_named_and_leaves_an_interrupted_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk was reported as "the model raised no failure recorded", and the
+    failed shard was written again at close, whose second failure hid the first and
+    left no index."""
+    import safetensors.torch
+
+    real, writes = safetensors.torch.save_file, []
+
+    def save_file(tensors: Any, path: str, metadata: Any = None) -> None:
+        writes.append(path)
+        if len(writes) >= 2:
+            raise OSError(28, "No space left on device")
+        real(tensors, path, metadata)
+
+    monkeypatch.setattr(safetensors.torch, "save_file", save_file)
+    model = nn.Sequential(*[nn.Linear(256, 256) for _ in range(4)])
+    with pytest.raises(hookscope.HookscopeError, match="No space left on device") as caught:
+        hookscope.capture(model, torch.randn(256, 256), select="*",
+                          save_to=tmp_path / "cap", shard_mib=0.2)
+    assert not isinstance(caught.value, hookscope.ModelRunError)
+    assert len(writes) == 2  # the failed shard was not written again
+    index = json.loads((tmp_path / "cap" / "index.json").read_text())
+    assert index["complete"] is False and "No space left on device" in index["error"]
+    partial = hookscope.load_activations(tmp_path / "cap", partial=True)
+    assert list(partial) == ["0"]

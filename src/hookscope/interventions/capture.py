@@ -290,7 +290,9 @@ def capture(
         raise
     except Exception as e:
         trace = getattr(cap, "trace", None)
-        if not started or trace is None:
+        # NB: an error the model did not raise (writing the capture: a full disk) is
+        # raised as it is, not as "the model raised"
+        if not started or trace is None or trace.error is None:
             raise
         raise ModelRunError(
             f"the model raised {describe_failure(trace)}", trace=trace,

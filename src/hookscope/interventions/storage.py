@@ -161,20 +161,38 @@ class ShardWriter:
         if not self._entries:
             return
         name = f"shard-{len(self.shards):05d}.safetensors"
+        # NB: the queue is emptied first: a shard that failed to write (a full disk) is
+        # not tried again when the capture closes, which would hide the first error
+        tensors, entries, size = self._tensors, self._entries, self._bytes
+        self._tensors, self._entries, self._bytes = {}, {}, 0
         meta = {_META_KEY: json.dumps({"format": FORMAT, "version": VERSION,
-                                       "entries": self._entries})}
-        tensors = self._tensors
+                                       "entries": entries})}
         _write_atomically(self.directory / name,
                           lambda tmp: self._st.torch.save_file(tensors, str(tmp), meta))
-        for key, entry in self._entries.items():
+        for key, entry in entries.items():
             self.index[key] = {"shard": name, **entry}
         self.shards.append(name)
-        self.bytes_written += self._bytes
-        self._tensors, self._entries, self._bytes = {}, {}, 0
+        self.bytes_written += size
 
     def close(self, *, error: BaseException | None) -> None:
-        """Write what is queued, then the index: complete when ``error`` is ``None``."""
-        self.flush()
+        """Write what is queued, then the index: complete when ``error`` is ``None``.
+
+        When writing the last shard fails (a full disk), the index is still written,
+        as interrupted by that error, and the error is raised."""
+        failed: BaseException | None = None
+        try:
+            self.flush()
+        except Exception as e:
+            failed, error = e, error or e
+        try:
+            self._write_index(error)
+        except Exception:
+            if failed is None:
+                raise
+        if failed is not None:
+            raise failed
+
+    def _write_index(self, error: BaseException | None) -> None:
         doc = {
             "format": FORMAT, "version": VERSION, "complete": error is None,
             "error": None if error is None else f"{type(error).__name__}: {error}",
