@@ -153,3 +153,24 @@ def test_a_few_zero_matrices_are_a_deliberate_idiom_most_are_a_bug() -> None:
     assert found == ["1.weight", "2.weight"]
     nn.init.constant_(model[0].weight, 1.0)  # one non-zero value: always reported
     assert "0.weight" in [f.target for f in hookscope.lint(model) if f.code == "HS302"]
+
+
+_SHARED_GELU = nn.GELU()  # made once at import, in training mode (transformers' ACT2FN)
+
+
+class _UsesSharedGelu(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _SHARED_GELU(self.fc(x))
+
+
+def test_a_stateless_module_made_in_training_mode_is_not_reported_in_eval() -> None:
+    """RoBERTa's LM head calls transformers' module-level ``gelu``, made in training mode:
+    an HS501 error on a stock model, though GELU never reads its training flag."""
+    x = torch.randn(2, 4)
+    assert _SHARED_GELU.training
+    assert "HS501" not in hookscope.lint(_UsesSharedGelu().eval(), x).codes()
+    assert "HS501" in hookscope.lint(models.DropoutInForward().eval(), x).codes()

@@ -62,11 +62,14 @@ class _ForeignWatch:
 
 
 def _matters(module: nn.Module, caller: nn.Module) -> bool:
-    """A module with state, or whose ``training`` flag differs from its caller's (a
-    ``Dropout`` made inside ``forward`` drops also in eval mode). A stateless module
-    that behaves the same either way (``nn.ReLU()(x)``) changes nothing."""
+    """A module with state, or whose ``training`` flag differs from its caller's and is
+    read by its class (a ``Dropout`` made inside ``forward`` drops also in eval mode).
+    A stateless module that behaves the same either way (``nn.ReLU()(x)``, transformers'
+    module-level ``gelu``, made at import in training mode) changes nothing."""
     has_state = any(True for _ in module.parameters()) or any(True for _ in module.buffers())
-    return has_state or module.training != caller.training
+    return has_state or (
+        module.training != caller.training and uses_attribute(type(module), "training") is not False
+    )
 
 
 def _holder(ctx: LintContext, caller: str, module: nn.Module) -> str | None:
@@ -135,8 +138,8 @@ def _missing_gradients(ctx: LintContext, output: Any) -> tuple[list[str], str | 
     the model. Created inside forward, it gets fresh random weights on every call and
     is never trained; kept in a plain list or dict (see HS101), it is never trained,
     saved or moved. A stateless module made inside forward (nn.ReLU()(x)) is not
-    reported, unless its training flag differs from the model's (a Dropout made in
-    forward keeps dropping in eval mode).""",
+    reported, unless its training flag differs from the model's and its class reads
+    that flag (a Dropout made in forward keeps dropping in eval mode).""",
     fix="create the module once in __init__ and assign it to self (or to an nn.ModuleList "
     "/ nn.ModuleDict); use torch.nn.functional for stateless operations",
 )
