@@ -377,3 +377,22 @@ def test_batched_gradients_of_the_older_vmap_record_no_norm_and_say_so(
     with pytest.warns(UserWarning, match=said), hookscope.Tracer(model, grads=True):
         jac = torch.autograd.functional.jacobian(model, x, vectorize=True)
     assert torch.equal(jac, torch.autograd.functional.jacobian(model, x, vectorize=True))
+
+
+def test_a_backward_for_the_inputs_only_does_not_call_parameters_unused() -> None:
+    """A saliency map (``torch.autograd.grad(out, x)``) computes no parameter gradient:
+    every parameter was reported ``unused``, DDP's word for not being in the graph."""
+    torch.manual_seed(17)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    x = torch.randn(3, 4, requires_grad=True)
+    with hookscope.Tracer(model, grads=True) as tracer:
+        saliency, = torch.autograd.grad(model(x).sum(), x)
+    assert tracer.trace is not None and saliency.shape == x.shape
+    assert [s.status for s in tracer.trace.param_grads] == ["no_backward"] * 4
+    assert tracer.trace["0"].grad_output_norm is not None  # the backward itself was seen
+    model[0].add_module("spare", nn.Linear(2, 2))  # never called: unused once others get one
+    with hookscope.Tracer(model, grads=True) as tracer:
+        model(x).sum().backward()
+    assert tracer.trace is not None
+    status = {s.path: s.status for s in tracer.trace.param_grads}
+    assert status["0.spare.weight"] == "unused" and status["0.weight"] == "ok"

@@ -120,9 +120,9 @@ def glob_to_regex(pattern: str) -> str:
         else:
             out.append(re.escape(pattern[i]))
             i += 1
-    # the root's path has no segment: only ``<root>`` and ``**`` (also none) match it,
-    # not ``*`` (within one segment)
-    nonempty = "" if "**" in pattern else "(?=.)"
+    # the root's path has no segment: only ``<root>`` (or its path, ``""``) and ``**``
+    # (also none) match it, not ``*`` (within one segment)
+    nonempty = "" if "**" in pattern or not pattern else "(?=.)"
     return "(?:" + nonempty + "".join(out) + r")\Z"
 
 

@@ -75,9 +75,11 @@ class ParamGradStats:
         aliases: its other paths when tied (``lm_head.weight``).
         shape: the parameter's shape.
         status: ``"ok"`` (a gradient arrived), ``"unused"`` (requires grad, got none
-            although a backward ran), ``"frozen"`` (``requires_grad=False``) or
-            ``"no_backward"`` (requires grad; no backward pass ran while the tracer was
-            active). Only ``"ok"`` has statistics.
+            although a backward computed other parameters' gradients), ``"frozen"``
+            (``requires_grad=False``) or
+            ``"no_backward"`` (requires grad; no backward pass computed a parameter's
+            gradient while the tracer was active: none ran, or one asked only for the
+            inputs', ``torch.autograd.grad(out, x)``). Only ``"ok"`` has statistics.
         norm, max_abs, mean: of the gradient, as floats (on the CPU the mean is torch's
             float32 mean; everything else, and everything on an accelerator, is exact to
             about 1e-6 relative or better); of every element of a sparse gradient;
@@ -185,7 +187,6 @@ class GradsProbe(Probe):
         return []
 
     def on_backward_enter(self, call: Call, grad_outputs: tuple[Any, ...]) -> None:
-        self._backward_seen = True
         norm = _joint_norm(grad_outputs)
         if norm is not None:
             self._norms.append((call, "grad_output_norm", norm))
