@@ -120,6 +120,15 @@ def test_activation_patching_replaces_with_the_captured_call() -> None:
     assert total_hooks(model) == 0
 
 
+def test_replace_with_on_a_second_forward_in_one_block_says_why() -> None:
+    model = nn.Sequential(nn.Linear(2, 2))
+    clean = hookscope.capture(model, torch.randn(1, 2), select="0")
+    with pytest.raises(hookscope.ProbeError, match="enter one block per forward"), \
+            hookscope.patch(model, {"0": patches.replace_with(clean)}):
+        model(torch.randn(1, 2))
+        model(torch.randn(1, 2))
+
+
 def test_a_model_writing_into_the_replacement_leaves_the_stored_value() -> None:
     """ResNet's ``out += identity`` and ``ReLU(inplace=True)`` wrote into the captured
     tensor handed to it: the capture changed, and the same patched run gave another

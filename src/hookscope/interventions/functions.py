@@ -113,8 +113,11 @@ def replace_with(source: Any) -> PatchFn:
         value = source
         if isinstance(source, (Activations, CapturedActivations)):
             if call.name not in source:
+                again = (" (a patch block numbers a module's calls across all the "
+                         "forwards it sees: enter one block per forward)"
+                         if call.call_index and call.path in source else "")
                 raise SpecError(f"replace_with: the capture has no call {call.name!r}; "
-                                f"it has {sorted(source)[:5]!r}")
+                                f"it has {list(source)[:5]!r}{again}")
             value = source[call.name]
         return _like(value, output, call.name)
 
