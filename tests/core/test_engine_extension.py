@@ -283,6 +283,37 @@ def test_a_probe_that_raises_is_a_probe_error_not_a_model_failure() -> None:
     assert count_hooks(model) == before
 
 
+class _Swallowing(nn.Sequential):
+    """Catches everything its children raise (a model that swallows errors)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        try:
+            return super().forward(x)  # type: ignore[no-any-return]
+        except Exception:
+            return x
+
+
+@pytest.mark.parametrize("selected", [None, "2"])
+def test_a_probe_error_the_block_handled_stays_handled(selected: str | None) -> None:
+    """An error that reached the code in the block, which caught it, was raised again
+    when the block ended; one the model swallowed still is (the run did stop)."""
+    class BrokenOnce(BrokenProbe):
+        def on_exit(self, call: Any, *rest: Any) -> None:
+            if call.call_index == 0:
+                super().on_exit(call, *rest)
+
+    model = mlp()
+    with hookscope.Tracer(model, probes=[BrokenOnce()], select=selected) as tracer:
+        with pytest.raises(hookscope.ProbeError):
+            model(torch.randn(2, 4))
+        assert model(torch.randn(2, 4)).shape == (2, 3)  # runs on, as the loop wanted
+    assert tracer.trace is not None
+    swallowing = _Swallowing(*mlp())
+    with pytest.raises(hookscope.ProbeError, match="a bug in the probe"), \
+            hookscope.Tracer(swallowing, probes=[BrokenProbe()]):
+        swallowing(torch.randn(2, 4))
+
+
 class DoubleOutput(Probe):
     name = "double_test"
     replaces = True

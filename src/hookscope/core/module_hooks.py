@@ -141,8 +141,10 @@ def make_module_post_hook(tracer: Tracer) -> Callable[..., Any]:
         failed = exc is not None and exc is not outer_exc
         if failed:
             assert exc is not None
-            if isinstance(exc, control):
-                return None  # hookscope's own stop or error passing through
+            if isinstance(exc, control):  # hookscope's own stop or error passing through
+                if not stack:  # out of the outermost call: in the caller's hands now
+                    tracer._delivered = exc
+                return None
             failures.record(call, exc)
         owners = tracer._owners
         if owners is not None:

@@ -169,6 +169,7 @@ class Tracer:
         self._lazy = False
         self._failures = FailureTracker([])
         self._control: HookscopeError | None = None  # a stop or probe error, once raised
+        self._delivered: BaseException | None = None  # one that left the outermost call
         self._control_types = _CONTROL
         self._backward: BackwardWatch | None = None
         self._owners: NodeOwners | None = None
@@ -261,6 +262,7 @@ class Tracer:
         self._overhead_at_start.clear()
         self._failures = FailureTracker(self.trace.calls)
         self._control = None
+        self._delivered = None  # the control exception that left the outermost call
         self._state = ModelState(table, buffers=self._restore_buffers) \
             if self._restore_state else None
         self._t0 = perf_counter_ns()
@@ -347,7 +349,9 @@ class Tracer:
             add_note(exc, f"hookscope: also, {probe_error}")
         if isinstance(control, (ProbeError, RunStopped)):
             control.trace = trace
-            if exc is None:  # the model swallowed it: the run still stopped
+            # the model swallowed it: the run still stopped; but one that left the
+            # outermost call reached the code in the block, which handled it
+            if exc is None and control is not self._delivered:
                 raise control
         if exc is not None and trace.error is not None and trace.error.call is not None:
             add_note(exc, f"hookscope: {describe_failure(trace)}")
@@ -523,12 +527,14 @@ class Tracer:
         probe = probe if isinstance(probe, Probe) else getattr(fn, "probe", None)
         if isinstance(error, RunStopped):
             error.locate(probe.name if isinstance(probe, Probe) else "", call)
-            self._control = error
+            found: HookscopeError = error
+        elif isinstance(error, ProbeError):
             return error
-        if isinstance(error, ProbeError):
-            return error
-        found = _probe_error(probe, event, call, error)
+        else:
+            found = _probe_error(probe, event, call, error)
         self._control = found
+        if not self._stack:  # raised out of the outermost observed call (or a backward):
+            self._delivered = found  # the code in the block gets it, and may handle it
         return found
 
     # -- hooks -------------------------------------------------------------------
