@@ -388,3 +388,36 @@ def test_a_loop_that_raises_inside_the_block_keeps_its_last_steps() -> None:
                 raise FloatingPointError("loss is nan")
     assert mon.history.steps == [0, 1, 2, 3]
     assert [(a.step, a.path, a.kind) for a in mon.anomalies] == [(3, "weight", "nonfinite")]
+
+
+def test_a_nan_gradient_is_not_taken_for_a_missing_one() -> None:
+    """A NaN norm and "no gradient" were both NaN: the module's joint norm left the NaN
+    weight out (4.0, the bias alone), TensorBoard dropped its scalar, and the table
+    showed an unused parameter as ``nan``."""
+
+    class Writer:
+        def __init__(self) -> None:
+            self.scalars: dict[str, float] = {}
+
+        def add_scalar(self, tag: str, value: float, step: int) -> None:
+            self.scalars[tag] = value
+
+    model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+    writer = Writer()
+    mon = hookscope.GradientMonitor(model, writer=writer)
+    model[0].weight.grad = torch.full((2, 2), math.nan)
+    model[0].bias.grad = torch.tensor([0.0, 4.0])
+    mon.step()  # model[1] has no gradient
+    mon.close()
+    assert mon.history.present == [[True, True, False, False]]
+    modules = mon.history.modules()
+    assert math.isnan(modules["0"][0]) and math.isnan(modules["1"][0])
+    assert math.isnan(writer.scalars["grad_norm/0.weight"])
+    assert math.isnan(writer.scalars["grad_norm/total"])
+    assert "grad_norm/1.weight" not in writer.scalars
+    from hookscope.render.grads_table import grads_table
+
+    text = grads_table(mon.history, mon.anomalies, ascii=True).to_text(width=120)
+    rows = {line.split()[0]: line for line in text.splitlines() if line[:1] in "01"}
+    assert "nan" in rows["0.weight"] and "nonfinite" in rows["0.weight"]
+    assert "nan" not in rows["1.weight"] and "no gradient" in rows["1.weight"]

@@ -58,9 +58,12 @@ class GradHistory:
     Attributes:
         names: parameter paths, the columns.
         steps: the step number of each row.
-        norms: per step, each parameter's gradient norm (NaN: no gradient that step).
+        norms: per step, each parameter's gradient norm (NaN: no gradient that step,
+            or a gradient whose norm is NaN: ``present`` tells them apart).
         max_abs, mean_abs: the same shape, recorded with ``flow=True`` (else empty).
         skipped: per step, whether the ``GradScaler`` skipped it.
+        present: the same shape as ``norms``: whether the parameter had a gradient that
+            step (empty in a history made without it: then NaN means no gradient).
     """
 
     names: list[str]
@@ -69,6 +72,7 @@ class GradHistory:
     max_abs: list[list[float]] = field(default_factory=list)
     mean_abs: list[list[float]] = field(default_factory=list)
     skipped: list[bool] = field(default_factory=list)
+    present: list[list[bool]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -78,14 +82,22 @@ class GradHistory:
         i = self.names.index(name)
         return [row[i] for row in self.norms]
 
+    def had_gradient(self, row: int) -> list[bool]:
+        """Whether each parameter had a gradient at step row ``row``."""
+        if row < len(self.present):
+            return self.present[row]
+        return [not math.isnan(v) for v in self.norms[row]]
+
     def modules(self) -> dict[str, list[float]]:
         """Per module (the owner of the parameters), the joint norm of its own
-        parameters' gradients per step: ``sqrt(sum of squares)``."""
+        parameters' gradients per step: ``sqrt(sum of squares)`` (NaN when none had a
+        gradient, and when one's norm is NaN: a NaN gradient is not left out)."""
         owners: dict[str, list[int]] = {}
         for i, name in enumerate(self.names):
             owners.setdefault(name.rpartition(".")[0], []).append(i)
+        rows = [(row, self.had_gradient(n)) for n, row in enumerate(self.norms)]
         return {
-            module: [_joint([row[i] for i in cols]) for row in self.norms]
+            module: [_joint([row[i] for i in cols if had[i]]) for row, had in rows]
             for module, cols in owners.items()
         }
 
@@ -112,5 +124,5 @@ class GradHistory:
 
 
 def _joint(values: list[float]) -> float:
-    present = [v for v in values if not math.isnan(v)]
-    return math.sqrt(sum(v * v for v in present)) if present else math.nan
+    """The joint norm of the norms that were there (NaN when none was)."""
+    return math.sqrt(sum(v * v for v in values)) if values else math.nan

@@ -249,7 +249,7 @@ class GradientMonitor:
             skipped = scaled and any(
                 p and not math.isfinite(v) for v, p in zip(full[0], present, strict=True)
             )
-            self._append(step, full, skipped)
+            self._append(step, full, skipped, present)
             checks.append((step, full[0], present, skipped))
         # NB: every step recorded before any check may raise, and every one checked
         first: Exception | None = None
@@ -261,11 +261,13 @@ class GradientMonitor:
         if first is not None and not quiet:
             raise first
 
-    def _append(self, step: int, full: list[list[float]], skipped: bool) -> None:
+    def _append(self, step: int, full: list[list[float]], skipped: bool,
+                present: list[bool]) -> None:
         h = self.history
         h.steps.append(step)
         h.norms.append(full[0])
         h.skipped.append(skipped)
+        h.present.append(present)
         if self._flow and len(full) == 3:
             h.max_abs.append(full[1])
             h.mean_abs.append(full[2])

@@ -28,8 +28,9 @@ __all__ = ["grads_table"]
 
 
 def grads_table(history: Any, anomalies: Sequence[Any], *, ascii: bool = False) -> GridTable:
-    """A table of ``history`` (``names``, ``column(name)``, ``steps``) with the
-    ``anomalies`` (``path``, ``kind``, ``step``) of each parameter in its last column.
+    """A table of ``history`` (``names``, ``column(name)``, ``steps``, ``had_gradient``)
+    with the ``anomalies`` (``path``, ``kind``, ``step``) of each parameter in its last
+    column.
 
     Laid out as every table is (``render/grid.py``): at any width no number is cut;
     long parameter paths shorten in the middle, and columns that still do not fit are
@@ -41,18 +42,23 @@ def grads_table(history: Any, anomalies: Sequence[Any], *, ascii: bool = False) 
             flagged.setdefault(a.path, []).append(a)
         rows: list[list[str]] = []
         notes: list[str] = []
-        for name in history.names:
+        had = [history.had_gradient(r) for r in range(len(history.steps))]
+        for i, name in enumerate(history.names):
             values = history.column(name)
-            finite = [v for v in values if math.isfinite(v)]
+            there = [row[i] for row in had]
+            finite = [v for v, t in zip(values, there, strict=True) if t and math.isfinite(v)]
             last = values[-1] if values else None
-            cells = [format_stat(last)]
+            # NB: "-", not "nan", where the parameter had no gradient: a NaN gradient
+            # shows "nan" (and is flagged non-finite)
+            cells = [format_stat(last) if there and there[-1] else "-"]
             if finite:
                 cells += [format_stat(statistics.median(finite)), format_stat(min(finite)),
                           format_stat(max(finite))]
             else:
                 cells += ["", "", ""]
             rows.append(cells)
-            notes.append(_describe(flagged.get(name, [])))
+            note = _describe(flagged.get(name, []))
+            notes.append(note if any(there) or not there else (note or "no gradient"))
         names = list(history.names)
         styles = ["" if ascii or not n else "bold red" for n in notes]
         columns = [
