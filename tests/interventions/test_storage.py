@@ -252,3 +252,50 @@ def test_a_write_that_fails_is_named_and_leaves_an_interrupted_index(
     assert index["complete"] is False and "No space left on device" in index["error"]
     partial = hookscope.load_activations(tmp_path / "cap", partial=True)
     assert list(partial) == ["0"]
+
+
+def test_a_dataclass_output_is_copied_saved_and_patched_field_by_field(tmp_path: Path) -> None:
+    """pytree leaves a dataclass whole: the capture kept the live object (not detached,
+    changed by later in-place ops), the disk kept only its repr, and patches.zero() did
+    nothing."""
+    from dataclasses import dataclass
+
+    @dataclass
+    class Out:
+        hidden: torch.Tensor
+        extra: tuple[torch.Tensor, int]
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(3, 3)
+
+        def forward(self, x: torch.Tensor) -> Out:
+            h = self.fc(x)
+            return Out(h, (h * 2, 7))
+
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.block = Block()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            out = self.block(x)
+            out.hidden.mul_(10)  # in place, after the call
+            return out.hidden + out.extra[0]
+
+    torch.manual_seed(0)
+    model, x = Model(), torch.randn(2, 3)
+    with torch.no_grad():
+        at_exit = model.block.fc(x)
+    with hookscope.Capture(model, select="block") as cap:
+        model(x)
+    kept = cap.activations["block"]
+    assert isinstance(kept, Out) and not kept.hidden.requires_grad
+    assert torch.equal(kept.hidden, at_exit) and torch.equal(kept.extra[0], at_exit * 2)
+    hookscope.capture(model, x, select="block", save_to=tmp_path / "cap")
+    back = hookscope.load_activations(tmp_path / "cap")["block"]
+    assert torch.equal(back.hidden, at_exit) and back.extra[1] == 7
+    assert back.fields_of.endswith("Out")
+    with torch.no_grad(), hookscope.patch(model, {"block": hookscope.patches.zero()}):
+        assert torch.equal(model(x), torch.zeros(2, 3))

@@ -15,6 +15,7 @@ This runs in every hook call, so a bare tensor (the common case) takes a fast pa
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import sys
@@ -100,6 +101,24 @@ def iter_tensors(value: Any, root: str) -> Iterator[tuple[str, torch.Tensor]]:
     for path, leaf in _leaves(value, root):
         if isinstance(leaf, torch.Tensor):
             yield path, leaf
+
+
+def map_tensors(fn: Any, value: Any) -> Any:
+    """``value`` with ``fn(t)`` in place of every tensor ``t``, in containers pytree
+    knows (tuples, lists, dicts, HF ``ModelOutput``) and in dataclasses it does not (a
+    copy of each, its fields mapped): what ``iter_tensors`` finds, ``fn`` sees."""
+
+    def leaf(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            return fn(v)
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            new = copy.copy(v)
+            for f in dataclasses.fields(v):
+                object.__setattr__(new, f.name, map_tensors(fn, getattr(v, f.name)))
+            return new
+        return v
+
+    return pytree.tree_map(leaf, value)
 
 
 def _leaves(value: Any, root: str, *, attributes: bool = True) -> Iterator[tuple[str, Any]]:

@@ -25,13 +25,13 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_map
 
 from hookscope.core.failures import describe_failure
 from hookscope.core.inputs import parse_device
 from hookscope.core.probe import Probe
 from hookscope.core.records import Call
 from hookscope.core.selectors import ModuleSelector, compile_module_selector
+from hookscope.core.tensors import map_tensors
 from hookscope.core.tracer import Tracer
 from hookscope.errors import HookscopeError, ModelRunError, SpecError
 from hookscope.interventions.storage import Activations, ModuleInputs, ShardWriter, load_activations
@@ -88,10 +88,8 @@ class _OutputCapture(Probe):
 
     def _copy(self, value: Any) -> Any:
         device = self.capture.to
-        return tree_map(
-            lambda t: t.detach().to(t.device if device is None else device, copy=True)
-            if isinstance(t, torch.Tensor) else t,
-            value,
+        return map_tensors(  # NB: also into dataclasses, which pytree leaves whole
+            lambda t: t.detach().to(t.device if device is None else device, copy=True), value,
         )
 
 

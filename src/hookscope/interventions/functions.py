@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_map
 
 from hookscope.core.records import Call
+from hookscope.core.tensors import map_tensors
 from hookscope.errors import SpecError
 from hookscope.interventions.capture import CapturedActivations
 from hookscope.interventions.patch import PatchFn, call_aware
@@ -26,10 +26,7 @@ Index = int | Sequence[int] | None
 
 def _on_floats(fn: Callable[[torch.Tensor], torch.Tensor]) -> PatchFn:
     def patch_fn(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> Any:
-        return tree_map(
-            lambda t: fn(t) if isinstance(t, torch.Tensor) and t.is_floating_point() else t,
-            output,
-        )
+        return map_tensors(lambda t: fn(t) if t.is_floating_point() else t, output)
 
     return patch_fn
 
@@ -136,7 +133,7 @@ def _like(value: Any, output: Any, name: str) -> Any:
                 f"{list(value.shape)}, the output has {list(output.shape)}"
             )
         return value.to(device=output.device, dtype=output.dtype, copy=True)
-    return tree_map(lambda v: v.clone() if isinstance(v, torch.Tensor) else v, value)
+    return map_tensors(torch.clone, value)
 
 
 class _GradTransform(torch.autograd.Function):

@@ -22,10 +22,12 @@ before writing them; reading opens a shard only when a value is asked for
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, NamedTuple
 
 import torch
@@ -77,6 +79,13 @@ def encode_tree(value: Any, key: str, tensors: dict[str, torch.Tensor]) -> Any:
         return {kind: [encode_tree(v, f"{key}[{i}]", tensors) for i, v in enumerate(value)]}
     if value is None or isinstance(value, (bool, int, float, str)):
         return {"value": value}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        # its fields, by name (read back as a namespace: the class is not imported)
+        cls = type(value)
+        return {"fields": {"class": f"{cls.__module__}.{cls.__qualname__}", "values": {
+            f.name: encode_tree(getattr(value, f.name), f"{key}.{f.name}", tensors)
+            for f in dataclasses.fields(value)
+        }}}
     # NB: an object safetensors/JSON cannot hold is kept as its repr, never pickled
     return {"repr": repr(value)}
 
@@ -95,7 +104,19 @@ def decode_tree(doc: Any, tensor: Any) -> Any:
         return tuple(items) if kind == "tuple" else items
     if kind == "value":
         return body
+    if kind == "fields":
+        return Fields(body["class"], **{k: decode_tree(v, tensor)
+                                         for k, v in body["values"].items()})
     return _Unrestorable(body)
+
+
+class Fields(SimpleNamespace):
+    """A dataclass value read back from disk: its fields as attributes (``.hidden``),
+    and the name of its class (``fields_of``), which is not imported."""
+
+    def __init__(self, fields_of: str, **values: Any) -> None:
+        super().__init__(**values)
+        self.__dict__["fields_of"] = fields_of
 
 
 class _Unrestorable(str):
