@@ -389,6 +389,56 @@ def test_trace_backward(capsys: pytest.CaptureFixture[str]) -> None:
     assert json.loads(out)["calls"][0]["path"] == ""
 
 
+PARAMS_FILE = """
+import torch
+from torch import nn
+
+
+class Branchy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.a = nn.Linear(4, 4)
+        self.unused = nn.Linear(4, 4)
+        self.frozen = nn.Linear(4, 4).requires_grad_(False)
+        self.tied = nn.Linear(4, 4, bias=False)
+        self.again = nn.Linear(4, 4, bias=False)
+        self.again.weight = self.tied.weight
+
+    def forward(self, x):
+        return self.again(self.tied(self.frozen(self.a(x))))
+
+
+def make():
+    return Branchy()
+"""
+
+
+def test_trace_backward_table_names_every_parameter(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The per-parameter gradients were in the JSON only: the table named no unused
+    parameter. Oracle: the parameters' own gradients from autograd."""
+    path = tmp_path / "branchy.py"
+    path.write_text(PARAMS_FILE)
+    code, out, err = run_cli(capsys, "trace", f"{path}:make", "-i", "3,4", "--backward",
+                             "--width", "150")
+    assert code == 0, err
+    rows = {line.split()[0]: line.split() for line in out.splitlines()
+            if line.split() and line.split()[0] in
+            {"a.weight", "a.bias", "unused.weight", "frozen.weight", "tied.weight"}}
+    assert rows["unused.weight"][1] == "unused" and rows["frozen.weight"][1] == "frozen"
+    assert "(=" in " ".join(rows["tied.weight"])  # one row for the tied weight, its alias
+    namespace: dict[str, Any] = {}
+    exec(PARAMS_FILE, namespace)
+    model = namespace["make"]()
+    x = torch.randn((3, 4), generator=torch.Generator().manual_seed(0))
+    model(x).sum().backward()
+    assert rows["a.weight"][1] == "ok"
+    assert float(rows["a.weight"][2]) == pytest.approx(float(model.a.weight.grad.norm()),
+                                                       rel=1e-3, abs=0.0)
+
+
 def flop_counter_total(model: nn.Module, x: torch.Tensor) -> int:
     """Oracle: torch's own FlopCounterMode on the same model and input."""
     from torch.utils.flop_counter import FlopCounterMode

@@ -189,6 +189,11 @@ def trace_view(trace: Trace, fmt: str, view: TraceView) -> Rendered:
         ]
         if view.ops:
             tables.append(_ops_table(trace, top=view.top, ascii=ascii))
+        params = trace.facts.get("param_grads")
+        if params:  # --backward: each parameter's gradient, and those that got none
+            from hookscope.render.param_grads_table import param_grads_table
+
+            tables.append(param_grads_table(params, ascii=ascii))
         repeat = trace.meta.get("repeat")
         if repeat:
             tables.append(Text(f"times are medians of {repeat} runs"))
