@@ -94,3 +94,14 @@ def test_break_at_matching_no_module_names_the_option(
     code, _, err = run_cli(capsys, "trace", f"{models}:clean", "-i", "3,4", "--break-at", "zz*")
     line = assert_one_error_line(code, err, "--break-at 'zz*' matches no module", "'0'")
     assert "at=" not in line and seen == []
+
+
+@pytest.mark.parametrize("option", [["--sort", "time"], ["--top", "2"], ["--columns", "time"],
+                                    ["--depth", "1"]])
+def test_find_anomaly_refuses_options_of_the_trace_table(
+    models: str, capsys: pytest.CaptureFixture[str], option: list[str]
+) -> None:
+    """They were accepted and ignored: the report has no table to sort or cut."""
+    code, _, err = run_cli(capsys, "trace", f"{models}:nan", "-i", "3,4", "--find-anomaly",
+                           *option)
+    assert_one_error_line(code, err, f"drop {option[0]}")

@@ -183,7 +183,8 @@ def trace_command(
                          backward=backward)
         check_trace_view(view, fmt.value, unmeasured=off)
         debug_options.check_debug_options(find_anomaly=find_anomaly, break_at=break_at,
-                                          break_on=break_on, repeat=repeat, fmt=fmt.value)
+                                          break_on=break_on, repeat=repeat, fmt=fmt.value,
+                                          view=view)
         check_output(output)
         too_large = "stop" if time or stats or memory else "meta"  # values need memory
         with model_prints_to_stderr():

@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import Enum
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -49,14 +49,24 @@ BreakOnOpt = Annotated[BreakOn | None, typer.Option(
 
 def check_debug_options(
     *, find_anomaly: bool, break_at: str | None, break_on: BreakOn | None, repeat: int,
-    fmt: str,
+    fmt: str, view: Any = None,
 ) -> None:
     """Reject combinations that would silently ignore an option.
 
     Raises:
-        SpecError: ``--find-anomaly`` with ``--break-*``, ``--repeat`` or ``--format csv``.
+        SpecError: ``--find-anomaly`` with ``--break-*``, ``--repeat``, ``--format csv``
+            or an option of the trace table (``view``: ``--sort``, ``--top``,
+            ``--columns``, ``--depth``), which its report does not have.
     """
     from hookscope.errors import SpecError
+
+    if find_anomaly and view is not None:
+        given = [flag for flag, value in (("--sort", view.sort), ("--top", view.top),
+                                          ("--columns", view.columns), ("--depth", view.depth))
+                 if value is not None]
+        if given:
+            raise SpecError(f"--find-anomaly prints its report, not the trace table; drop "
+                            f"{', '.join(given)}")
 
     if find_anomaly and (break_at is not None or break_on is not None):
         raise SpecError("--find-anomaly reports the first NaN/Inf and stops; drop "
