@@ -6,6 +6,7 @@ overflow on a reused module's second call, the gradient of sqrt at 0)."""
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import pytest
@@ -407,3 +408,15 @@ def test_the_meta_device_is_a_spec_error_not_a_clean_run() -> None:
         hookscope.find_anomaly(model.to("meta"), x.to("meta"))
     with pytest.raises(hookscope.SpecError, match="meta"):
         hookscope.find_anomaly(nn.Sequential(nn.Linear(4, 4), Log()), x.to("meta"))
+
+
+def test_batch_norm_writing_its_statistics_is_marked_in_place() -> None:
+    """native_batch_norm updates running_mean/var without saying so in its schema: the
+    report listed them as NaN inputs, as if they had been NaN before the op."""
+    model = nn.Sequential(nn.BatchNorm1d(4)).train()
+    x = torch.randn(6, 4)
+    x[0, 0] = math.nan
+    report = hookscope.find_anomaly(model, x)
+    assert report is not None and report.first.op is not None
+    assert "batch_norm" in report.first.op.name and report.first.op.inplace
+    assert torch.isfinite(model[0].running_mean).all()  # and the model is put back

@@ -259,11 +259,20 @@ class OpCheckMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
 
 
 def _writes(func: Any) -> bool:
-    """Whether the op writes into one of its arguments (``add_``, ``out=``)."""
+    """Whether the op writes into one of its arguments (``add_``, ``out=``; and the
+    batch norms whose schemas do not say so: they update the running statistics they
+    are given, so those inputs are read after the op wrote them)."""
     schema = getattr(func, "_schema", None)
-    return schema is not None and any(
-        a.alias_info is not None and a.alias_info.is_write for a in schema.arguments
-    )
+    if schema is None:
+        return False
+    if schema.name in _UNANNOTATED_WRITERS:
+        return True
+    return any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+
+
+_UNANNOTATED_WRITERS = frozenset(
+    {"aten::native_batch_norm", "aten::cudnn_batch_norm", "aten::miopen_batch_norm"}
+)
 
 
 def _elements(out: Any) -> int:
