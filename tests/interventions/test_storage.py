@@ -299,3 +299,14 @@ def test_a_dataclass_output_is_copied_saved_and_patched_field_by_field(tmp_path:
     assert back.fields_of.endswith("Out")
     with torch.no_grad(), hookscope.patch(model, {"block": hookscope.patches.zero()}):
         assert torch.equal(model(x), torch.zeros(2, 3))
+
+
+def test_activations_inside_a_saving_block_is_an_error_not_an_empty_dict(
+    tmp_path: Path,
+) -> None:
+    model = nn.Sequential(nn.Identity())
+    with hookscope.Capture(model, select="0", save_to=tmp_path / "cap") as cap:
+        model(torch.ones(1))
+        with pytest.raises(hookscope.SpecError, match="after the with block"):
+            cap.activations  # noqa: B018
+    assert list(cap.activations) == ["0"]

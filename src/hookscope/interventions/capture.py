@@ -192,9 +192,20 @@ class Capture:
     @property
     def activations(self) -> Mapping[str, Any]:
         """The captured values by call name (a dict, or the lazy reader of ``save_to``
-        once the block ended)."""
+        once the block ended).
+
+        Raises:
+            SpecError: asked inside the block of a capture with ``save_to``: its values
+                are on their way to disk (this was an empty dict).
+        """
         if self._writer is not None and self._tracer is None:
             return load_activations(self._writer.directory, partial=True)
+        if self._writer is not None:
+            raise SpecError(
+                "this Capture writes to save_to=: read cap.activations after the with "
+                "block, or hookscope.load_activations(save_to, partial=True) for the "
+                "shards written so far"
+            )
         return self._memory
 
     def __enter__(self) -> Capture:
