@@ -49,6 +49,10 @@ def test_grads_errors_are_one_line(
     assert_one_error_line(code, err)
     code, _, err = run_cli(capsys, "grads", model_file, "--input", "3,4", "--device", "meta")
     assert_one_error_line(code, err, "meta")
+    for option, value in (("--explode-above", "-3"), ("--vanish-below", "0")):
+        code, _, err = run_cli(capsys, "grads", model_file, "--input", "3,4", option, value)
+        line = assert_one_error_line(code, err, f"{option} must be a positive number")
+        assert "_" not in line.split(":")[1].split()[0]  # the option, not the argument
 
 
 @pytest.mark.parametrize("plot", ["out.txt", "out.pgf", "missing-dir/g.png"])

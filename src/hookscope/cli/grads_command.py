@@ -61,6 +61,7 @@ def grads_command(
             raise SpecError("grads trains the model; --device meta has no values to train")
         if plot is not None:
             _check_plot(plot)  # before the model is built and trained, not after
+        _check_thresholds(explode_above=explode_above, vanish_below=vanish_below)
         with model_prints_to_stderr():
             prepared = prepare(model, inputs=inputs or [], config=config, device=device)
             monitor = _train(prepared, steps=steps, lr=lr, explode_above=explode_above,
@@ -68,6 +69,23 @@ def grads_command(
         if plot is not None:
             monitor.plot(plot)
         target.write(_view(monitor))
+
+
+def _check_thresholds(**thresholds: float | None) -> None:
+    """``--explode-above``/``--vanish-below`` are positive numbers (checked here, so
+    that the error names the option, not ``GradientMonitor``'s argument).
+
+    Raises:
+        SpecError: one is zero, negative or not a number.
+    """
+    import math
+
+    from hookscope.errors import SpecError
+
+    for name, value in thresholds.items():
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise SpecError(f"--{name.replace('_', '-')} must be a positive number, "
+                            f"got {value}")
 
 
 def _check_plot(path: Path) -> None:
