@@ -49,7 +49,6 @@ from hookscope.core.handles import HandleGroup
 from hookscope.core.node_owners import NodeOwners
 from hookscope.core.records import Call, ParamGrad
 from hookscope.core.tensors import iter_call_inputs, iter_tensors
-from hookscope.core.view_grads import Fire, fired_once, watch_through_base
 
 Dispatch = Callable[[str, Call | None, Any], None]
 """``dispatch(event, call, payload)``: the tracer's delivery of one backward event."""
@@ -112,7 +111,9 @@ class BackwardWatch:
         inputs = list(iter_call_inputs(args, kwargs))
         tensors = _needing_grad(inputs)
         if tensors:
-            self._watch(tensors, lambda grads: self._exit(call, tuple(grads)))
+            self._handles.add(
+                register_multi_grad_hook(tensors, lambda grads: self._exit(call, tuple(grads)))
+            )
         elif leaves := _leaves(inputs):  # hooked when the call ends (watch_outputs)
             self._leaf_inputs[call.index] = leaves
 
@@ -134,19 +135,11 @@ class BackwardWatch:
             self._watch_leaves(call, leaves)
         tensors = _needing_grad(iter_tensors(output, "out"))
         if tensors:
-            self._watch(tensors, lambda grads: self._enter(call, tuple(grads)))
+            self._handles.add(
+                register_multi_grad_hook(tensors, lambda grads: self._enter(call, tuple(grads)))
+            )
             if start is not None and call.parent is None:  # the graph of a whole forward
                 self._watch_nodes(tensors, start)
-
-    def _watch(self, tensors: list[torch.Tensor], fire: Fire) -> None:
-        """``fire(grads)`` when the gradients of ``tensors`` are ready; a lone view is
-        also watched through its base (``core/view_grads.py``: an in-place op on it
-        after this call would drop the hook on it)."""
-        if len(tensors) == 1 and tensors[0]._base is not None:
-            own, through_base = fired_once(fire)
-            if watch_through_base(tensors[0], through_base, self._handles):
-                fire = own
-        self._handles.add(register_multi_grad_hook(tensors, fire))
 
     def _watch_nodes(self, outputs: list[torch.Tensor], start: int) -> None:
         """Hook every autograd node a top-level call's forward made (sequence number
