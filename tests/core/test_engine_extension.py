@@ -293,8 +293,8 @@ class _Swallowing(nn.Sequential):
             return x
 
 
-@pytest.mark.parametrize("selected", [None, "2"])
-def test_a_probe_error_the_block_handled_stays_handled(selected: str | None) -> None:
+@pytest.mark.parametrize("selected", [None, ["<root>", "2"]])
+def test_a_probe_error_the_block_handled_stays_handled(selected: list[str] | None) -> None:
     """An error that reached the code in the block, which caught it, was raised again
     when the block ended; one the model swallowed still is (the run did stop)."""
     class BrokenOnce(BrokenProbe):
@@ -312,6 +312,15 @@ def test_a_probe_error_the_block_handled_stays_handled(selected: str | None) -> 
     with pytest.raises(hookscope.ProbeError, match="a bug in the probe"), \
             hookscope.Tracer(swallowing, probes=[BrokenProbe()]):
         swallowing(torch.randn(2, 4))
+    # where the root is not observed, or the model is another module's part, what
+    # catches the error is not known: it is raised again
+    with pytest.raises(hookscope.ProbeError, match="a bug in the probe"), \
+            hookscope.Tracer(swallowing, probes=[BrokenProbe()], select="2"):
+        swallowing(torch.randn(2, 4))
+    outer = _Swallowing(nn.Identity(), mlp())
+    with pytest.raises(hookscope.ProbeError, match="a bug in the probe"), \
+            hookscope.Tracer(outer[1], probes=[BrokenProbe()]):
+        outer(torch.randn(2, 4))
 
 
 class DoubleOutput(Probe):

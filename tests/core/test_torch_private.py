@@ -355,3 +355,20 @@ def test_a_module_with_its_own_slow_forward_keeps_torch_s_call_path() -> None:
         torch.jit.trace(traced, torch.randn(1, 2), check_trace=False)
     assert called == [1]
     assert [c.path for c in traces[0].calls] == ["", "0", "1"]
+
+
+def test_a_module_call_inside_another_is_told_from_a_top_level_one() -> None:
+    """``inside_another_module_call`` counts ``Module.__call__`` frames: torch's
+    ``__call__`` must still be ``_wrapped_call_impl``, with its own code object."""
+    assert torch_private._WRAPPED_CALL_CODE is not None
+    seen: list[bool] = []
+
+    class Probe(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen.append(torch_private.inside_another_module_call())
+            return x
+
+    probe = Probe()
+    probe(torch.ones(1))
+    nn.Sequential(probe)(torch.ones(1))
+    assert seen == [False, True]

@@ -120,6 +120,30 @@ def test_activation_patching_replaces_with_the_captured_call() -> None:
     assert total_hooks(model) == 0
 
 
+def test_a_patch_error_the_loop_caught_is_not_raised_again_at_the_end() -> None:
+    """A loop that skips the batch a patch function refused, and goes on: leaving the
+    block raised the same ProbeError again."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)).eval()
+
+    def picky(module: nn.Module, inputs: Any, output: torch.Tensor) -> torch.Tensor:
+        if inputs[0].shape[0] == 1:
+            raise ValueError("batch of one not supported")
+        return output * 0
+
+    skipped, outputs = [], []
+    with torch.no_grad(), hookscope.patch(model, {"0": picky}):
+        for x in (torch.randn(1, 4), torch.randn(3, 4)):
+            try:
+                outputs.append(model(x))
+            except hookscope.ProbeError:
+                skipped.append(x.shape[0])
+    with torch.no_grad():
+        expected = model[2](model[1](torch.zeros(3, 4)))
+    assert skipped == [1] and torch.equal(outputs[0], expected)
+    assert total_hooks(model) == 0
+
+
 def test_replace_with_on_a_second_forward_in_one_block_says_why() -> None:
     model = nn.Sequential(nn.Linear(2, 2))
     clean = hookscope.capture(model, torch.randn(1, 2), select="0")

@@ -293,8 +293,8 @@ def _raised(
     """``call`` raised ``exc``: record the failure and hand it to the exit dispatch,
     unless it is hookscope's own stop or error passing through."""
     if isinstance(exc, tracer._control_types):
-        if not tracer._stack:  # out of the outermost call: in the caller's hands now
-            tracer._delivered = exc
+        if not tracer._stack and not call.path:  # out of the model: in the block's hands
+            tracer._delivered(exc)
         return
     tracer._failures.record(call, exc)
     control = tracer._control

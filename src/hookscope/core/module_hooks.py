@@ -142,8 +142,8 @@ def make_module_post_hook(tracer: Tracer) -> Callable[..., Any]:
         if failed:
             assert exc is not None
             if isinstance(exc, control):  # hookscope's own stop or error passing through
-                if not stack:  # out of the outermost call: in the caller's hands now
-                    tracer._delivered = exc
+                if not stack and not call.path:  # out of the model: in the block's hands
+                    tracer._delivered(exc)
                 return None
             failures.record(call, exc)
         owners = tracer._owners

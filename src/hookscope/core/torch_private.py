@@ -110,6 +110,27 @@ def replace_call_impl(expected: Callable[..., Any], new: Callable[..., Any]) -> 
         return True
 
 
+def inside_another_module_call() -> bool:
+    """Whether the module call now ending (its ``Module.__call__`` frame is on the stack)
+    was made inside another module's call: a second ``_wrapped_call_impl`` frame further
+    up. (An error leaving a tracer's root is then in that module's hands, not the
+    caller's.) ``False`` where torch's ``__call__`` is not ``_wrapped_call_impl``."""
+    code = _WRAPPED_CALL_CODE
+    if code is None:
+        return False
+    seen, frame = 0, sys._getframe(1)
+    while frame:
+        if frame.f_code is code:
+            seen += 1
+            if seen > 1:
+                return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
+_WRAPPED_CALL_CODE = getattr(getattr(nn.Module, "_wrapped_call_impl", None), "__code__", None)
+
+
 def overrides_call_impl(cls: type) -> bool:
     """Whether a module class has a ``_call_impl`` of its own (``torch.compiler.disable``
     on the class puts one there: its calls never reach the stand-in), or a

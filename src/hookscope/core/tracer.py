@@ -37,6 +37,7 @@ from typing import Any, NoReturn
 import torch
 from torch import nn
 
+from hookscope.core import torch_private
 from hookscope.core.backward import BackwardWatch
 from hookscope.core.failures import FailureTracker, add_note, describe_failure
 from hookscope.core.fast_path import install_call_path, plan_calls
@@ -169,7 +170,9 @@ class Tracer:
         self._lazy = False
         self._failures = FailureTracker([])
         self._control: HookscopeError | None = None  # a stop or probe error, once raised
-        self._delivered: BaseException | None = None  # one that left the outermost call
+        #: the last stop or probe error not yet seen leaving the model (its root call)
+        #: or a backward for the code in the block: raised at the exit if none did
+        self._undelivered: ProbeError | RunStopped | None = None
         self._control_types = _CONTROL
         self._backward: BackwardWatch | None = None
         self._owners: NodeOwners | None = None
@@ -262,7 +265,7 @@ class Tracer:
         self._overhead_at_start.clear()
         self._failures = FailureTracker(self.trace.calls)
         self._control = None
-        self._delivered = None  # the control exception that left the outermost call
+        self._undelivered = None
         self._state = ModelState(table, buffers=self._restore_buffers) \
             if self._restore_state else None
         self._t0 = perf_counter_ns()
@@ -349,10 +352,12 @@ class Tracer:
             add_note(exc, f"hookscope: also, {probe_error}")
         if isinstance(control, (ProbeError, RunStopped)):
             control.trace = trace
-            # the model swallowed it: the run still stopped; but one that left the
-            # outermost call reached the code in the block, which handled it
-            if exc is None and control is not self._delivered:
-                raise control
+            # the model swallowed one: the run still stopped (but one that left the model
+            # reached the code in the block, which handled it: a loop skipping a batch)
+            pending = self._undelivered
+            if exc is None and pending is not None:
+                pending.trace = trace
+                raise pending
         if exc is not None and trace.error is not None and trace.error.call is not None:
             add_note(exc, f"hookscope: {describe_failure(trace)}")
 
@@ -527,15 +532,27 @@ class Tracer:
         probe = probe if isinstance(probe, Probe) else getattr(fn, "probe", None)
         if isinstance(error, RunStopped):
             error.locate(probe.name if isinstance(probe, Probe) else "", call)
-            found: HookscopeError = error
+            found: ProbeError | RunStopped = error
         elif isinstance(error, ProbeError):
             return error
         else:
             found = _probe_error(probe, event, call, error)
         self._control = found
-        if not self._stack:  # raised out of the outermost observed call (or a backward):
-            self._delivered = found  # the code in the block gets it, and may handle it
+        # raised out of a backward, or out of the model's own root call: the code in the
+        # block gets it (and may handle it); anywhere else, the model may swallow it
+        if event not in BACKWARD_EVENTS and not (
+            call is not None and not call.path and not self._stack
+            and not torch_private.inside_another_module_call()
+        ):
+            self._undelivered = found
         return found
+
+    def _delivered(self, error: BaseException) -> None:
+        """``error`` left the model's root call: it is in the block's hands now (unless
+        the model is a submodule called by another module's forward, which may swallow
+        it)."""
+        if error is self._undelivered and not torch_private.inside_another_module_call():
+            self._undelivered = None
 
     # -- hooks -------------------------------------------------------------------
 

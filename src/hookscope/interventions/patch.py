@@ -86,7 +86,7 @@ class _OutputPatch(Probe):
         if failed:
             return None
         replaced = False
-        for fn in self.plan[call.path]:
+        for fn in self.plan.get(call.path, ()):
             if getattr(fn, "hookscope_call_aware", False):
                 new = fn(module, args, output, call=call)
             else:
@@ -107,7 +107,7 @@ class _InputPatch(Probe):
         self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
         replaced = False
-        for fn in self.plan[call.path]:
+        for fn in self.plan.get(call.path, ()):
             new = fn(module, args, kwargs)
             if new is None:
                 continue
@@ -125,8 +125,10 @@ class PatchHandle:
     ``with`` block."""
 
     def __init__(self, model: nn.Module, probe: Probe, paths: set[str]) -> None:
+        # NB: the root is observed too (it passes through): an error that leaves it is
+        # in the block's hands, which may handle it (core/tracer.py: undelivered errors)
         self._tracer: Tracer | None = Tracer(
-            model, shapes=False, probes=[probe], select=lambda path: path in paths
+            model, shapes=False, probes=[probe], select=lambda path: path in paths or not path
         )
         self._tracer.__enter__()
         self.paths = sorted(paths)
