@@ -421,3 +421,20 @@ def test_a_nan_gradient_is_not_taken_for_a_missing_one() -> None:
     rows = {line.split()[0]: line for line in text.splitlines() if line[:1] in "01"}
     assert "nan" in rows["0.weight"] and "nonfinite" in rows["0.weight"]
     assert "nan" not in rows["1.weight"] and "no gradient" in rows["1.weight"]
+
+
+def test_the_loops_own_exception_is_the_one_raised_from_the_block() -> None:
+    """Recording the last steps when the loop raised could fail too (a full disk under
+    the writer), and that error replaced the loop's."""
+
+    class BadWriter:
+        def add_scalar(self, tag: str, value: float, step: int) -> None:
+            raise OSError("disk full")
+
+    model = nn.Linear(2, 1)
+    with pytest.raises(KeyError, match="the loop's own"), \
+            pytest.warns(UserWarning, match="could not record the monitor's last steps"), \
+            hookscope.GradientMonitor(model, writer=BadWriter(), log_every=10) as mon:
+        model(torch.ones(1, 2)).sum().backward()
+        mon.step()
+        raise KeyError("the loop's own error")

@@ -20,6 +20,7 @@ computed. Without clipping nothing is written: training is bit-identical.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
@@ -144,6 +145,12 @@ class GradientMonitor:
         try:
             if flush:
                 self._flush(quiet=quiet)
+        except Exception as e:
+            if not quiet:
+                raise
+            # NB: the loop's own exception is the one to see: this one only said so
+            warnings.warn(f"hookscope: could not record the monitor's last steps: "
+                          f"{type(e).__name__}: {e}", UserWarning, stacklevel=3)
         finally:
             self._handles.remove()
 
