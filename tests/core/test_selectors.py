@@ -34,6 +34,8 @@ PATHS = [
         ("**", PATHS),
         ("*", ["conv1", "layer1", "layer2", "fc"]),  # not the root: it has no segment
         (["*", "<root>"], ["", "conv1", "layer1", "layer2", "fc"]),
+        ("*.**", [p for p in PATHS if p]),  # one segment at least: not the root
+        ("**.*", [p for p in PATHS if p]),
         ("<root>", [""]),
         (["fc", "conv1"], ["conv1", "fc"]),
         ("layer1.0.downsample.0", ["layer1.0.downsample.0"]),

@@ -310,3 +310,31 @@ def test_activations_inside_a_saving_block_is_an_error_not_an_empty_dict(
         with pytest.raises(hookscope.SpecError, match="after the with block"):
             cap.activations  # noqa: B018
     assert list(cap.activations) == ["0"]
+
+
+def test_a_dataclass_field_named_like_a_child_module_keeps_its_own_key(
+    tmp_path: Path,
+) -> None:
+    from dataclasses import dataclass
+
+    @dataclass
+    class Out:
+        features: torch.Tensor
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.features = nn.Linear(2, 2)
+
+        def forward(self, x: torch.Tensor) -> Out:
+            return Out(self.features(x) * 3)
+
+    model = nn.Sequential()
+    model.add_module("net", Net())
+    model.forward = lambda x: model.net(x)  # type: ignore[method-assign]
+    x = torch.randn(1, 2)
+    memory = hookscope.capture(model, x, select="net.**")
+    hookscope.capture(model, x, select="net.**", save_to=tmp_path / "cap")
+    disk = hookscope.load_activations(tmp_path / "cap")
+    assert torch.equal(disk["net"].features, memory["net"].features)
+    assert torch.equal(disk["net.features"], memory["net.features"])

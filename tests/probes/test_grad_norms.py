@@ -396,3 +396,22 @@ def test_a_backward_for_the_inputs_only_does_not_call_parameters_unused() -> Non
     assert tracer.trace is not None
     status = {s.path: s.status for s in tracer.trace.param_grads}
     assert status["0.spare.weight"] == "unused" and status["0.weight"] == "ok"
+
+
+def test_a_batched_gradient_after_a_real_one_leaves_its_numbers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import hookscope.probes.grads as grads_probe
+
+    monkeypatch.setattr(grads_probe, "_BATCHED_WARNED", [True])  # said already
+    torch.manual_seed(19)
+    model = nn.Linear(3, 2)
+    x = torch.randn(4, 3)
+    with hookscope.Tracer(model, grads=True) as tracer:
+        model(x).sum().backward()
+        torch.autograd.grad(model(x), [model.weight], torch.ones(5, 4, 2),
+                            is_grads_batched=True)
+    assert tracer.trace is not None and model.weight.grad is not None
+    stats = {s.path: s for s in tracer.trace.param_grads}["weight"]
+    assert stats.norm == pytest.approx(float(model.weight.grad.double().norm()),
+                                       rel=1e-6, abs=0.0)

@@ -121,8 +121,8 @@ def glob_to_regex(pattern: str) -> str:
             out.append(re.escape(pattern[i]))
             i += 1
     # the root's path has no segment: only ``<root>`` (or its path, ``""``) and ``**``
-    # (also none) match it, not ``*`` (within one segment)
-    nonempty = "" if "**" in pattern or not pattern else "(?=.)"
+    # alone (any number of segments, also none) match it; not ``*``, nor ``**.*``
+    nonempty = "" if pattern in ("", "**") else "(?=.)"
     return "(?:" + nonempty + "".join(out) + r")\Z"
 
 

@@ -61,9 +61,10 @@ def _safetensors() -> Any:
 def encode_tree(value: Any, key: str, tensors: dict[str, torch.Tensor]) -> Any:
     """JSON for ``value``; its tensors go into ``tensors`` under keys from ``key``.
 
-    NB: a step into a container is written ``[0]`` or ``["name"]``, never ``.0``: a
-    dotted step made the key of a tuple's element the key of a child module's call
-    (``layers.0`` returning a tuple, and ``layers.0.0``), and one overwrote the other.
+    NB: a step into a container (or a dataclass's field) is written ``[0]`` or
+    ``["name"]``, never ``.0``: a dotted step made the key of a tuple's element the key
+    of a child module's call (``layers.0`` returning a tuple, and ``layers.0.0``), and
+    one overwrote the other.
     (The keys are read back from the structure, so any earlier scheme still reads.)"""
     if isinstance(value, torch.Tensor):
         tensors[key] = value.contiguous()
@@ -83,7 +84,7 @@ def encode_tree(value: Any, key: str, tensors: dict[str, torch.Tensor]) -> Any:
         # its fields, by name (read back as a namespace: the class is not imported)
         cls = type(value)
         return {"fields": {"class": f"{cls.__module__}.{cls.__qualname__}", "values": {
-            f.name: encode_tree(getattr(value, f.name), f"{key}.{f.name}", tensors)
+            f.name: encode_tree(getattr(value, f.name), f"{key}[{json.dumps(f.name)}]", tensors)
             for f in dataclasses.fields(value)
         }}}
     # NB: an object safetensors/JSON cannot hold is kept as its repr, never pickled

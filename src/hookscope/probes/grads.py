@@ -219,10 +219,11 @@ class GradsProbe(Probe):
         if slot is not None and isinstance(grad.grad, torch.Tensor):
             # NB: a gradient on the meta device has a shape but no values to measure, and
             # a batched one (is_grads_batched) a batch of them
-            batched = torch_private.batched(grad.grad)
-            if batched:
-                _skipped_batched()
-            slot.values = None if grad.grad.is_meta or batched else _grad_stats(grad.grad)
+            if torch_private.batched(grad.grad):  # a batch of gradients: no numbers,
+                _skipped_batched()  # nor does it erase those of a real one before it
+                slot.events += 1
+                return
+            slot.values = None if grad.grad.is_meta else _grad_stats(grad.grad)
             slot.events += 1
 
     def finalize(self, trace: Trace) -> None:
