@@ -320,11 +320,18 @@ def grad_norms(grads: list[torch.Tensor], ord: float) -> list[torch.Tensor]:
         try:
             found = torch._foreach_norm(chosen, ord, dtype=None if wide is dtype else wide)
         except (TypeError, RuntimeError):  # no dtype= in this torch, or not a float dtype
+            if wide is not dtype and not _NARROW_WARNED:
+                _NARROW_WARNED.append(True)
+                warnings.warn(f"hookscope: this torch cannot take {dtype} gradient norms in "
+                              f"{wide}; they are taken in {dtype} (they may overflow)",
+                              UserWarning, stacklevel=4)
             found = torch._foreach_norm(chosen, ord)
         for i, n in zip(indices, found, strict=True):
             out[i] = n
     return out  # type: ignore[return-value]
 
+
+_NARROW_WARNED: list[bool] = []
 
 #: The dtype a gradient's norm accumulates in, where it is not the gradient's own.
 _NORM_DTYPE = {
