@@ -672,3 +672,11 @@ def test_cli_main_stays_the_entry_point_after_a_run(capsys: pytest.CaptureFixtur
 
     run_cli(capsys, "--version")
     assert callable(hookscope.cli.main) and hookscope.cli.main.__module__ == "hookscope.cli"
+
+
+def test_a_failing_call_names_its_inputs_dtypes(capsys: pytest.CaptureFixture[str]) -> None:
+    """The error named the shapes only: an int64 input, the cause, was not shown."""
+    code, _, err = run_cli(capsys, "summary", CNN, "-i", "1,3,32,32:int64")
+    assert_one_error_line(code, err, "with inputs args[0]=[1, 3, 32, 32] int64:")
+    code, _, err = run_cli(capsys, "summary", CNN, "-i", "1,4,32,32")
+    assert_one_error_line(code, err, "with inputs args[0]=[1, 4, 32, 32]:")  # float32

@@ -11,6 +11,7 @@ attributed to where it began; the tracer turns it into ``Trace.error`` (a
 from __future__ import annotations
 
 from hookscope.core.records import Call, FailureRecord, Trace
+from hookscope.core.tensors import shape_text
 
 
 def message(exc: BaseException) -> str:
@@ -91,7 +92,9 @@ def describe_failure(trace: Trace) -> str:
     if inputs is None:  # the shapes probe did not run: the inputs are not known
         received = ""
     else:
-        shapes = ", ".join(f"{m.path}={list(m.shape)}" for m in inputs) or "no tensor inputs"
+        # NB: with the dtype when it is not float32, as the tables write it: a wrong
+        # dtype (int64 images, float token ids) is as often the cause as a shape
+        shapes = ", ".join(f"{m.path}={shape_text(m)}" for m in inputs) or "no tensor inputs"
         received = f" with inputs {shapes}"
     return (
         f"{err.exception_type} in module {where!r} ({call.module_class}, call {call.call_index})"
