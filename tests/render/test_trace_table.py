@@ -212,3 +212,20 @@ def test_format_stat_and_percent() -> None:
     ]
     assert format_stat(0.123456, digits=3) == "0.123"
     assert (format_percent(0.5123), format_percent(None)) == ("51.2%", "")
+
+
+@pytest.mark.parametrize("width", [44, 36, 28, 24])
+def test_a_shortened_fold_keeps_its_range_readable(width: int) -> None:
+    """A fold's name was cut as one string: ``layers.1 .… layers.79``, ``h.1….11``."""
+    from hookscope.render.labels import _elide_name, shorten_tree
+
+    cell = "  layers.1 ... layers.79 (LlamaDecoderLayer) x79"
+    short = shorten_tree(cell, width)
+    assert len(short) <= width and short.endswith(") x79")
+    name = short.strip().partition(" (")[0]
+    assert name in ("layers.1 ... layers.79", "layers.1...layers.79", "layers.1…layers.79",
+                    "layers.1…79")
+    assert _elide_name("h.1 ... h.11", 6) == "h.1…11"
+    assert _elide_name("layers.1 ... layers.79", 11) == "layers.1…79"
+    assert _elide_name("layers.1 ... layers.79", 19) == "layers.1…layers.79"
+    assert _elide_name("layers.1 ... layers.79", 20) == "layers.1...layers.79"

@@ -116,8 +116,26 @@ def shorten_tree(cell: str, width: int) -> str:
     kind = elide(kind, kind_room)
     over = len(indent) + len(name) + 2 + len(kind) + 1 + len(tail) - width
     if over > 0:
-        name = elide(name, max(len(name) - over, 5))
+        name = _elide_name(name, max(len(name) - over, 5))
     return f"{indent}{name} ({kind}{close}{tail}"
+
+
+def _elide_name(name: str, width: int) -> str:
+    """``name`` in ``width``; a fold's range (``h.1 ... h.11``) keeps its separator
+    whole and shortens each end (cut as one string, it read ``h.1 .… h.11``)."""
+    for sep in (" ... ", " … "):
+        first, found, last = name.partition(sep)
+        if not found:
+            continue
+        # the separator tightened, then one character, then the end without the
+        # dotted prefix both ends share (``layers.1…79``)
+        head = first.rpartition(".")[0] + "."
+        short = last[len(head):] if head != "." and last.startswith(head) else last
+        for text in (f"{first}{sep.strip()}{last}", f"{first}…{last}", f"{first}…{short}"):
+            if len(text) <= width:
+                return text
+        break
+    return elide(name, width)
 
 
 def tree_min(cells: Sequence[str]) -> int:
