@@ -4,14 +4,17 @@ No rich here: joining padded strings is what makes ``print(hookscope.summary(...
 cheap (a few milliseconds per hundred rows, ``benchmarks/bench_render.py``). The
 layout is rich's ``SIMPLE`` box in ASCII: the header, a rule, the rows, a rule, the
 footer, then the caption; columns are two spaces apart, without vertical lines, so
-more columns fit.
+more columns fit. A shortened label's ``…`` is drawn as ``~``: the text is ASCII.
 """
 
 from __future__ import annotations
 
-from hookscope.render.grid import Fitted, Grid, GridColumn, fit, wrap_header
+from hookscope.render.grid import ELLIPSIS, Fitted, Grid, GridColumn, fit, wrap_header
 
 GAP = 2
+ASCII_ELLIPSIS = "~"
+"""What a shortened label shows in plain text for the ``…`` of rich and HTML tables: one
+character too, so the layout is the same, and the text stays ASCII."""
 
 
 def render_plain(grid: Grid, *, width: int, sep: str = " | ") -> str:
@@ -42,7 +45,7 @@ def draw(fitted: Fitted) -> str:
         out.append(rule)
         out.append(_line([c.footer for c in cols], widths, justify, gap))
     out.extend(fitted.caption)
-    return "\n".join(out) + "\n"
+    return ("\n".join(out) + "\n").replace(ELLIPSIS, ASCII_ELLIPSIS)
 
 
 def _line(cells: list[str], widths: list[int], numeric: list[bool], gap: str) -> str:
