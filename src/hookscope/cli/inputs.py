@@ -181,6 +181,11 @@ def _parse_shape(shape_text: str, text: str) -> tuple[int, ...]:
         )
     dims: list[int] = []
     for part in re.split(r"[,xX]", shape_text):
+        if not part.strip():  # '1,4,', '1,,4', 'x': a separator with no size beside it
+            raise SpecError(
+                f"input spec {text!r} has an empty dimension (a ',' or 'x' at an end, or "
+                "two in a row); write one integer size between separators, e.g. '1,3,224,224'"
+            )
         try:
             dim = int(part)
         except ValueError:
