@@ -501,7 +501,7 @@ def test_median_times_takes_the_median_per_call() -> None:
         (["summary", "missing_file.py:make", "-i", "1,4"], ["not found"]),
         (["summary", "hookscope.examples:no_such", "-i", "2,2"], ["no attribute 'no_such'"]),
         (["summary", "no_such_pkg.mod:make"], ["module 'no_such_pkg.mod' not found"]),
-        (["summary", SEED, "--input", "2,x"], ["'x'", "not an integer"]),
+        (["summary", SEED, "--input", "2,x"], ["'2,x'", "empty dimension"]),
         (["summary", SEED, "--input", "2,2:float99"], ["dtype 'float99'"]),
         (["summary", SEED], ["no default inputs", "--input"]),
         (["summary", SEED, "-i", "2,2", "--format", "xml"], ["--format", "'xml'"]),

@@ -229,3 +229,15 @@ def test_a_shortened_fold_keeps_its_range_readable(width: int) -> None:
     assert _elide_name("layers.1 ... layers.79", 11) == "layers.1…79"
     assert _elide_name("layers.1 ... layers.79", 19) == "layers.1…layers.79"
     assert _elide_name("layers.1 ... layers.79", 20) == "layers.1...layers.79"
+
+
+def test_a_shortened_label_keeps_its_name_whole_while_the_class_can_give_way() -> None:
+    """``layer1.0 (BasicBlock)`` in 18 columns read ``lay…1.0 (Ba…k)``: the name, which
+    tells the rows apart, was cut while the class kept four characters."""
+    from hookscope.render.labels import shorten_tree
+
+    assert shorten_tree("    layer1.0 (BasicBlock)", 18) == "    layer1.0 (B…k)"
+    assert shorten_tree("  lm_head (Linear) [tied]", 22) == "  lm_head (L…r) [tied]"
+    # no room for the name and two characters of the class: both shortened
+    short = shorten_tree("    layer1.0 (BasicBlock)", 16)
+    assert len(short) <= 16 and short.endswith("(Ba…k)") and "layer1.0" not in short

@@ -101,8 +101,9 @@ def structure_text(info: ModuleInfo, class_name: str) -> str:
 
 
 def shorten_tree(cell: str, width: int) -> str:
-    """A tree label in ``width``: the class shortened first, then the name; the
-    indentation, the ``×N`` of a fold and markers stay."""
+    """A tree label in ``width``: the class shortened first (to 4 characters, or to 2
+    when that keeps the name whole: ``layer1.0 (B…k)``, not ``lay…1.0 (Ba…k)``), then
+    the name; the indentation, the ``×N`` of a fold and markers stay."""
     if len(cell) <= width:
         return cell
     body = cell.lstrip(" ")
@@ -112,8 +113,9 @@ def shorten_tree(cell: str, width: int) -> str:
         return indent + elide(body, max(width - len(indent), 4))
     kind, close, tail = rest.partition(")")
     over = len(cell) - width
-    kind_room = max(len(kind) - over, 4)
-    kind = elide(kind, kind_room)
+    if len(kind) - over >= 2:  # the name stays whole: it tells the rows apart
+        return f"{indent}{name} ({elide(kind, len(kind) - over)}{close}{tail}"
+    kind = elide(kind, max(len(kind) - over, 4))
     over = len(indent) + len(name) + 2 + len(kind) + 1 + len(tail) - width
     if over > 0:
         name = _elide_name(name, max(len(name) - over, 5))
