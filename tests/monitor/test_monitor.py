@@ -9,6 +9,7 @@ import copy
 import math
 import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -319,10 +320,39 @@ def test_tensorboard_gets_one_scalar_per_parameter_and_step() -> None:
     ({"log_every": 0}, "log_every"),
     ({"scaler": object()}, "optimizer"),
     ({"clip_mode": "l1"}, "clip_mode"),
+    ({"writer": 123}, "writer= must be a TensorBoard SummaryWriter"),
 ])
-def test_bad_options_are_spec_errors(options: dict[str, object], match: str) -> None:
+def test_bad_options_are_spec_errors(
+    options: dict[str, object], match: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # writer=123 made a log directory "123" here
     with warnings.catch_warnings(), pytest.raises(hookscope.SpecError, match=match):
         hookscope.GradientMonitor(mlp(), **options)  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_step_no_line_reaches_is_drawn_as_a_point(monkeypatch: pytest.MonkeyPatch,
+                                                     tmp_path: Path) -> None:
+    """A one-step history (or a step between two missing ones) drew an empty plot: a
+    line needs two points."""
+    pytest.importorskip("matplotlib")
+    from hookscope.monitor import output
+
+    figures: list[object] = []
+    make = output._figure
+    monkeypatch.setattr(output, "_figure", lambda *a: figures.append(make(*a)) or figures[-1])
+    model = mlp()
+    mon = hookscope.GradientMonitor(model)
+    model(torch.randn(2, 4)).sum().backward()
+    mon.step()
+    mon.close()
+    mon.plot(tmp_path / "one.png")
+    lines = figures[0].axes[0].lines  # type: ignore[attr-defined]
+    points = [ln for ln in lines if ln.get_marker() == "o"]
+    modules = mon.history.modules()
+    assert len(points) == len(modules)
+    assert sorted(float(ln.get_ydata()[0]) for ln in points) == sorted(
+        v[0] for v in modules.values())
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])

@@ -338,3 +338,14 @@ def test_each_autograd_node_gets_one_backward_end_hook_however_deep_the_nesting(
         assert all(p.grad is not None for p in model.parameters())
     # linear in the number of calls (each with a few nodes and hooks), not quadratic
     assert counts[40] < 5 * counts[10]
+
+
+def test_on_the_meta_device_a_backward_has_no_times() -> None:
+    """Nothing runs on meta: the backward times were the bookkeeping's own (ms per layer)."""
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    t = hookscope.trace(model, input_size=(2, 4), device="meta", backward=True)
+    assert t.meta["device"] == "meta" and len(t.calls) == 4
+    assert all(c.backward_ns is None and c.backward_self_ns is None for c in t.calls)
+    assert [g.status for g in t.param_grads] == ["ok"] * 4  # the gradients did arrive
+    real = hookscope.trace(model, torch.randn(2, 4), backward=True)
+    assert all(c.backward_ns is not None for c in real.calls)

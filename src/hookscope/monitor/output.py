@@ -10,10 +10,11 @@ through ``pyplot``: no global figure state, no display needed.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from typing import Any
 
-from hookscope.errors import MissingDependencyError
+from hookscope.errors import MissingDependencyError, SpecError
 from hookscope.monitor.history import GradAnomaly, GradHistory
 
 __all__ = ["open_writer", "plot_flow", "plot_history", "summary_writer", "write_scalars"]
@@ -37,8 +38,6 @@ def _series(history: GradHistory, by: str) -> dict[str, list[float]]:
         return {name or "(root)": v for name, v in history.modules().items()}
     if by == "parameter":
         return {name: history.column(name) for name in history.names}
-    from hookscope.errors import SpecError
-
     raise SpecError(f"by= must be 'module' or 'parameter', got {by!r}")
 
 
@@ -53,8 +52,12 @@ def plot_history(
     cmap = _colormap(len(series))
     for k, (name, values) in enumerate(series.items()):
         ys = [v if math.isfinite(v) and v > 0 else math.nan for v in values]
-        ax.plot(history.steps, ys, color=cmap(k), linewidth=1.2,
-                label=name if len(series) <= _LEGEND_MAX else None)
+        line, = ax.plot(history.steps, ys, color=cmap(k), linewidth=1.2,
+                        label=name if len(series) <= _LEGEND_MAX else None)
+        alone = _isolated(ys)  # no line reaches them: one step, or gaps either side
+        if alone:
+            ax.plot([history.steps[i] for i in alone], [ys[i] for i in alone],
+                    linestyle="none", marker="o", markersize=3, color=line.get_color())
     ax.set_yscale("log")
     _mark_anomalies(ax, history, anomalies)
     ax.set_xlabel("step")
@@ -75,6 +78,15 @@ def plot_history(
                 ax.axvline(step, color="grey", alpha=0.3, linewidth=3)
     fig.tight_layout()
     fig.savefig(path)
+
+
+def _isolated(ys: Sequence[float]) -> list[int]:
+    """The indices of values with no plotted neighbour: a line draws nothing there."""
+    def plotted(i: int) -> bool:
+        return 0 <= i < len(ys) and not math.isnan(ys[i])
+
+    return [i for i in range(len(ys)) if plotted(i) and not plotted(i - 1)
+            and not plotted(i + 1)]
 
 
 def _mark_anomalies(ax: Any, history: GradHistory, anomalies: Sequence[GradAnomaly]) -> None:
@@ -161,4 +173,9 @@ def open_writer(writer: Any) -> Any:
     writer for the log directory it names."""
     if writer is None or hasattr(writer, "add_scalar"):
         return writer
+    if not isinstance(writer, (str, os.PathLike)):
+        raise SpecError(
+            f"writer= must be a TensorBoard SummaryWriter (anything with add_scalar) or a "
+            f"log directory, got {type(writer).__name__}"
+        )
     return summary_writer(writer)

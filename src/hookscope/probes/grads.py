@@ -11,7 +11,7 @@ registers no hook):
 - ``on_backward_exit(call, grad_inputs)``: the gradient with respect to its inputs,
   the end of its backward: its norm (``grad_input_norm``) and the backward time
   (``backward_ns``, inclusive; ``backward_self_ns`` = inclusive minus the direct
-  children's, set in ``finalize``);
+  children's, set in ``finalize``; none on the meta device, where nothing runs);
 - ``on_param_grad``: per parameter, the norm, max-abs, mean, NaN and Inf counts of its
   gradient (after accumulation for ``.backward()``).
 
@@ -52,6 +52,7 @@ import torch
 
 from hookscope.core import torch_private
 from hookscope.core.facts import Column, Fact, Field, Unit, set_exclusive
+from hookscope.core.meta import is_on_meta
 from hookscope.core.probe import Probe, register_probe
 from hookscope.core.value_json import float_in, float_out
 from hookscope.probes.grad_norms import grad_stats, joint_norm
@@ -174,10 +175,12 @@ class GradsProbe(Probe):
         self._open: dict[int, tuple[int, int]] = {}
         self._backward_seen = False
         self._tracer: Tracer | None = None
+        self._timed = True  # not on the meta device, where nothing runs to be timed
 
     def install(self, tracer: Tracer) -> list[Removable]:
         self._reset()  # a probe instance may serve several runs
         self._tracer = tracer
+        self._timed = not is_on_meta(tracer.model)
         for path, p in tracer.model.named_parameters(remove_duplicate=False):
             slot = self._params.get(id(p))
             if slot is None:
@@ -190,6 +193,8 @@ class GradsProbe(Probe):
         norm = _joint_norm(grad_outputs)
         if norm is not None:
             self._norms.append((call, "grad_output_norm", norm))
+        if not self._timed:
+            return
         tracer = self._tracer
         assert tracer is not None
         now = perf_counter_ns()
