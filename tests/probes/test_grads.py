@@ -347,5 +347,7 @@ def test_on_the_meta_device_a_backward_has_no_times() -> None:
     assert t.meta["device"] == "meta" and len(t.calls) == 4
     assert all(c.backward_ns is None and c.backward_self_ns is None for c in t.calls)
     assert [g.status for g in t.param_grads] == ["ok"] * 4  # the gradients did arrive
+    assert "Bwd time" not in render_trace(t, width=200)
     real = hookscope.trace(model, torch.randn(2, 4), backward=True)
     assert all(c.backward_ns is not None for c in real.calls)
+    assert "Bwd time" in render_trace(real, width=200)

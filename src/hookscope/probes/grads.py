@@ -155,8 +155,10 @@ class GradsProbe(Probe):
     columns = (
         Column("grad_out", "|grad out|", _fact("grad_output_norm"), Unit.STAT),
         Column("grad_in", "|grad in|", _fact("grad_input_norm"), Unit.STAT),
-        Column("bwd_time", "Bwd time", _fact("backward_ns"), Unit.TIME_NS),
-        Column("bwd_self_time", "Bwd self", _fact("backward_self_ns"), Unit.TIME_NS),
+        # NB: none on the meta device (nothing runs there): not shown by default then
+        Column("bwd_time", "Bwd time", _fact("backward_ns"), Unit.TIME_NS, when_present=True),
+        Column("bwd_self_time", "Bwd self", _fact("backward_self_ns"), Unit.TIME_NS,
+               when_present=True),
     )
     fields = (
         Field("grad_output_norm", _fact("grad_output_norm"), column="grad_out"),
