@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -165,3 +166,31 @@ def test_dataframe_keeps_integers_integer() -> None:
                  "flops_forward"):
         if name in frame:
             assert str(frame[name].dtype) in ("int64", "Int64"), (name, frame[name].dtype)
+
+
+def test_the_labels_of_one_cell_stay_apart_at_every_width() -> None:
+    """``kwargs["input_ids"]`` and ``kwargs["decoder_input_ids"]`` (T5, BART) were both
+    shortened to ``kwargs…ids"]``: two lines of one cell that read the same."""
+    from torch import nn
+
+    class EncoderDecoder(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.e = nn.Embedding(10, 4)
+
+        def forward(self, input_ids: torch.Tensor, decoder_input_ids: torch.Tensor) -> Any:
+            return {"a": self.e(input_ids), "b": self.e(decoder_input_ids)}
+
+    ids = torch.zeros(1, 3, dtype=torch.long)
+    summary = hookscope.summary(EncoderDecoder(), kwargs={"input_ids": ids,
+                                                          "decoder_input_ids": ids})
+    shown = 0
+    for width in range(40, 121):
+        lines = summary.to_text(width=width).splitlines()
+        labels = [re.search(r"(kwargs\S*): \[", line) for line in lines]
+        found = [m.group(1) for m in labels if m]
+        if found:
+            shown += 1
+            assert len(found) == 2 and found[0] != found[1], (width, found)
+            assert found[0].startswith('kwargs["i') and found[1].startswith('kwargs["d')
+    assert shown > 20  # the input column is shown, shortened, at many of these widths

@@ -246,14 +246,30 @@ def shorten_labelled(cell: str, width: int) -> str:
 
 
 def labelled_min(cells: Sequence[str]) -> int:
-    """The narrowest :func:`shorten_labelled` can make these cells."""
+    """The narrowest :func:`shorten_labelled` can make these cells while the labels of
+    each cell still read apart (``kwargs["input_ids"]`` and ``kwargs["decoder_input_ids"]``
+    both read ``kwargs…ids"]`` at the narrowest)."""
     widest = 0
     for cell in cells:
-        for line in cell.split("\n"):
+        lines = cell.split("\n")
+        narrowest = 0
+        for line in lines:
             _, colon, value = line.partition(": ")
-            widest = max(widest, min(len(line), len(value) + 2 + LABEL_MIN) if colon
-                         else len(line))
+            narrowest = max(narrowest, min(len(line), len(value) + 2 + LABEL_MIN) if colon
+                            else len(line))
+        if narrowest > widest and len(lines) > 1:
+            labels = [line.partition(": ")[0] for line in lines if ": " in line]
+            if len(set(labels)) == len(labels) > 1:  # distinct whole: kept distinct
+                longest = max(map(len, lines))
+                while narrowest < longest and not _labels_apart(cell, narrowest):
+                    narrowest += 1
+        widest = max(widest, narrowest)
     return widest
+
+
+def _labels_apart(cell: str, width: int) -> bool:
+    labels = [line.partition(": ")[0] for line in shorten_labelled(cell, width).split("\n")]
+    return len(set(labels)) == len(labels)
 
 
 def shorten_plain(cell: str, width: int) -> str:
