@@ -252,3 +252,22 @@ def test_inference_mode_decomposes_like_flop_counter() -> None:
     assert trace is not None and trace.totals_flops is not None
     assert trace.totals_flops.forward == counter.get_total_flops()
     assert "aten.convolution.default" in _op_names(trace)
+
+
+def test_the_footer_totals_the_rows_shown_with_select() -> None:
+    """With ``select=``, the footer's FLOPs were the whole run's (the classifier's too,
+    which no row shows), while its time was the shown rows'."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from hookscope.render.trace_table import render_trace
+
+    torch.manual_seed(0)
+    model = torchvision.models.mobilenet_v3_small().eval()
+    x = torch.randn(1, 3, 64, 64)
+    t = hookscope.trace(model, x, select="features.*", ops=True, time=False, stats=False,
+                        memory=False)
+    with FlopCounterMode(display=False) as oracle, torch.no_grad():
+        model.features(x)
+    footer = render_trace(t, columns=["layer", "flops_fwd"], width=200).splitlines()[-2]
+    assert footer.split() == ["Total", f"{oracle.get_total_flops():,}"]
+    assert t.facts["totals_flops"].forward > oracle.get_total_flops()  # the whole run's

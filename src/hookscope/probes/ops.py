@@ -193,10 +193,10 @@ class OpsProbe(Probe):
     columns = (
         Column("flops_fwd", "FLOPs", lambda c, t: _flops(c, False), Unit.COUNT,
                text=lambda c, t: _flops_text(c.facts.get("flops"), False),
-               footer=lambda t: _flops_text(t.facts.get("totals_flops"), False)),
+               footer=lambda t: _flops_text(_shown_total(t), False)),
         Column("flops_bwd", "FLOPs bwd", lambda c, t: _flops(c, True), Unit.COUNT,
                text=lambda c, t: _flops_text(c.facts.get("flops"), True),
-               footer=lambda t: _flops_text(t.facts.get("totals_flops"), True),
+               footer=lambda t: _flops_text(_shown_total(t), True),
                when_present=True),
     )
     fields = (
@@ -287,6 +287,20 @@ def _flop_attr(call: Call, attr: str) -> Any:
 def _flops(call: Call, backward: bool) -> int | None:
     value: int | None = _flop_attr(call, "backward" if backward else "forward")
     return value
+
+
+def _shown_total(trace: Trace) -> FlopCount | None:
+    """The footer's total: the top-level calls' FLOPs, as the time column's (with
+    ``select=``, or ops of the ``Tracer`` block outside the model, the whole run's
+    ``totals_flops`` is more: the ops table says that one)."""
+    counts = [c.facts.get("flops") for c in trace.roots]
+    if not counts or any(f is None for f in counts):
+        found: FlopCount | None = trace.facts.get("totals_flops")
+        return found
+    return FlopCount(
+        forward=sum(f.forward for f in counts), backward=sum(f.backward for f in counts),
+        partial=any(f.partial for f in counts),
+    )
 
 
 def _flops_text(f: FlopCount | None, backward: bool) -> str:
