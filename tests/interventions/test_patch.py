@@ -6,7 +6,8 @@ patched values; every hook is removed, also on exceptions."""
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Any, NamedTuple
 
 import pytest
 import torch
@@ -175,7 +176,8 @@ def test_a_model_writing_into_the_replacement_leaves_the_stored_value() -> None:
                     assert torch.equal(model(corrupt), oracle)
         assert torch.equal(acts["layer1.0.bn2"], stored)
         nested = patches.replace_with(pair)  # a nested value: each tensor copied too
-        out = nested(nn.Identity(), (corrupt,), (corrupt, corrupt), call=acts_call(model))
+        live = (torch.zeros_like(stored), torch.zeros_like(stored))  # what the model returned
+        out = nested(nn.Identity(), (corrupt,), live, call=acts_call(model))
         out[0].add_(1.0)
         assert torch.equal(pair[0], stored)
 
@@ -263,3 +265,83 @@ def test_patches_are_removed_on_exceptions_and_by_the_handle() -> None:
 def test_bad_patches_are_spec_errors(fns: Any, match: str) -> None:
     with pytest.raises(hookscope.SpecError, match=match):
         hookscope.patch(nn.Sequential(nn.Identity()), fns)
+
+
+class _Pair(NamedTuple):
+    a: torch.Tensor
+    b: torch.Tensor
+
+
+@dataclasses.dataclass
+class _Out:
+    hidden: torch.Tensor
+    note: object
+
+
+class _PairLinear(nn.Linear):
+    def forward(self, x: torch.Tensor) -> _Pair:  # type: ignore[override]
+        y = super().forward(x)
+        return _Pair(y, -y)
+
+
+class _OutLinear(nn.Linear):
+    def forward(self, x: torch.Tensor) -> _Out:  # type: ignore[override]
+        return _Out(super().forward(x), note=object())
+
+
+class _Structured(nn.Module):
+    """Its children return a namedtuple and a dataclass holding a non-tensor object."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pair, self.out = _PairLinear(3, 3), _OutLinear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.pair(x).a * 3).hidden * 2
+
+
+def _structured() -> nn.Module:
+    torch.manual_seed(0)
+    return _Structured()
+
+
+@pytest.mark.parametrize("where", ["memory", "disk"])
+def test_replace_with_a_capture_gives_the_model_its_own_classes(
+    where: str, tmp_path: Any
+) -> None:
+    """From disk, a namedtuple came back as a tuple, a dataclass as its fields and a
+    ModelOutput as a dict: ``.a``, ``.hidden`` and ``.last_hidden_state`` then broke."""
+    model = _structured()
+    clean_x, x = torch.randn(2, 3), torch.randn(2, 3)
+    save = {"save_to": tmp_path / "c"} if where == "disk" else {}
+    stored = hookscope.capture(model, clean_x, select=["pair", "out"], **save)
+    with torch.no_grad():
+        clean = model(clean_x)
+    with hookscope.patch(model, {"pair": patches.replace_with(stored),
+                                 "out": patches.replace_with(stored)}), torch.no_grad():
+        got = model(x)
+    assert torch.equal(got, clean)
+    with hookscope.patch(model, {"pair": patches.replace_with(stored)}), torch.no_grad():
+        out = model.pair(x)
+    assert type(out) is _Pair and torch.equal(out.b, -out.a)
+    with hookscope.patch(model, {"out": patches.replace_with(stored)}), torch.no_grad():
+        out2 = model.out(x)
+    assert type(out2) is _Out and out2.note is not None
+
+
+@pytest.mark.parametrize("where", ["memory", "disk"])
+def test_replace_with_a_capture_of_a_transformers_model(where: str, tmp_path: Any) -> None:
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=100)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    clean_ids, ids = torch.randint(0, 100, (1, 6)), torch.randint(0, 100, (1, 6))
+    save = {"save_to": tmp_path / "c"} if where == "disk" else {}
+    stored = hookscope.capture(model, clean_ids, select="transformer", **save)
+    with torch.no_grad():
+        clean = model(clean_ids).logits
+    with hookscope.patch(model, {"transformer": patches.replace_with(stored)}), \
+            torch.no_grad():
+        got = model(ids)
+    assert type(got).__name__ == "CausalLMOutputWithCrossAttentions"
+    assert torch.equal(got.logits, clean)

@@ -8,7 +8,11 @@ bit-identical and change only the gradient that flows back through the output.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import copy
+import dataclasses
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
 from typing import Any
 
 import torch
@@ -19,7 +23,7 @@ from hookscope.core.tensors import map_tensors
 from hookscope.errors import SpecError
 from hookscope.interventions.capture import CapturedActivations
 from hookscope.interventions.patch import PatchFn, call_aware
-from hookscope.interventions.storage import Activations
+from hookscope.interventions.storage import Activations, Fields, _Unrestorable
 
 Index = int | Sequence[int] | None
 
@@ -122,17 +126,53 @@ def replace_with(source: Any) -> PatchFn:
 
 
 def _like(value: Any, output: Any, name: str) -> Any:
-    """A copy of ``value`` on the output's device and dtype; its shape must match.
+    """A copy of ``value`` in the form of ``output``: each tensor on the output's
+    tensor's device and dtype (its shape must match), in the output's own containers.
+
+    A capture read from disk holds plain containers: a ``ModelOutput`` is a ``dict``
+    there, a namedtuple a ``tuple``, a dataclass its :class:`Fields`, and an object
+    that is not a tensor or container its repr. Each is put back in the class the
+    model returns now (a repr: the model's own object of this call), so the caller
+    gets what the model returns, as with a capture in memory.
 
     NB: a copy on every call: the model may write into what a call returned (``out +=
     identity``, ``ReLU(inplace=True)``), which must not change the stored value."""
-    if isinstance(value, torch.Tensor) and isinstance(output, torch.Tensor):
+    if isinstance(value, torch.Tensor):
+        if not isinstance(output, torch.Tensor):
+            return value.clone()
         if value.shape != output.shape:
             raise SpecError(
                 f"replace_with: the stored value for {name!r} has shape "
                 f"{list(value.shape)}, the output has {list(output.shape)}"
             )
         return value.to(device=output.device, dtype=output.dtype, copy=True)
+    if isinstance(value, _Unrestorable) and not isinstance(output, str):
+        return output  # its repr only was saved: the model's own object
+    if isinstance(value, Fields) and dataclasses.is_dataclass(output) \
+            and not isinstance(output, type):
+        new = copy.copy(output)
+        for f in dataclasses.fields(output):
+            if hasattr(value, f.name):
+                object.__setattr__(new, f.name, _like(getattr(value, f.name),
+                                                      getattr(output, f.name), name))
+        return new
+    if isinstance(value, Mapping) and isinstance(output, Mapping) \
+            and list(value) == list(output):
+        items = {k: _like(value[k], output[k], name) for k in output}
+        cls = type(output)
+        if cls in (dict, OrderedDict):
+            return cls(items)
+        with suppress(Exception):  # a ModelOutput: the model's class, from its fields
+            return cls(**items)
+        return map_tensors(torch.clone, value)
+    if isinstance(value, (tuple, list)) and isinstance(output, (tuple, list)) \
+            and len(value) == len(output):
+        items_ = [_like(v, o, name) for v, o in zip(value, output, strict=True)]
+        if hasattr(type(output), "_fields"):  # a namedtuple (read back as a tuple)
+            return type(output)(*items_)
+        if type(value) in (tuple, list):
+            return type(value)(items_)
+        return map_tensors(torch.clone, value)
     return map_tensors(torch.clone, value)
 
 
