@@ -345,3 +345,30 @@ def test_replace_with_a_capture_of_a_transformers_model(where: str, tmp_path: An
         got = model(ids)
     assert type(got).__name__ == "CausalLMOutputWithCrossAttentions"
     assert torch.equal(got.logits, clean)
+
+
+@pytest.mark.parametrize("order", ["capture outside", "capture inside"])
+def test_patched_inputs_are_recorded_whichever_block_was_entered_first(order: str) -> None:
+    """A Capture entered before ``patch_inputs`` recorded the input ``forward`` never
+    received, beside the output computed from the patched one."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 3), nn.ReLU(), nn.Linear(3, 2))
+    x = torch.randn(4, 3)
+
+    def half_zeros(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return (torch.zeros_like(args[0][:2]),)
+
+    capture = hookscope.Capture(model, select="2", what="both")
+    tracer = hookscope.Tracer(model, time=False, stats=False, memory=False)
+    if order == "capture outside":  # (a patch is active as soon as it is made)
+        with capture, tracer, hookscope.patch_inputs(model, {"2": half_zeros}):
+            model(x)
+    else:
+        with hookscope.patch_inputs(model, {"2": half_zeros}), capture, tracer:
+            model(x)
+    got = capture.activations["2"]
+    assert torch.equal(got["input"].args[0], torch.zeros(2, 3))
+    assert torch.equal(got["output"], model[2].bias.detach().expand(2, 2))
+    assert tracer.trace is not None
+    call = next(c for c in tracer.trace.calls if c.path == "2")
+    assert [m.shape for m in call.inputs] == [(2, 3)]

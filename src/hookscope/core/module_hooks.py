@@ -7,8 +7,10 @@ The pre-hook pushes a :class:`~hookscope.core.records.Call` on the tracer's stac
 keeps the post-hook last in the module's hook dict (a forward hook the user adds inside
 the block, which may replace the output, then runs before it: the trace records what the
 caller receives); the post-hook pops it and hands it to ``Tracer._dispatch_exit``. A
-tracer whose probes only replace values (``hookscope.patch``) instead places its hook
-just before the first recording tracer's, whichever was entered first.
+tracer whose probes only replace values (``hookscope.patch``, ``patch_inputs``) instead
+places its hooks, pre-hook and post-hook, just before the first recording tracer's,
+whichever was entered first: every recording tracer sees the replaced inputs and
+output.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ def make_module_pre_hook(
             tracer.chain_start_ns = start
         hooks = module._forward_hooks
         if replaces_only:
-            _before_recorders(hooks, post_id)
+            before_recorders(hooks, post_id)
         elif next(reversed(hooks), post_id) != post_id and post_id in hooks:
             # A forward hook registered after ours (inside the ``with`` block) may
             # replace the output: run ours last, to record what the caller receives.
@@ -97,15 +99,21 @@ def new_call(
 RECORDING_HOOKS: set[int] = set()
 """Handle ids of the post-hooks of active tracers that record (not only replace)."""
 
+RECORDING_PRE_HOOKS: set[int] = set()
+"""Handle ids of the pre-hooks of active tracers that record (not only replace)."""
 
-def _before_recorders(hooks: dict[int, Any], post_id: int) -> None:
+
+def before_recorders(
+    hooks: dict[int, Any], post_id: int, recorders: set[int] = RECORDING_HOOKS
+) -> None:
     """Put a replacing-only tracer's hook just before the first recording tracer's, so
     that every tracer that records, entered before or after it, sees the replaced
-    output (the trace records what the caller receives)."""
-    if not RECORDING_HOOKS:
+    output (the trace records what the caller receives); with ``RECORDING_PRE_HOOKS``,
+    its pre-hook before theirs: they see the replaced inputs."""
+    if not recorders:
         return
     keys = list(hooks)
-    first = next((i for i, k in enumerate(keys) if k in RECORDING_HOOKS), None)
+    first = next((i for i, k in enumerate(keys) if k in recorders), None)
     if first is None or post_id not in hooks or keys.index(post_id) < first:
         return
     items = [(k, hooks[k]) for k in keys if k != post_id]

@@ -46,6 +46,8 @@ from hookscope.core.internal import internal_work, is_internal
 from hookscope.core.internal import shared as _shared
 from hookscope.core.module_hooks import (
     RECORDING_HOOKS,
+    RECORDING_PRE_HOOKS,
+    before_recorders,
     make_module_post_hook,
     make_module_pre_hook,
 )
@@ -222,7 +224,11 @@ class Tracer:
             self._backward_handlers["on_backward_enter"]
             or self._backward_handlers["on_backward_exit"]
         )
-        self._replaces_only = bool(self._exit_replacers) and not self._exits
+        # a tracer of patches alone (``patch``, ``patch_inputs``): its hooks go before
+        # every recording tracer's (core/module_hooks.py)
+        self._replaces_only = bool(self._exit_replacers or self._enter_replacers) and not (
+            self._exits or any(overrides(p, "on_enter") and not p.replaces for p in probes)
+        )
         self._needs_start = False
         # Hot-path switches: keep the overhead clock only for probes that subtract it
         # (timing), and mark probe work as internal only while a probe that watches the
@@ -580,7 +586,13 @@ class Tracer:
                 RECORDING_HOOKS.add(post.id)
                 add(CallbackHandle(functools.partial(RECORDING_HOOKS.discard, post.id)))
             pre_hook = make_module_pre_hook(self, path, type(module).__name__, post.id)
-            add(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
+            pre = module.register_forward_pre_hook(pre_hook, with_kwargs=True)
+            add(pre)
+            if self._replaces_only:  # a patch of inputs entered inside a recording block
+                before_recorders(module._forward_pre_hooks, pre.id, RECORDING_PRE_HOOKS)
+            else:
+                RECORDING_PRE_HOOKS.add(pre.id)
+                add(CallbackHandle(functools.partial(RECORDING_PRE_HOOKS.discard, pre.id)))
 
     def _unwind(self, module: nn.Module) -> _Frame | None:
         """The frame of ``module``'s call when it is not on top of the stack: a pre-hook
