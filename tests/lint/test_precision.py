@@ -131,3 +131,28 @@ def test_every_torchvision_segmentation_model(name: str) -> None:
 @pytest.mark.parametrize("name", _all(torchvision.models.detection))
 def test_every_torchvision_detection_model(name: str) -> None:
     _check(_vision(name, family="det"), [torch.rand(3, 256, 256)])
+
+
+@pytest.mark.parametrize("reparametrize", ["prune", "weight_norm", "spectral_norm"])
+def test_torch_s_own_reparametrizations_are_not_plain_tensors(reparametrize: str) -> None:
+    """``prune``, the old ``weight_norm`` and ``spectral_norm`` keep ``weight`` as a plain
+    tensor made anew from registered parameters before every call: HS201 said the
+    optimizer never updates it."""
+    import warnings
+
+    import torch.nn.utils.prune as prune
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # weight_norm is deprecated
+        if reparametrize == "prune":
+            prune.l1_unstructured(model[0], "weight", amount=0.5)
+        elif reparametrize == "weight_norm":
+            nn.utils.weight_norm(model[0])
+        else:
+            nn.utils.spectral_norm(model[0])
+    assert isinstance(vars(model[0])["weight"], torch.Tensor)  # plain, as the rule reads
+    assert hookscope.lint(model, torch.randn(2, 4), backward=True).codes() == []
+    model[2].stale = torch.ones(3, requires_grad=True)  # a real one is still found
+    assert hookscope.lint(model).codes() == ["HS201"]

@@ -6,7 +6,8 @@ A tensor assigned as ``self.t = torch.zeros(...)`` is neither a parameter nor a 
 everything torch does to a module's state. HS201 reports such a tensor only when it is
 an attribute of a module of the model when linting starts, and not the very object of a
 registered parameter or buffer (transformers keeps ``original_inv_freq`` as a second
-name of the ``inv_freq`` buffer, say). Tensors inside plain containers are not
+name of the ``inv_freq`` buffer, say), and not one torch's ``prune``, ``weight_norm`` or
+``spectral_norm`` makes anew from registered parameters before every call. Tensors inside plain containers are not
 reported: libraries keep lists of constant tensors on purpose and move them themselves
 (torchvision's ``AnchorGenerator.cell_anchors``).
 """
@@ -33,11 +34,13 @@ from hookscope.lint.rules import register_rule
     "out of state_dict), nn.Parameter(tensor) for a weight to learn",
 )
 def plain_tensor_attribute(ctx: LintContext) -> Iterator[Hit]:
-    for path, _, name, value in ctx.plain_attributes():
+    for path, module, name, value in ctx.plain_attributes():
         if not isinstance(value, torch.Tensor) or isinstance(value, torch.nn.Parameter):
             continue  # NB: an unregistered Parameter is HS102's
         if id(value) in ctx.tensor_ids:
             continue  # a second name of a registered parameter or buffer
+        if name in _recomputed(module):
+            continue  # torch's prune, weight_norm, spectral_norm: made anew every call
         if value.requires_grad:
             why = ("it requires grad, so it looks like a weight, but it is not in "
                    "parameters(): the optimizer never updates it")
@@ -47,6 +50,34 @@ def plain_tensor_attribute(ctx: LintContext) -> Iterator[Hit]:
         shape = tuple(value.shape)
         yield Hit(path, name, f"self.{name} is a plain tensor of shape {shape}, neither "
                               f"parameter nor buffer: {why}")
+
+
+def _recomputed(module: torch.nn.Module) -> set[str]:
+    """Names a forward pre-hook of torch's reparametrizations (``nn.utils.prune``, the
+    old ``nn.utils.weight_norm`` and ``spectral_norm``) sets from registered parameters
+    (``weight_orig``, ``weight_g``/``weight_v``) before every call: plain on purpose."""
+    names: set[str] = set()
+    for hook in module._forward_pre_hooks.values():
+        if isinstance(hook, _REPARAMETRIZATIONS):
+            found = getattr(hook, "_tensor_name", None) or getattr(hook, "name", None)
+            if isinstance(found, str):
+                names.add(found)
+    return names
+
+
+def _reparametrizations() -> tuple[type, ...]:
+    found: list[type] = []
+    for module, cls in (("torch.nn.utils.prune", "BasePruningMethod"),
+                        ("torch.nn.utils.weight_norm", "WeightNorm"),
+                        ("torch.nn.utils.spectral_norm", "SpectralNorm")):
+        try:
+            found.append(getattr(__import__(module, fromlist=[cls]), cls))
+        except (ImportError, AttributeError):  # another torch: that one is not known
+            continue
+    return tuple(found)
+
+
+_REPARAMETRIZATIONS = _reparametrizations()
 
 
 @register_rule(
