@@ -157,3 +157,68 @@ def test_a_capture_that_could_not_start_is_not_left_active(tmp_path: Path) -> No
         cap.__enter__()
     assert "already active" not in str(reused.value)
     assert total_hooks(model) == 0
+
+
+class _Recursive(nn.Module):
+    """``r`` calls itself: its outer call starts first and ends last."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(2, 2)
+
+    def forward(self, x: torch.Tensor, depth: int = 2) -> torch.Tensor:
+        y = self.lin(x)
+        return self(y, depth - 1) + 10 if depth else y
+
+
+class _HoldsRecursive(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.r = _Recursive()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.r(x)  # type: ignore[no-any-return]
+
+
+def test_a_recursive_module_s_calls_are_in_call_order_in_memory_as_on_disk(
+    tmp_path: Path,
+) -> None:
+    """In memory the calls were kept as they ended (``r#2, r#1, r``), on disk as they
+    started: ``calls_of`` gave two orders."""
+    torch.manual_seed(0)
+    model, x = _HoldsRecursive(), torch.randn(1, 2)
+    oracle: list[torch.Tensor] = []  # the outputs, in the order the calls start
+    starts: list[int] = []
+
+    def pre(module: nn.Module, args: Any) -> None:
+        starts.append(len(oracle))
+        oracle.append(torch.empty(0))
+
+    def post(module: nn.Module, args: Any, out: torch.Tensor) -> None:
+        oracle[starts.pop()] = out.detach().clone()
+
+    handles = [model.r.register_forward_pre_hook(pre), model.r.register_forward_hook(post)]
+    with torch.no_grad():
+        model(x)
+    for h in handles:
+        h.remove()
+    memory = hookscope.capture(model, x, select="r")
+    disk = hookscope.capture(model, x, select="r", save_to=tmp_path / "c")
+    assert list(memory) == list(disk) == ["r", "r#1", "r#2"]
+    for values in (memory.calls_of("r"), disk.calls_of("r")):  # type: ignore[attr-defined]
+        assert len(values) == 3
+        assert all(torch.equal(v, o) for v, o in zip(values, oracle, strict=True))
+
+
+def test_a_capture_entered_again_starts_anew() -> None:
+    """A second block overwrote the first block's values in the dict already handed out."""
+    model = nn.Linear(2, 2)
+    cap = hookscope.Capture(model, select="<root>")
+    with cap, torch.no_grad():
+        model(torch.ones(1, 2))
+    first = cap.activations
+    kept = first["<root>"].clone() if "<root>" in first else first[""].clone()
+    with cap, torch.no_grad():
+        model(torch.full((1, 2), 100.0))
+    assert list(first.values())[0].equal(kept)
+    assert not list(cap.activations.values())[0].equal(kept)

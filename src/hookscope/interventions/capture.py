@@ -66,8 +66,14 @@ class CapturedActivations(dict[str, Any]):
     """Captured values held in memory, by call name (a plain ``dict`` otherwise)."""
 
     def calls_of(self, path: str) -> list[Any]:
-        """The values of every call of the module at ``path``, in call order."""
-        return [v for k, v in self.items() if k.partition("#")[0] == path]
+        """The values of every call of the module at ``path``, in call order (also
+        inside the block, where a recursive module's calls are kept as they end)."""
+        found = []
+        for key, value in self.items():
+            name, sep, n = key.partition("#")
+            if name == path:
+                found.append((int(n) if sep else 0, value))
+        return [value for _, value in sorted(found, key=lambda item: item[0])]
 
 
 class _OutputCapture(Probe):
@@ -181,6 +187,7 @@ class Capture:
         self._chosen = selected_paths(model, select, api="Capture")
         self._save_to, self._shard_bytes = save_to, int(shard_mib * 2**20)
         self._memory = CapturedActivations()
+        self._started: dict[str, int] = {}  # call name -> its index in the run
         self._writer: ShardWriter | None = None
         self._tracer: Tracer | None = None
         #: ``capture()`` runs the forward for its caller: it restores the model's
@@ -211,6 +218,8 @@ class Capture:
     def __enter__(self) -> Capture:
         if self._tracer is not None:
             raise SpecError("this Capture is already active; create a new one")
+        # a block entered again starts anew: values of an earlier one stay as they were
+        self._memory, self._started = CapturedActivations(), {}
         if self._save_to is not None:
             self._writer = ShardWriter(self._save_to, shard_bytes=self._shard_bytes)
         probe = _OutputCapture(self) if self.what is What.OUTPUT else _InputCapture(self)
@@ -236,6 +245,11 @@ class Capture:
         try:
             if tracer is not None:
                 self.trace = tracer.trace  # the calls seen, also of a run that failed
+                # kept as each call ended: in the order they started (a recursive
+                # module's outer call ends last), as the index on disk reads
+                kept = sorted(self._memory.items(), key=lambda kv: self._started[kv[0]])
+                self._memory.clear()
+                self._memory.update(kept)
                 tracer.__exit__(exc_type, exc, tb)
         except BaseException as e:
             exc = exc or e
@@ -248,9 +262,10 @@ class Capture:
         name = call.name
         if self._writer is None:
             self._memory[name] = value
+            self._started[name] = call.index
         else:
             info = {"path": call.path, "call_index": call.call_index,
-                    "module_class": call.module_class}
+                    "module_class": call.module_class, "call": call.index}
             self._writer.add(name, value, info)
 
 

@@ -218,9 +218,13 @@ class ShardWriter:
         doc = {
             "format": FORMAT, "version": VERSION, "complete": error is None,
             "error": None if error is None else f"{type(error).__name__}: {error}",
-            "shards": self.shards, "bytes": self.bytes_written, "entries": self.index,
+            "shards": self.shards, "bytes": self.bytes_written,
+            # in the order the calls started (``call``: their index in the run), not as
+            # they ended and were added (a recursive module's outer call ends last)
+            "entries": dict(sorted(self.index.items(),
+                                   key=lambda kv: kv[1].get("call", 0))),
         }
-        text = json.dumps(doc, indent=1)  # NB: not sorted: the entries are in call order
+        text = json.dumps(doc, indent=1)  # NB: not sort_keys: the entries are in call order
         _write_atomically(self.directory / INDEX, lambda tmp: tmp.write_text(text))
 
 
@@ -257,7 +261,7 @@ class Activations(Mapping[str, Any]):
 
     def info(self, name: str) -> dict[str, Any]:
         """What was recorded about a call besides its value (``path``, ``call_index``,
-        ``module_class``, ``batch``)."""
+        ``module_class``, ``call``: its index among the run's calls, ``batch``)."""
         return {k: v for k, v in self._index[name].items() if k not in ("structure", "shard")}
 
     def calls_of(self, path: str) -> list[Any]:
