@@ -222,3 +222,17 @@ def test_a_capture_entered_again_starts_anew() -> None:
         model(torch.full((1, 2), 100.0))
     assert list(first.values())[0].equal(kept)
     assert not list(cap.activations.values())[0].equal(kept)
+
+
+def test_the_meta_device_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    """On meta a capture failed mid-forward as a probe error (``Cannot copy out of meta
+    tensor``) and left an interrupted index; ``to="meta"`` kept tensors of no values."""
+    model = nn.Linear(2, 2)
+    with pytest.raises(hookscope.SpecError, match="meta device has shapes but no values"):
+        hookscope.capture(model, torch.randn(1, 2), select="<root>", to="meta")
+    with pytest.raises(hookscope.SpecError, match="meta device"):
+        hookscope.capture(model, torch.randn(1, 2, device="meta"), select="<root>")
+    with pytest.raises(hookscope.SpecError, match="meta device"):
+        hookscope.capture(model.to("meta"), torch.randn(1, 2, device="meta"),
+                          select="<root>", save_to=tmp_path / "acts")
+    assert not (tmp_path / "acts").exists()

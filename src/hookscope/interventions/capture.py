@@ -25,9 +25,11 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._pytree import tree_leaves
 
 from hookscope.core.failures import describe_failure
 from hookscope.core.inputs import parse_device
+from hookscope.core.meta import is_on_meta
 from hookscope.core.probe import Probe
 from hookscope.core.records import Call
 from hookscope.core.selectors import ModuleSelector, compile_module_selector
@@ -60,6 +62,11 @@ def selected_paths(model: nn.Module, select: ModuleSelector, *, api: str) -> set
             f"paths look like {examples!r} (glob: * within a segment, ** across dots)"
         )
     return chosen
+
+
+_ON_META = ("capture copies values, and the meta device has shapes but no values; run it "
+            "with the model and inputs on 'cpu' or 'cuda' (hookscope.trace(..., "
+            "device='meta') gives every call's shapes)")
 
 
 class CapturedActivations(dict[str, Any]):
@@ -178,6 +185,8 @@ class Capture:
                 parse_device(str(self.to))  # one this machine has: no failure mid-forward
             except SpecError as e:
                 raise SpecError(f"to={to!r}: {e}") from None
+            if torch.device(self.to).type == "meta":
+                raise SpecError(f"to={to!r}: {_ON_META}")
         if not (isinstance(shard_mib, (int, float)) and not isinstance(shard_mib, bool)
                 and 0 < shard_mib < math.inf):
             raise SpecError(f"shard_mib= must be a positive finite number, got {shard_mib!r}")
@@ -218,6 +227,8 @@ class Capture:
     def __enter__(self) -> Capture:
         if self._tracer is not None:
             raise SpecError("this Capture is already active; create a new one")
+        if is_on_meta(self.model):
+            raise SpecError(_ON_META)
         # a block entered again starts anew: values of an earlier one stay as they were
         self._memory, self._started = CapturedActivations(), {}
         if self._save_to is not None:
@@ -304,6 +315,8 @@ def capture(
     """
     cap = Capture(model, select=select, what=what, to=to, save_to=save_to,
                   shard_mib=shard_mib)
+    if any(isinstance(t, torch.Tensor) and t.is_meta for t in tree_leaves((inputs, kwargs))):
+        raise SpecError(_ON_META)
     cap._restore_state = True  # the forward run here leaves the model as it was
     started = False
     try:
