@@ -338,3 +338,17 @@ def test_a_dataclass_field_named_like_a_child_module_keeps_its_own_key(
     disk = hookscope.load_activations(tmp_path / "cap")
     assert torch.equal(disk["net"].features, memory["net"].features)
     assert torch.equal(disk["net.features"], memory["net.features"])
+
+
+def test_a_sparse_output_is_saved_dense(tmp_path: Path) -> None:
+    """``encode_tree`` called ``.contiguous()`` on it: the capture stopped with a
+    ProbeError (``unsupported memory format option Contiguous``)."""
+
+    class Sparse(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.to_sparse()
+
+    x = torch.eye(3) * 2
+    acts = hookscope.capture(Sparse(), x, select="<root>", save_to=tmp_path / "c")
+    (value,) = acts.values()
+    assert value.layout == torch.strided and torch.equal(value, x)

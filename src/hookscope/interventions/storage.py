@@ -67,6 +67,8 @@ def encode_tree(value: Any, key: str, tensors: dict[str, torch.Tensor]) -> Any:
     one overwrote the other.
     (The keys are read back from the structure, so any earlier scheme still reads.)"""
     if isinstance(value, torch.Tensor):
+        if value.layout != torch.strided and not value.is_nested:
+            value = value.to_dense()  # sparse: safetensors holds dense tensors only
         tensors[key] = value.contiguous()
         return {"tensor": key}
     if isinstance(value, ModuleInputs):
