@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import lint_zoo as models
 import pytest
@@ -69,6 +70,31 @@ def test_module_in_plain_container_names_what_goes_wrong() -> None:
         assert consequence in finding.message
     assert "2 modules" in finding.message and "30 parameters" in finding.message  # 20 + 10
     assert "nn.ModuleList" in finding.fix and "nn.ModuleDict" in finding.fix
+
+
+@pytest.mark.parametrize(("held", "severity", "says"), [
+    (lambda: [nn.ReLU(), nn.Tanh()], Severity.INFO, "nothing is lost"),
+    (lambda: [nn.Dropout()], Severity.ERROR, ".train()/.eval() do not reach them (Dropout"),
+    (lambda: [nn.BatchNorm1d(4, affine=False)], Severity.ERROR, "9 buffer values"),
+])
+def test_a_plain_list_of_modules_is_as_serious_as_what_it_loses(
+    held: Any, severity: Severity, says: str
+) -> None:
+    """A list of ReLUs was an error saying "their 0 parameters are not in parameters()";
+    for Dropout the real loss (eval never reaches it) went unsaid."""
+
+    class Holds(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+            self.extra = held()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(x)  # type: ignore[no-any-return]
+
+    (finding,) = [f for f in hookscope.lint(Holds()) if f.code == "HS101"]
+    assert finding.severity is severity and says in finding.message
+    assert "0 parameters" not in finding.message
 
 
 def test_a_list_of_references_to_registered_modules_is_not_reported() -> None:

@@ -45,11 +45,13 @@ class Hit(NamedTuple):
         path: fully qualified name of the module (``""`` for the root).
         attribute: the attribute of that module concerned, or ``None``.
         message: one sentence saying what is wrong and what goes wrong because of it.
+        severity: this finding's, when it is not the rule's (``None``: the rule's).
     """
 
     path: str
     attribute: str | None
     message: str
+    severity: Severity | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -119,7 +119,8 @@ def _run(ctx: LintContext, rules: list[Rule]) -> list[Finding]:
 def _finding(ctx: LintContext, rule: Rule, hit: Hit) -> Finding:
     where = locate(ctx, hit.path, hit.attribute)
     file, line, col = where if where is not None else (None, None, None)
-    return Finding(rule.code, rule.name, rule.severity, hit.path, hit.attribute, hit.message,
+    return Finding(rule.code, rule.name, hit.severity or rule.severity, hit.path,
+                   hit.attribute, hit.message,
                    rule.fix, file, line, col)
 
 

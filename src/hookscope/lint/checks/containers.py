@@ -19,6 +19,7 @@ from torch import nn
 from hookscope.lint.context import LintContext
 from hookscope.lint.findings import Hit, Severity
 from hookscope.lint.rules import register_rule
+from hookscope.lint.source import uses_attribute
 
 PLAIN = (list, tuple, dict, set, frozenset)
 MAX_DEPTH = 4  # NB: deeper nesting is not searched
@@ -63,13 +64,30 @@ def module_in_plain_container(ctx: LintContext) -> Iterator[Hit]:
         if not lost:
             continue
         params = {id(p): p.numel() for m in lost.values() for p in m.parameters()}
+        buffers = {id(b): b.numel() for m in lost.values() for b in m.buffers()}
         classes = sorted({type(m).__name__ for m in lost.values()})
-        yield Hit(path, name, (
-            f"self.{name} is a {_kind(value)} holding {_count(len(lost), 'module')} "
-            f"({', '.join(classes)}) that the model does not register: their "
-            f"{sum(params.values()):,} parameters are not in parameters() (never trained), "
-            "not in state_dict() (never saved), and .to() does not move them"
-        ))
+        # NB: a class that reads ``training`` (Dropout, BatchNorm) misses .eval()
+        modal = sorted({type(m).__name__ for top in lost.values() for m in top.modules()
+                        if uses_attribute(type(m), "training")})
+        held = (f"self.{name} is a {_kind(value)} holding {_count(len(lost), 'module')} "
+                f"({', '.join(classes)}) that the model does not register: ")
+        mode = (f".train()/.eval() do not reach them ({', '.join(modal)} keeps its own "
+                "training flag)") if modal else ""
+        if params:
+            yield Hit(path, name, held + (
+                f"their {sum(params.values()):,} parameters are not in parameters() (never "
+                "trained), not in state_dict() (never saved), and .to() does not move "
+                "them" + (f"; {mode}" if mode else "")))
+        elif buffers or modal:
+            lost_state = (f"their {sum(buffers.values()):,} buffer values are not in "
+                          "state_dict() (never saved) and .to() does not move them"
+                          if buffers else "")
+            yield Hit(path, name, held + "; ".join(x for x in (lost_state, mode) if x))
+        else:  # ReLU, Tanh: nothing to train, save or switch
+            yield Hit(path, name, held + (
+                "they have no parameters or buffers and do not read their training flag, "
+                "so nothing is lost, but print(model), named_modules() and module hooks do "
+                "not see them"), Severity.INFO)
 
 
 @register_rule(
