@@ -7,6 +7,7 @@ patched values; every hook is removed, also on exceptions."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any, NamedTuple
 
 import pytest
@@ -372,3 +373,27 @@ def test_patched_inputs_are_recorded_whichever_block_was_entered_first(order: st
     assert tracer.trace is not None
     call = next(c for c in tracer.trace.calls if c.path == "2")
     assert [m.shape for m in call.inputs] == [(2, 3)]
+
+
+@pytest.mark.parametrize(("make", "says"), [
+    (lambda: patches.noise(-1), "std must be a number >= 0"),
+    (lambda: patches.scale("a"), "factor must be a number"),
+    (lambda: patches.zero("a"), "an integer or a list of integers"),
+    (lambda: patches.zero([1.5]), "an integer or a list of integers"),
+    (lambda: patches.zero(dim="x"), "dim= must be an integer"),
+    (lambda: patches.clamp(2, 1), "lower=2 is above upper=1"),
+    (lambda: patches.scale_grad(None), "factor must be a number"),
+])
+def test_ready_made_functions_check_their_arguments_when_made(make: Any, says: str) -> None:
+    """``noise(-1)``, ``scale("a")``, ``zero("a")`` were accepted and failed mid-forward."""
+    with pytest.raises(hookscope.SpecError, match=re.escape(says)):
+        make()
+
+
+def test_an_index_outside_the_output_names_the_dimension_asked_for() -> None:
+    """``zero([7])`` on 5 channels said "index 7 is out of bounds for dimension 0"."""
+    model = nn.Conv2d(3, 5, 1)
+    with hookscope.patch(model, {"<root>": patches.zero([7])}), \
+            pytest.raises(hookscope.ProbeError, match=r"index 7 is out of range for "
+                                                      r"dimension 1 of size 5"):
+        model(torch.randn(1, 3, 4, 4))

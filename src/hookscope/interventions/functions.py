@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
@@ -39,12 +40,44 @@ def _mask(t: torch.Tensor, index: Index, dim: int) -> torch.Tensor | None:
     """A boolean mask of ``t``'s shape selecting ``index`` along ``dim`` (None: all)."""
     if index is None:
         return None
-    idx = torch.as_tensor([index] if isinstance(index, int) else list(index), dtype=torch.long)
+    if not -t.dim() <= dim < t.dim():
+        raise SpecError(f"patches: dim={dim} is not a dimension of an output of shape "
+                        f"{list(t.shape)}; pass dim= the dimension the indices are along")
+    indices = [index] if isinstance(index, int) else list(index)
+    size = t.shape[dim]
+    outside = [i for i in indices if not -size <= i < size]
+    if outside:
+        raise SpecError(f"patches: index {outside[0]} is out of range for dimension {dim} "
+                        f"of size {size} (output shape {list(t.shape)})")
     shape = [1] * t.dim()
-    shape[dim] = t.shape[dim]
-    mask = torch.zeros(t.shape[dim], dtype=torch.bool)
-    mask[idx] = True
+    shape[dim] = size
+    mask = torch.zeros(size, dtype=torch.bool)
+    mask[torch.as_tensor(indices, dtype=torch.long)] = True
     return mask.reshape(shape).to(t.device)
+
+
+def _check_index(index: Index, dim: Any, name: str) -> None:
+    """What :func:`_mask` takes, checked when the function is made (not mid-forward)."""
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise SpecError(f"patches.{name}: dim= must be an integer, got {dim!r}")
+    if index is None:
+        return
+    items = [index] if isinstance(index, int) else index
+    if isinstance(index, bool) or not isinstance(items, Sequence) or isinstance(items, str) \
+            or not all(isinstance(i, int) and not isinstance(i, bool) for i in items):
+        raise SpecError(f"patches.{name}: the index is an integer or a list of integers "
+                        f"(channels, positions), got {index!r}")
+
+
+def _check_number(value: Any, what: str, *, nonnegative: bool = False) -> None:
+    """``value`` a real number (not NaN, and ``>= 0`` with ``nonnegative``), or a
+    tensor (used as it is)."""
+    if isinstance(value, torch.Tensor):
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) \
+            or (nonnegative and value < 0):
+        need = "a number >= 0" if nonnegative else "a number"
+        raise SpecError(f"patches.{what} must be {need}, got {value!r}")
 
 
 def zero(index: Index = None, *, dim: int = 1) -> PatchFn:
@@ -56,6 +89,7 @@ def zero(index: Index = None, *, dim: int = 1) -> PatchFn:
     Example:
         >>> hookscope.patches.zero([3, 7])          # channels 3 and 7 of a conv
     """
+    _check_index(index, dim, "zero")
     return scale(0.0, index, dim=dim)
 
 
@@ -64,6 +98,8 @@ ablate = zero
 
 def scale(factor: float, index: Index = None, *, dim: int = 1) -> PatchFn:
     """Multiply the output (or ``index`` along ``dim``) by ``factor``."""
+    _check_number(factor, "scale: factor")
+    _check_index(index, dim, "scale")
 
     def apply(t: torch.Tensor) -> torch.Tensor:
         mask = _mask(t, index, dim)
@@ -78,6 +114,11 @@ def clamp(lower: float | None = None, upper: float | None = None) -> PatchFn:
     """Clamp the output to ``[lower, upper]`` (either may be ``None``)."""
     if lower is None and upper is None:
         raise SpecError("patches.clamp needs lower=, upper= or both")
+    for name, bound in (("lower", lower), ("upper", upper)):
+        if bound is not None:
+            _check_number(bound, f"clamp: {name}")
+    if lower is not None and upper is not None and lower > upper:
+        raise SpecError(f"patches.clamp: lower={lower!r} is above upper={upper!r}")
     return _on_floats(lambda t: torch.clamp(t, lower, upper))
 
 
@@ -85,6 +126,9 @@ def noise(std: float, *, seed: int = 0) -> PatchFn:
     """Add Gaussian noise of standard deviation ``std``, from a generator seeded with
     ``seed`` when the function is made: the same sequence of patched calls gets the
     same noise, and torch's global RNG is not used."""
+    _check_number(std, "noise: std", nonnegative=True)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise SpecError(f"patches.noise: seed= must be an integer, got {seed!r}")
     gen = torch.Generator().manual_seed(seed)
 
     def apply(t: torch.Tensor) -> torch.Tensor:
@@ -198,6 +242,7 @@ def _on_grad(fn: Callable[[torch.Tensor], torch.Tensor]) -> PatchFn:
 def scale_grad(factor: float) -> PatchFn:
     """Multiply the gradient flowing back through the output by ``factor``; the
     forward values are unchanged."""
+    _check_number(factor, "scale_grad: factor")
     return _on_grad(lambda g: g * factor)
 
 
