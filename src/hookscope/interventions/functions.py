@@ -203,7 +203,7 @@ def _like(value: Any, output: Any, name: str) -> Any:
     if isinstance(value, Mapping) and isinstance(output, Mapping) \
             and list(value) == list(output):
         items = {k: _like(value[k], output[k], name) for k in output}
-        cls = type(output)
+        cls: Any = type(output)
         if cls in (dict, OrderedDict):
             return cls(items)
         with suppress(Exception):  # a ModelOutput: the model's class, from its fields

@@ -293,10 +293,11 @@ def _shown_total(trace: Trace) -> FlopCount | None:
     """The footer's total: the top-level calls' FLOPs, as the time column's (with
     ``select=``, or ops of the ``Tracer`` block outside the model, the whole run's
     ``totals_flops`` is more: the ops table says that one)."""
-    counts = [c.facts.get("flops") for c in trace.roots]
-    if not counts or any(f is None for f in counts):
-        found: FlopCount | None = trace.facts.get("totals_flops")
-        return found
+    found = [c.facts.get("flops") for c in trace.roots]
+    counts: list[FlopCount] = [f for f in found if f is not None]
+    if not counts or len(counts) < len(found):
+        total: FlopCount | None = trace.facts.get("totals_flops")
+        return total
     return FlopCount(
         forward=sum(f.forward for f in counts), backward=sum(f.backward for f in counts),
         partial=any(f.partial for f in counts),

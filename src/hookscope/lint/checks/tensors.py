@@ -6,10 +6,10 @@ A tensor assigned as ``self.t = torch.zeros(...)`` is neither a parameter nor a 
 everything torch does to a module's state. HS201 reports such a tensor only when it is
 an attribute of a module of the model when linting starts, and not the very object of a
 registered parameter or buffer (transformers keeps ``original_inv_freq`` as a second
-name of the ``inv_freq`` buffer, say), and not one torch's ``prune``, ``weight_norm`` or
-``spectral_norm`` makes anew from registered parameters before every call. Tensors inside plain containers are not
-reported: libraries keep lists of constant tensors on purpose and move them themselves
-(torchvision's ``AnchorGenerator.cell_anchors``).
+name of the ``inv_freq`` buffer, say), and not one torch's ``prune``, ``weight_norm``
+or ``spectral_norm`` makes anew from registered parameters before every call. Tensors
+inside plain containers are not reported: libraries keep lists of constant tensors on
+purpose and move them themselves (torchvision's ``AnchorGenerator.cell_anchors``).
 """
 
 from __future__ import annotations
