@@ -68,6 +68,14 @@ def test_select_and_ignore() -> None:
     assert not list(report) and report.suppressed == 2
 
 
+def test_inputs_with_only_static_rules_selected_are_not_asked_for_again() -> None:
+    """``--input 2,4 --select HS2`` said "give inputs for the HS5xx rules"."""
+    model = nn.Sequential(nn.Linear(4, 4))
+    text = hookscope.lint(model, torch.randn(2, 4), select=["HS2"]).to_text()
+    assert "the selected rules need no forward pass" in text and "give inputs" not in text
+    assert "give inputs for the HS5xx rules" in hookscope.lint(model).to_text()
+
+
 def test_ignore_globs_match_module_paths_below() -> None:
     model = nn.Sequential(zoo.PlainTensor(), zoo.PlainTensor())
     report = hookscope.lint(model, ignore=[("HS201", "1.*")])

@@ -111,11 +111,13 @@ class LintReport:
         backward_skipped: why no backward pass ran although ``backward=True`` asked for
             one (no floating output requires grad: an ``argmax`` output, a frozen
             model); ``None`` otherwise.
+        inputs_given: whether inputs were given (no forward pass ran with them when
+            ``select=`` chose only static rules).
     """
 
     def __init__(
         self, findings: list[Finding], *, model: str, dynamic: bool, backward: bool,
-        suppressed: int = 0, backward_skipped: str | None = None,
+        suppressed: int = 0, backward_skipped: str | None = None, inputs_given: bool = False,
     ) -> None:
         self.findings = sorted(findings, key=lambda f: (-f.severity.rank, f.path, f.code))
         self.model = model
@@ -123,6 +125,7 @@ class LintReport:
         self.backward = backward
         self.suppressed = suppressed
         self.backward_skipped = backward_skipped
+        self.inputs_given = inputs_given
 
     def __iter__(self) -> Iterator[Finding]:
         return iter(self.findings)

@@ -51,7 +51,8 @@ def render_text(report: LintReport) -> str:
     c = report.counts()
     counts = ", ".join(_plural(c[s], s) for s in ("error", "warning", "info"))
     scope = "static rules and one forward pass" if report.dynamic else (
-        "static rules only; give inputs for the HS5xx rules")
+        "static rules only: the selected rules need no forward pass"
+        if report.inputs_given else "static rules only; give inputs for the HS5xx rules")
     if report.backward:
         scope += " and backward"
     elif report.backward_skipped:

@@ -94,7 +94,8 @@ def lint(
     return LintReport(kept, model=type(model).__name__, dynamic=dynamic and bool(wanted),
                       backward=backward and dynamic and ctx.forward is not None
                       and skipped is None,
-                      suppressed=len(findings) - len(kept), backward_skipped=skipped)
+                      suppressed=len(findings) - len(kept), backward_skipped=skipped,
+                      inputs_given=dynamic)
 
 
 def _with_static_findings(
