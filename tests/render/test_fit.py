@@ -194,3 +194,27 @@ def test_the_labels_of_one_cell_stay_apart_at_every_width() -> None:
             assert len(found) == 2 and found[0] != found[1], (width, found)
             assert found[0].startswith('kwargs["i') and found[1].startswith('kwargs["d')
     assert shown > 20  # the input column is shown, shortened, at many of these widths
+
+
+def test_a_fold_sums_counts_and_shares_but_not_a_fraction_of_one_output() -> None:
+    """A fold of 11 blocks showed Zeros as the sum of their zero fractions (385%)."""
+    from torch import nn
+
+    from hookscope.render.trace_table import render_trace
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(self.fc(x))  # about half zeros
+
+    torch.manual_seed(0)
+    model = nn.Sequential(*[Block() for _ in range(4)])
+    trace = hookscope.trace(model, torch.randn(64, 8))
+    text = render_trace(trace, columns=["layer", "zeros", "time_pct"], width=200)
+    (row,) = [line for line in text.splitlines() if "x3" in line]
+    shares = sum(trace.find(str(i)).facts["time_ns"] for i in (1, 2, 3)) / trace.total_time_ns
+    assert row.split()[-1] == f"{100 * shares:.1f}%"  # the blocks' share of the time
+    assert row.split()[-2] == "x3"  # no Zeros: a fraction is not a sum

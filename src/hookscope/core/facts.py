@@ -96,6 +96,9 @@ class Column:
         alert: a non-zero value is highlighted (bold red on a terminal).
         wrap: the cell may wrap (shape lists); numbers and names never do.
         numeric: right-justified, sorted descending.
+        summed: what a folded run of identical blocks shows: their sum (``True``), or
+            nothing (``False``: a mean, a fraction of one output); ``None``: by unit
+            (counts, times, bytes and shares are summed).
         probe: the probe that declared it (set when the probe class is defined).
     """
 
@@ -111,6 +114,7 @@ class Column:
     alert: bool = False
     wrap: bool = False
     numeric: bool = True
+    summed: bool | None = None
     probe: str = ""
 
 

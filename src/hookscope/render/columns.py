@@ -102,7 +102,7 @@ def fold_cell(col: Column, view: View, calls: Sequence[Call]) -> str:
     the first block (they are the same in all); statistics left empty."""
     if col.unit is Unit.SHAPES:
         return str(render_cell(col, view, calls[0]))
-    if col.unit not in _SUMMED:
+    if not (col.unit in _SUMMED if col.summed is None else col.summed):
         return ""
     total: float = 0
     found = False
