@@ -931,30 +931,71 @@ def test_user_pre_hook_that_raises_before_ours_leaves_nothing() -> None:
 # -- lazy modules ------------------------------------------------------------------------------
 
 
-def test_first_forward_of_a_lazy_model_under_hookscope_equals_a_plain_one() -> None:
-    """Materialisation is the model's own doing: observed, it must happen exactly as
-    unobserved (same class, shapes, values from the same RNG state, same hooks)."""
+def test_a_run_for_the_caller_leaves_a_lazy_model_lazy() -> None:
+    """``trace``, ``summary``, ``capture`` and ``lint`` run a forward for their caller, on
+    its inputs or random ones: a lazy module stays as it was (its class, its
+    uninitialised parameters and buffers, its initialising hooks), as BatchNorm
+    statistics do; the trace counts what the forward materialised."""
+    args, _ = zoo.LazyModel.example_inputs()
+    runs: dict[str, Callable[[nn.Module], Any]] = {
+        "trace": lambda m: hookscope.trace(m, *args, time=False, stats=False, memory=False),
+        "summary": lambda m: hookscope.summary(m, *args),
+        "capture": lambda m: hookscope.capture(m, *args, select="lazy"),
+        "lint": lambda m: hookscope.lint(m, *args),
+    }
+    for name, run in runs.items():
+        model = zoo.build(zoo.LazyModel)
+        before = snapshot_state(model)
+        hooks = count_hooks(model)
+        result = run(model)
+        assert type(model.lazy) is nn.LazyLinear, name
+        assert isinstance(model.lazy.weight, nn.parameter.UninitializedParameter), name
+        assert count_hooks(model) == hooks, name  # its own initialising hooks, no other
+        assert_state_unchanged(before, model)
+        if name == "trace":  # the trace counts the parameters the forward materialised
+            assert result.model.params_total == 43
+            assert result.modules["lazy"].total_params == 5 * 3 + 3
+            assert result.find("lazy").outputs[0].shape == (2, 3)
+        # and the model's own first forward still materialises it, as without hookscope
+        twin = zoo.build(zoo.LazyModel)
+        torch.manual_seed(5)
+        with torch.no_grad():
+            got = model(*args)
+        torch.manual_seed(5)
+        with torch.no_grad():
+            expected = twin(*args)
+        assert type(model.lazy) is nn.Linear and torch.equal(got, expected), name
+
+
+def test_a_tracer_around_the_user_s_first_forward_lets_it_materialise() -> None:
+    """In a ``Tracer`` block the forward is the user's own: materialising is its doing,
+    exactly as unobserved (same class, values from the same RNG state, same hooks)."""
     model = zoo.build(zoo.LazyModel)
     twin = copy.deepcopy(model)
-    assert isinstance(model.lazy.weight, nn.parameter.UninitializedParameter)
     args, _ = zoo.LazyModel.example_inputs()
     torch.manual_seed(5)
-    trace = hookscope.trace(model, *args, time=False, stats=False, memory=False)
+    with hookscope.Tracer(model, time=False, stats=False, memory=False) as tracer, \
+            torch.no_grad():
+        model(*args)
     torch.manual_seed(5)
     with torch.no_grad():
-        expected = twin(*args)
+        twin(*args)
     assert type(model.lazy) is type(twin.lazy) is nn.Linear
     diffs = [d for d in state_differences(snapshot_state(twin), snapshot_state(model))
              if not d.startswith(("hooks", "object"))]
     assert not diffs
     assert count_hooks(model) == count_hooks(twin)
-    assert total_hooks(model) == 0
-    assert [o.shape for o in trace.outputs] == [tuple(expected.shape)]
-    assert trace.find("lazy").outputs[0].shape == (2, 3)
-    # the trace counts the parameters the first forward materialised
-    assert trace.model.params_total == sum(p.numel() for p in model.parameters()) == 43
-    assert trace.modules["lazy"].total_params == 5 * 3 + 3
-    assert torch.equal(model(*args), twin(*args))
+    assert tracer.trace is not None and tracer.trace.model.params_total == 43
+
+
+def test_gradients_of_a_lazy_module_before_its_first_forward_are_a_clear_error() -> None:
+    model = zoo.build(zoo.LazyModel)
+    args, _ = zoo.LazyModel.example_inputs()
+    before, hooks = snapshot_state(model), count_hooks(model)
+    with pytest.raises(hookscope.SpecError, match="lazy module that has not run yet"):
+        hookscope.trace(model, *args, backward=True)
+    assert_state_unchanged(before, model)
+    assert count_hooks(model) == hooks
 
 
 def test_inspect_a_lazy_model_before_its_first_forward() -> None:

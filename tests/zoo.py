@@ -15,10 +15,12 @@ times and get equal inputs. Class attributes tell generic tests what to expect:
 
 Lazy modules (``LazyModel``): the first forward materialises ``UninitializedParameter``
 s, changes the module's class from ``LazyLinear`` to ``Linear`` and removes the lazy
-module's own initialisation pre-hook. That is the model's own doing, and an observed
-first forward must do exactly what an unobserved one does (same shapes, same values
-drawn from the same RNG state, same class, same remaining hooks). Tests that only care
-about steady-state behaviour call :func:`materialize` first.
+module's own initialisation pre-hook. A run hookscope makes for its caller (``trace``,
+``summary``, ``capture``, ``lint``) puts all of that back: the model stays lazy. In a
+``Tracer`` block the forward is the user's, and an observed first forward does exactly
+what an unobserved one does (same shapes, same values drawn from the same RNG state,
+same class, same remaining hooks). Tests that only care about steady-state behaviour
+call :func:`materialize` first.
 """
 
 from __future__ import annotations

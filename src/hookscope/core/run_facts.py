@@ -18,6 +18,8 @@ from typing import Any, TypeGuard
 
 import torch
 from torch import nn
+from torch.nn.modules.lazy import LazyModuleMixin
+from torch.nn.parameter import is_lazy
 
 from hookscope.core import torch_private
 from hookscope.core.module_table import ModuleTable
@@ -93,6 +95,9 @@ class ModelState:
         self.parameters = table.parameters
         self.requires_grad = [p.requires_grad for p in self.parameters]
         self.buffers: list[SavedBuffer] = []
+        # a lazy module the forward would materialise (its class, parameters and hooks
+        # changed for good): put back as it was, unless the block's forward is the user's
+        self.lazy = [LazyState(m) for m in self.modules if _is_lazy(m)] if table.lazy else []
         if not buffers:
             return
         # NB: per class, and C-level passes: an eval model without observers (what
@@ -105,6 +110,8 @@ class ModelState:
             )
 
     def restore(self) -> None:
+        for lazy in self.lazy:
+            lazy.restore()
         for m, flag in zip(self.modules, self.training, strict=True):
             if m.training is not flag:
                 m.training = flag
@@ -113,6 +120,51 @@ class ModelState:
                 p.requires_grad_(rg)
         if self.buffers:
             restore_buffers(self.buffers)
+
+
+def _is_lazy(module: nn.Module) -> bool:
+    return isinstance(module, LazyModuleMixin) and module.has_uninitialized_params()
+
+
+class LazyState:
+    """A lazy module before its first forward (``nn.LazyLinear``, ``LazyBatchNorm2d``,
+    ``LazyConv2d``), to put back after one: the forward gives its uninitialised
+    parameters and buffers a shape and values in place (the same objects become plain
+    ``Parameter`` objects and tensors), removes its initialising hooks and switches its class
+    (``LazyLinear`` becomes ``Linear``). NB: ``reset_parameters`` drew the values from
+    torch's random generator, as the forward itself would have."""
+
+    def __init__(self, module: nn.Module) -> None:
+        self.module, self.cls = module, type(module)
+        self.tables = {name: dict(getattr(module, name)) for name in _LAZY_TABLES
+                       if isinstance(getattr(module, name, None), dict)}
+        self.attributes = {name: module.__dict__[name] for name in ("_initialize_hook",
+                           "_load_hook") if name in module.__dict__}
+        self.tensors = [(t, type(t), t.device, t.dtype)
+                        for table in (module._parameters, module._buffers)
+                        for t in table.values() if is_lazy(t)]
+
+    def restore(self) -> None:
+        module = self.module
+        with torch.no_grad():
+            for t, cls, device, dtype in self.tensors:
+                if type(t) is not cls:  # materialised: empty again, uninitialised again
+                    t.data = torch.empty(0, device=device, dtype=dtype)
+                    t.__class__ = cls
+        if type(module) is not self.cls:
+            module.__class__ = self.cls
+        for name, saved in self.tables.items():
+            table = getattr(module, name)
+            if table != saved or list(table) != list(saved):
+                table.clear()
+                table.update(saved)
+        module.__dict__.update(self.attributes)
+
+
+#: The tables of a lazy module its first forward changes: its parameters and buffers
+#: (the same objects), the initialising pre-hook and the state-dict load hook.
+_LAZY_TABLES = ("_parameters", "_buffers", "_forward_pre_hooks",
+                "_forward_pre_hooks_with_kwargs", "_load_state_dict_pre_hooks")
 
 
 _RECORDS: dict[type, bool] = {}

@@ -36,6 +36,7 @@ from typing import Any, NoReturn
 
 import torch
 from torch import nn
+from torch.nn.parameter import is_lazy
 
 from hookscope.core import torch_private
 from hookscope.core.backward import BackwardWatch
@@ -261,7 +262,8 @@ class Tracer:
             require_match(self._select, self._matches, [p for p, _ in table.members],
                           type(self.model).__name__, option=self._select_option)
         # A lazy module's parameters have no shape until the first forward (counted as
-        # 0 elements): count them again on exit, once materialised.
+        # 0 elements): count them again on exit, once materialised (before a run for
+        # the caller makes them lazy again: ModelState).
         self._lazy = table.lazy
         self.trace = Trace(
             model=table.summary, modules=table.modules, probes=[p.name for p in self.probes],
@@ -300,7 +302,15 @@ class Tracer:
                 inputs=bool(self._backward_handlers["on_backward_exit"]),
             )
             if self._backward_handlers["on_param_grad"]:
-                self._backward.watch_parameters(_named_parameters(table))
+                named = _named_parameters(table)
+                lazy = [name for name, p in named if is_lazy(p)]
+                if lazy:  # an UninitializedParameter takes no hook
+                    raise SpecError(
+                        f"{lazy[0]!r} belongs to a lazy module that has not run yet: its "
+                        "parameters have no shape to watch the gradients of; run the "
+                        "model once (model(x)) before recording its gradients"
+                    )
+                self._backward.watch_parameters(named)
         self._owners = NodeOwners() if self._guarded else None
         for probe in self.probes:
             try:
@@ -328,6 +338,9 @@ class Tracer:
         try:
             self._handles.remove()
         finally:
+            # A lazy module's parameters have their shapes now: the table counts them,
+            # read before the state is restored (which makes them lazy again)
+            materialised = module_table(self.model, extra_repr=False) if self._lazy else None
             if self._state is not None:
                 self._state.restore()
             # Calls still on the stack never finished: a BaseException (KeyboardInterrupt)
@@ -345,9 +358,8 @@ class Tracer:
             trace.stop = _stop_record(trace, control)
         elif exc is not None and control is None and trace.error is None:
             trace.error = self._failures.failure_of(exc)
-        if self._lazy:
-            table = module_table(self.model, extra_repr=False)
-            trace.model, trace.modules = table.summary, table.modules
+        if materialised is not None:
+            trace.model, trace.modules = materialised.summary, materialised.modules
         try:
             self._finalize_probes(trace)
             self._overhead_at_start.clear()
