@@ -138,11 +138,13 @@ class LazyState:
         self.module, self.cls = module, type(module)
         self.tables = {name: dict(getattr(module, name)) for name in _LAZY_TABLES
                        if isinstance(getattr(module, name, None), dict)}
-        self.attributes = {name: module.__dict__[name] for name in ("_initialize_hook",
-                           "_load_hook") if name in module.__dict__}
+        self.attributes: dict[str, Any] = {
+            name: module.__dict__[name] for name in ("_initialize_hook", "_load_hook")
+            if name in module.__dict__
+        }
         self.tensors = [(t, type(t), t.device, t.dtype)
                         for table in (module._parameters, module._buffers)
-                        for t in table.values() if is_lazy(t)]
+                        for t in table.values() if t is not None and is_lazy(t)]
 
     def restore(self) -> None:
         module = self.module
