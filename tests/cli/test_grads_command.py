@@ -85,3 +85,21 @@ def test_trace_backward_shows_the_backward_columns(
                              "--format", "csv")
     assert code == 0, err
     assert "grad_output_norm" in out.splitlines()[0]
+
+
+def test_two_runs_print_the_same_numbers(capsys: pytest.CaptureFixture[str],
+                                         tmp_path: Path) -> None:
+    """The weights of a model built without a seed were new on every run, so were the
+    norms (``hookscope grads torchvision:resnet18`` gave 1412, then 1025)."""
+    import torch
+
+    path = tmp_path / "unseeded.py"
+    path.write_text(MODEL.replace("torch.manual_seed(0)\n", ""))
+    outs = []
+    for _ in range(2):
+        torch.manual_seed(len(outs) + 1)  # whatever the process drew before
+        code, out, err = run_cli(capsys, "grads", f"{path}:build", "--input", "3,4",
+                                 "--steps", "2", "--no-color")
+        assert code == 0, err
+        outs.append(out)
+    assert outs[0] == outs[1]

@@ -397,3 +397,73 @@ def test_an_index_outside_the_output_names_the_dimension_asked_for() -> None:
             pytest.raises(hookscope.ProbeError, match=r"index 7 is out of range for "
                                                       r"dimension 1 of size 5"):
         model(torch.randn(1, 3, 4, 4))
+
+
+def test_indices_and_numbers_may_be_tensors_and_numpy_values() -> None:
+    """The argument checks refused ``zero(scores.topk(2).indices)`` and numpy values,
+    which the functions take."""
+    np = pytest.importorskip("numpy")
+    model = nn.Conv2d(3, 6, 1)
+    x = torch.randn(1, 3, 2, 2)
+    for index, zeroed in ((torch.tensor([1, 5]), {1, 5}), (np.array([1, 5]), {1, 5}),
+                          ([np.int64(2)], {2}), (torch.tensor(4), {4})):
+        with hookscope.patch(model, {"<root>": patches.zero(index, dim=np.int64(1))}), \
+                torch.no_grad():
+            out = model(x)
+        assert {i for i in range(6) if not out[0, i].any()} == zeroed, index
+    with hookscope.patch(model, {"<root>": patches.scale(np.float32(2.0))}), torch.no_grad():
+        doubled = model(x)
+    with torch.no_grad():
+        assert torch.equal(doubled, model(x) * 2)
+    patches.noise(np.float32(0.1))  # accepted
+
+
+class _Max(nn.Module):
+    def forward(self, x: torch.Tensor) -> Any:
+        return torch.max(x, dim=1)  # a torch.return_types structseq
+
+
+class _UsesMax(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.m = _Max()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.m(x).values  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("where", ["memory", "disk"])
+def test_replace_with_keeps_torch_return_types_and_model_outputs_of_other_fields(
+    where: str, tmp_path: Any
+) -> None:
+    """From disk, ``torch.max(x, dim)`` came back a tuple (``.values`` broke), and a
+    ModelOutput whose set fields differed from this call's came back a dict."""
+    x = torch.randn(3, 2)
+    model = _UsesMax()
+    save = {"save_to": tmp_path / "a"} if where == "disk" else {}
+    stored = hookscope.capture(model, x, select="m", **save)
+    with hookscope.patch(model, {"m": patches.replace_with(stored)}), torch.no_grad():
+        assert torch.equal(model(torch.randn(3, 2)), x.max(dim=1).values)
+    outputs = pytest.importorskip("transformers.modeling_outputs")
+
+    class Pooled(nn.Module):
+        def forward(self, h: torch.Tensor, pool: bool = True) -> Any:
+            return outputs.BaseModelOutputWithPooling(
+                last_hidden_state=h * 2, pooler_output=h.mean(0) if pool else None)
+
+    class Holder(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.p = Pooled()
+
+        def forward(self, h: torch.Tensor, pool: bool = True) -> Any:
+            return self.p(h, pool)
+
+    holder = Holder()
+    save = {"save_to": tmp_path / "b"} if where == "disk" else {}
+    stored = hookscope.capture(holder, x, select="p", **save)
+    with hookscope.patch(holder, {"p": patches.replace_with(stored)}), torch.no_grad():
+        out = holder(torch.randn(3, 2), pool=False)
+    assert type(out) is outputs.BaseModelOutputWithPooling
+    assert torch.equal(out.last_hidden_state, x * 2) and torch.equal(out.pooler_output,
+                                                                       x.mean(0))

@@ -97,6 +97,25 @@ def test_a_plain_list_of_modules_is_as_serious_as_what_it_loses(
     assert "0 parameters" not in finding.message
 
 
+def test_a_plain_list_of_a_class_without_source_is_a_warning_not_information() -> None:
+    """Without source to read, "does not read its training flag" was claimed."""
+    space: dict[str, Any] = {}
+    exec("from torch import nn\n"  # a class inspect cannot read
+         "class MyDrop(nn.Module):\n"
+         "    def forward(self, x):\n"
+         "        return nn.functional.dropout(x, 0.5, self.training)\n", space)
+
+    class Holds(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(2, 2)
+            self.extra = [space["MyDrop"]()]
+
+    (finding,) = [f for f in hookscope.lint(Holds()) if f.code == "HS101"]
+    assert finding.severity is Severity.WARNING
+    assert "could not be read from its source" in finding.message
+
+
 def test_a_list_of_references_to_registered_modules_is_not_reported() -> None:
     assert "HS101" not in hookscope.lint(models.ReferenceList()).codes()
 

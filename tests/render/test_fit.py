@@ -218,3 +218,18 @@ def test_a_fold_sums_counts_and_shares_but_not_a_fraction_of_one_output() -> Non
     shares = sum(trace.find(str(i)).facts["time_ns"] for i in (1, 2, 3)) / trace.total_time_ns
     assert row.split()[-1] == f"{100 * shares:.1f}%"  # the blocks' share of the time
     assert row.split()[-2] == "x3"  # no Zeros: a fraction is not a sum
+
+
+def test_a_cell_s_labels_stay_apart_below_a_wider_row() -> None:
+    """The check ran only for a cell that set the column's narrowest width: a multi-label
+    cell below a wider row still read ``kwargs[…t_ids"]`` twice."""
+    from hookscope.render.grid import labelled_min, shorten_labelled
+
+    wide = "[1, 3, 16, 112, 111112] int64"
+    two = 'kwargs["input_ids"]: [1, 3] int64\nkwargs["decoder_input_ids"]: [1, 3] int64'
+    for width_of_first in range(20, 34):
+        cells = [wide[:width_of_first], two]
+        width = labelled_min(cells)
+        lines = shorten_labelled(two, width).split("\n")
+        labels = [line.partition(": ")[0] for line in lines]
+        assert labels[0] != labels[1], (width_of_first, width, labels)

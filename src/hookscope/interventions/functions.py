@@ -11,6 +11,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import numbers
+import operator
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
@@ -36,14 +38,13 @@ def _on_floats(fn: Callable[[torch.Tensor], torch.Tensor]) -> PatchFn:
     return patch_fn
 
 
-def _mask(t: torch.Tensor, index: Index, dim: int) -> torch.Tensor | None:
-    """A boolean mask of ``t``'s shape selecting ``index`` along ``dim`` (None: all)."""
-    if index is None:
+def _mask(t: torch.Tensor, indices: list[int] | None, dim: int) -> torch.Tensor | None:
+    """A boolean mask of ``t``'s shape selecting ``indices`` along ``dim`` (None: all)."""
+    if indices is None:
         return None
     if not -t.dim() <= dim < t.dim():
         raise SpecError(f"patches: dim={dim} is not a dimension of an output of shape "
                         f"{list(t.shape)}; pass dim= the dimension the indices are along")
-    indices = [index] if isinstance(index, int) else list(index)
     size = t.shape[dim]
     outside = [i for i in indices if not -size <= i < size]
     if outside:
@@ -56,26 +57,38 @@ def _mask(t: torch.Tensor, index: Index, dim: int) -> torch.Tensor | None:
     return mask.reshape(shape).to(t.device)
 
 
-def _check_index(index: Index, dim: Any, name: str) -> None:
-    """What :func:`_mask` takes, checked when the function is made (not mid-forward)."""
-    if isinstance(dim, bool) or not isinstance(dim, int):
-        raise SpecError(f"patches.{name}: dim= must be an integer, got {dim!r}")
+def _indices(index: Any, dim: Any, name: str) -> tuple[list[int] | None, int]:
+    """``index`` as a list of ints (``None``: all) and ``dim`` as an int, checked when
+    the function is made, not mid-forward: an int, a sequence of ints, or a tensor or
+    array of them (``scores.topk(2).indices``); numpy integers too."""
+    try:
+        if isinstance(dim, bool):
+            raise TypeError
+        dim = operator.index(dim)
+    except TypeError:
+        raise SpecError(f"patches.{name}: dim= must be an integer, got {dim!r}") from None
     if index is None:
-        return
-    items = [index] if isinstance(index, int) else index
-    if isinstance(index, bool) or not isinstance(items, Sequence) or isinstance(items, str) \
-            or not all(isinstance(i, int) and not isinstance(i, bool) for i in items):
+        return None, dim
+    items = index.tolist() if hasattr(index, "tolist") and not isinstance(index, list) \
+        else index
+    if not isinstance(items, (list, tuple)):
+        items = [items]
+    try:
+        if any(isinstance(i, bool) for i in items):
+            raise TypeError
+        return [operator.index(i) for i in items], dim
+    except TypeError:
         raise SpecError(f"patches.{name}: the index is an integer or a list of integers "
-                        f"(channels, positions), got {index!r}")
+                        f"(channels, positions), got {index!r}") from None
 
 
 def _check_number(value: Any, what: str, *, nonnegative: bool = False) -> None:
-    """``value`` a real number (not NaN, and ``>= 0`` with ``nonnegative``), or a
-    tensor (used as it is)."""
+    """``value`` a real number (numpy's too; not NaN, and ``>= 0`` with
+    ``nonnegative``), or a tensor (used as it is)."""
     if isinstance(value, torch.Tensor):
         return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) \
-            or (nonnegative and value < 0):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) \
+            or math.isnan(float(value)) or (nonnegative and value < 0):
         need = "a number >= 0" if nonnegative else "a number"
         raise SpecError(f"patches.{what} must be {need}, got {value!r}")
 
@@ -89,7 +102,7 @@ def zero(index: Index = None, *, dim: int = 1) -> PatchFn:
     Example:
         >>> hookscope.patches.zero([3, 7])          # channels 3 and 7 of a conv
     """
-    _check_index(index, dim, "zero")
+    _indices(index, dim, "zero")
     return scale(0.0, index, dim=dim)
 
 
@@ -99,10 +112,10 @@ ablate = zero
 def scale(factor: float, index: Index = None, *, dim: int = 1) -> PatchFn:
     """Multiply the output (or ``index`` along ``dim``) by ``factor``."""
     _check_number(factor, "scale: factor")
-    _check_index(index, dim, "scale")
+    indices, dim = _indices(index, dim, "scale")
 
     def apply(t: torch.Tensor) -> torch.Tensor:
-        mask = _mask(t, index, dim)
+        mask = _mask(t, indices, dim)
         if mask is None:
             return t * factor
         return torch.where(mask, t * factor, t)
@@ -200,20 +213,24 @@ def _like(value: Any, output: Any, name: str) -> Any:
                 object.__setattr__(new, f.name, _like(getattr(value, f.name),
                                                       getattr(output, f.name), name))
         return new
-    if isinstance(value, Mapping) and isinstance(output, Mapping) \
-            and list(value) == list(output):
-        items = {k: _like(value[k], output[k], name) for k in output}
+    if isinstance(value, Mapping) and isinstance(output, Mapping):
         cls: Any = type(output)
+        # the stored keys: a ModelOutput's set fields may differ from this call's
+        items = {k: _like(v, output.get(k), name) for k, v in value.items()}
         if cls in (dict, OrderedDict):
-            return cls(items)
+            return cls(items) if list(value) == list(output) else map_tensors(
+                torch.clone, value)
         with suppress(Exception):  # a ModelOutput: the model's class, from its fields
             return cls(**items)
         return map_tensors(torch.clone, value)
     if isinstance(value, (tuple, list)) and isinstance(output, (tuple, list)) \
             and len(value) == len(output):
         items_ = [_like(v, o, name) for v, o in zip(value, output, strict=True)]
-        if hasattr(type(output), "_fields"):  # a namedtuple (read back as a tuple)
-            return type(output)(*items_)
+        kind: Any = type(output)
+        if hasattr(kind, "_fields"):  # a namedtuple (read back as a tuple)
+            return kind(*items_)
+        if hasattr(kind, "n_fields"):  # torch.return_types (torch.max(x, dim)): one sequence
+            return kind(items_)
         if type(value) in (tuple, list):
             return type(value)(items_)
         return map_tensors(torch.clone, value)

@@ -149,7 +149,9 @@ class MemoryProbe(Probe):
         Column("saved_bytes", "Saved", _memory("saved_bytes"), Unit.BYTES, when_present=True),
         Column("alloc_delta", "Alloc Δ", _memory("allocated_delta"), Unit.BYTES,
                when_present=True),
-        Column("peak", "Peak", _memory("peak_bytes"), Unit.BYTES, when_present=True),
+        # NB: a peak of one call: a fold of blocks does not add them up
+        Column("peak", "Peak", _memory("peak_bytes"), Unit.BYTES, when_present=True,
+               summed=False),
     )
     fields = tuple(
         Field(name, _memory(name), "Int64", column=column)

@@ -248,22 +248,24 @@ def shorten_labelled(cell: str, width: int) -> str:
 def labelled_min(cells: Sequence[str]) -> int:
     """The narrowest :func:`shorten_labelled` can make these cells while the labels of
     each cell still read apart (``kwargs["input_ids"]`` and ``kwargs["decoder_input_ids"]``
-    both read ``kwargs…ids"]`` at the narrowest)."""
+    both read ``kwargs…ids"]`` at the narrowest), at that width of the column."""
     widest = 0
+    several: list[str] = []  # cells of two or more distinct labels
     for cell in cells:
         lines = cell.split("\n")
-        narrowest = 0
         for line in lines:
             _, colon, value = line.partition(": ")
-            narrowest = max(narrowest, min(len(line), len(value) + 2 + LABEL_MIN) if colon
-                            else len(line))
-        if narrowest > widest and len(lines) > 1:
+            widest = max(widest, min(len(line), len(value) + 2 + LABEL_MIN) if colon
+                         else len(line))
+        if len(lines) > 1:
             labels = [line.partition(": ")[0] for line in lines if ": " in line]
             if len(set(labels)) == len(labels) > 1:  # distinct whole: kept distinct
-                longest = max(map(len, lines))
-                while narrowest < longest and not _labels_apart(cell, narrowest):
-                    narrowest += 1
-        widest = max(widest, narrowest)
+                several.append(cell)
+    # NB: apart at one width, apart at every wider one (each keeps more of both ends)
+    for cell in several:
+        longest = max(map(len, cell.split("\n")))
+        while widest < longest and not _labels_apart(cell, widest):
+            widest += 1
     return widest
 
 

@@ -67,8 +67,10 @@ def module_in_plain_container(ctx: LintContext) -> Iterator[Hit]:
         buffers = {id(b): b.numel() for m in lost.values() for b in m.buffers()}
         classes = sorted({type(m).__name__ for m in lost.values()})
         # NB: a class that reads ``training`` (Dropout, BatchNorm) misses .eval()
-        modal = sorted({type(m).__name__ for top in lost.values() for m in top.modules()
-                        if uses_attribute(type(m), "training")})
+        reads = {type(m): uses_attribute(type(m), "training")
+                 for top in lost.values() for m in top.modules()}
+        modal = sorted({cls.__name__ for cls, used in reads.items() if used})
+        unread = sorted({cls.__name__ for cls, used in reads.items() if used is None})
         held = (f"self.{name} is a {_kind(value)} holding {_count(len(lost), 'module')} "
                 f"({', '.join(classes)}) that the model does not register: ")
         mode = (f".train()/.eval() do not reach them ({', '.join(modal)} keeps its own "
@@ -83,6 +85,11 @@ def module_in_plain_container(ctx: LintContext) -> Iterator[Hit]:
                           "state_dict() (never saved) and .to() does not move them"
                           if buffers else "")
             yield Hit(path, name, held + "; ".join(x for x in (lost_state, mode) if x))
+        elif unread:  # no source to read: whether .eval() matters is not known
+            yield Hit(path, name, held + (
+                "they have no parameters or buffers, but whether "
+                f"{', '.join(unread)} reads its training flag (which .train()/.eval() do "
+                "not reach) could not be read from its source"), Severity.WARNING)
         else:  # ReLU, Tanh: nothing to train, save or switch
             yield Hit(path, name, held + (
                 "they have no parameters or buffers and do not read their training flag, "
