@@ -219,3 +219,28 @@ def test_a_stateless_module_made_in_training_mode_is_not_reported_in_eval() -> N
     assert _SHARED_GELU.training
     assert "HS501" not in hookscope.lint(_UsesSharedGelu().eval(), x).codes()
     assert "HS501" in hookscope.lint(models.DropoutInForward().eval(), x).codes()
+
+
+def test_a_layer_inside_a_torchscript_submodule_is_not_a_forgotten_one() -> None:
+    """TorchScript runs its submodules without module hooks: HS502 called ``blk.a``
+    forgotten although it ran and got gradients."""
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.a(x)  # type: ignore[no-any-return]
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blk = torch.jit.script(Block())
+            self.unused = nn.Linear(4, 4)  # a real forgotten layer beside it
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.blk(x)  # type: ignore[no-any-return]
+
+    found = [(f.code, f.path, f.attribute) for f in hookscope.lint(Net(), torch.randn(2, 4))]
+    assert found == [("HS502", "", "unused")]

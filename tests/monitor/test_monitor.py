@@ -468,3 +468,23 @@ def test_the_loops_own_exception_is_the_one_raised_from_the_block() -> None:
         model(torch.ones(1, 2)).sum().backward()
         mon.step()
         raise KeyError("the loop's own error")
+
+
+def test_a_monitor_in_its_block_or_closed_cannot_be_entered_again() -> None:
+    """A second ``with mon:`` inside the first closed the monitor under it: the outer
+    block's later steps were neither recorded nor clipped."""
+    model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    mon = hookscope.GradientMonitor(model, optimizer=opt)
+    with mon:
+        with pytest.raises(hookscope.HookscopeError, match="already in a with block"):
+            with mon:
+                pass
+        for _ in range(2):
+            model(torch.randn(2, 4)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+    assert mon.step_count == 2
+    assert len(opt._optimizer_step_pre_hooks) == 0
+    with pytest.raises(hookscope.HookscopeError, match="is closed"), mon:
+        pass

@@ -122,18 +122,29 @@ class GradientMonitor:
         self._manual = False
         self._handles = HandleGroup()
         self._closed = False
+        self._in_block = False
         if optimizer is not None:
             self._handles.add(optimizer.register_step_pre_hook(self._pre_step))
 
     # -- lifecycle ----------------------------------------------------------------------
 
     def __enter__(self) -> GradientMonitor:
+        # NB: a monitor watches from when it is made until it is closed: a second block
+        # would close it under the first, and a closed one watches nothing any more
+        if self._closed:
+            raise HookscopeError("this GradientMonitor is closed (its with block ended, "
+                                 "or close() was called); create a new one")
+        if self._in_block:
+            raise HookscopeError("this GradientMonitor is already in a with block; its "
+                                 "end would stop the monitoring of the outer one")
+        self._in_block = True
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         # NB: when the loop raised, its last steps are still recorded (the NaN that made
         # it raise is in the history), but no anomaly is raised over its exception
+        self._in_block = False
         self.close(quiet=exc is not None)
 
     def close(self, *, flush: bool = True, quiet: bool = False) -> None:

@@ -181,6 +181,8 @@ def module_never_called(ctx: LintContext) -> Iterator[Hit]:
             continue  # stateless: not calling it changes nothing
         owner, attribute = ctx.owner(path)
         holder = ctx.modules[owner]
+        if isinstance(holder, torch.jit.ScriptModule):
+            continue  # TorchScript runs its submodules unobserved: whether it ran is unknown
         if attribute is None or uses_attribute(type(holder), attribute) is not False:
             continue
         reported.append(path)
