@@ -351,3 +351,25 @@ def test_on_the_meta_device_a_backward_has_no_times() -> None:
     real = hookscope.trace(model, torch.randn(2, 4), backward=True)
     assert all(c.backward_ns is not None for c in real.calls)
     assert "Bwd time" in render_trace(real, width=200)
+
+
+def test_a_parent_returning_its_child_s_output_has_at_least_the_child_s_backward_time() -> None:
+    """The parent's start was read after the child's hook on the same gradient: its
+    inclusive backward time came out below its only child's, every run."""
+
+    class Wrap(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = nn.Sequential(nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 64))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.inner(x)  # type: ignore[no-any-return]
+
+    torch.manual_seed(0)
+    for _ in range(3):
+        t = hookscope.trace(Wrap(), torch.randn(8, 64), backward=True)
+        root, inner = t.find(""), t.find("inner")
+        assert root.backward_ns >= inner.backward_ns > 0
+        assert root.backward_self_ns == root.backward_ns - inner.backward_ns
+        children = sum(t.calls[i].backward_ns for i in inner.children)
+        assert inner.backward_self_ns == max(0, inner.backward_ns - children)
