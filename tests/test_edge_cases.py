@@ -447,6 +447,23 @@ def test_scripted_root_is_a_spec_error(make: Callable[[nn.Module], nn.Module]) -
     assert hookscope.inspect(scripted).total_params == 20
 
 
+def test_torch_jit_trace_inside_a_tracer_records_none_of_the_probes_work() -> None:
+    """The statistics probe's ops went into the user's graph: a dozen TracerWarnings
+    pointing at hookscope, then an internal assert in torch's alias analysis."""
+    import warnings
+
+    model, x = nn.Sequential(nn.Linear(4, 4), nn.ReLU()), _x(3, 4)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with hookscope.Tracer(model, **ALL_PROBES) as tracer:
+            traced = torch.jit.trace(model, x)
+    assert not [w for w in seen if "hookscope" in str(w.filename)]
+    assert_outputs_identical(model(x), traced(x))
+    assert tracer.trace is not None
+    assert tracer.trace.find("0").facts.get("stats") is not None  # the probes still ran
+    assert "aten::count_nonzero" not in str(traced.graph)
+
+
 def test_meta_analysis_of_a_model_with_a_scripted_submodule_is_a_spec_error() -> None:
     """Regression: the meta copy kept the scripted submodule's real weights, and the
     run failed inside the TorchScript interpreter."""

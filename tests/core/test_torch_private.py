@@ -372,3 +372,22 @@ def test_a_module_call_inside_another_is_told_from_a_top_level_one() -> None:
     probe(torch.ones(1))
     nn.Sequential(probe)(torch.ones(1))
     assert seen == [False, True]
+
+
+def test_torch_jit_trace_can_be_paused_inside_a_traced_forward() -> None:
+    """``jit_tracing_paused`` sets torch._C's tracing state aside: the work inside is
+    not in the graph (a torch that changes these functions fails here)."""
+    assert hasattr(torch._C, "_get_tracing_state") and hasattr(torch._C, "_set_tracing_state")
+    seen: list[object] = []
+
+    class Probe(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            with torch_private.jit_tracing_paused():
+                seen.append(torch._C._get_tracing_state())
+                x.abs().sum()  # not recorded
+            seen.append(torch._C._get_tracing_state())
+            return x + 1
+
+    traced = torch.jit.trace(Probe(), torch.randn(2), check_trace=False)
+    assert seen[0] is None and seen[1] is not None  # paused, then tracing again
+    assert "aten::abs" not in str(traced.graph) and "aten::add" in str(traced.graph)

@@ -477,9 +477,8 @@ def test_a_monitor_in_its_block_or_closed_cannot_be_entered_again() -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     mon = hookscope.GradientMonitor(model, optimizer=opt)
     with mon:
-        with pytest.raises(hookscope.HookscopeError, match="already in a with block"):
-            with mon:
-                pass
+        with pytest.raises(hookscope.HookscopeError, match="already in a with block"), mon:
+            pass
         for _ in range(2):
             model(torch.randn(2, 4)).sum().backward()
             opt.step()

@@ -46,6 +46,7 @@ def make_module_pre_hook(
     replaces_only = tracer._replaces_only
     get_ident, thread = threading.get_ident, tracer._thread
     graph_task = torch_private.graph_task_id_function()
+    jit = torch_private.jit_trace_scopes()  # torch.jit.trace recording: probes paused
 
     def pre_hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         nonlocal count
@@ -72,7 +73,13 @@ def make_module_pre_hook(
         stack.append((call, module, exc_info()[1]))
         if owners is not None:
             owners.mark(call.index)
-        result = None if dispatch is None else dispatch(call, module, args, kwargs)
+        if dispatch is None:
+            result = None
+        elif jit._trace_module_map is not None:  # inside torch.jit.trace: not its ops
+            with torch_private.jit_tracing_paused():
+                result = dispatch(call, module, args, kwargs)
+        else:
+            result = dispatch(call, module, args, kwargs)
         if clocked:
             tracer.overhead_ns += perf_counter_ns() - start
         return result
@@ -130,6 +137,7 @@ def make_module_post_hook(tracer: Tracer) -> Callable[..., Any]:
     control = tracer._control_types
     get_ident, thread = threading.get_ident, tracer._thread
     graph_task = torch_private.graph_task_id_function()
+    jit = torch_private.jit_trace_scopes()  # torch.jit.trace recording: probes paused
 
     def post_hook(
         module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
@@ -157,7 +165,11 @@ def make_module_post_hook(tracer: Tracer) -> Callable[..., Any]:
         owners = tracer._owners
         if owners is not None:
             owners.mark(call.parent)
-        result = dispatch(call, module, args, kwargs, output, failed)
+        if jit._trace_module_map is not None:  # inside torch.jit.trace: not its ops
+            with torch_private.jit_tracing_paused():
+                result = dispatch(call, module, args, kwargs, output, failed)
+        else:
+            result = dispatch(call, module, args, kwargs, output, failed)
         now = perf_counter_ns()
         clock[0] = now - tracer._t0
         if clocked:

@@ -19,10 +19,11 @@ documented way to walk nested values) is imported here too.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
@@ -45,6 +46,7 @@ __all__ = [
     "graph_task_running",
     "is_functorch_wrapped",
     "jit_trace_scopes",
+    "jit_tracing_paused",
     "next_sequence_nr",
     "node_sequence_nr",
     "overrides_call_impl",
@@ -241,6 +243,26 @@ class _TracingStateAsMap:
     @property
     def _trace_module_map(self) -> Any:
         return torch._C._get_tracing_state()
+
+
+@contextlib.contextmanager
+def jit_tracing_paused() -> Iterator[None]:
+    """``torch.jit.trace`` stops recording while the block runs (``torch._C``'s tracing
+    state set aside): probes' work on tensors inside a traced forward (statistics, a
+    copy) is not recorded into the user's graph, where torch's alias analysis fails on
+    it. Without the private functions, nothing is paused (a warning, once)."""
+    get = getattr(torch._C, "_get_tracing_state", None)
+    put = getattr(torch._C, "_set_tracing_state", None)
+    if get is None or put is None:
+        _warn_once("probes inside torch.jit.trace", "has no torch._C._get_tracing_state")
+        yield
+        return
+    state = get()
+    put(None)
+    try:
+        yield
+    finally:
+        put(state)
 
 
 def jit_trace_scopes() -> Any:
