@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 import warnings
 from pathlib import Path
@@ -20,6 +21,7 @@ from torch import nn
 import hookscope
 from helpers import assert_state_unchanged, count_hooks, snapshot_state
 from hookscope import Column, Fact, Field, Probe, Unit
+from hookscope.core.serialize import UnknownFieldsWarning
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -492,3 +494,113 @@ def test_a_probe_that_declares_it_reads_each_call_s_backward_end() -> None:
     hookscope.trace(model, torch.randn(2, 4), backward=True, grads=False,
                     probes=[undeclared])
     assert undeclared.ends and all(end is None for _, end, _ in undeclared.ends.values())
+
+
+# -- declarations and JSON of probes defined by users (QA session 10) -----------------
+
+
+def test_a_fact_without_an_encoder_holding_nan_or_inf_stays_json() -> None:
+    """README's GradNorm probe with an infinite loss: ``to_json`` raised "Out of range
+    float values are not JSON compliant"."""
+
+    class NormNoEncoder(Probe):
+        name = "qa10_norm"
+        facts = (Fact("qa10_norm", "a norm"), Fact("qa10_pair", "two values"))
+
+        def on_exit(self, call: Any, module: Any, args: Any, kwargs: Any, output: Any,
+                    failed: bool) -> None:
+            call.facts["qa10_norm"] = float("inf")
+            call.facts["qa10_pair"] = {"a": float("nan"), "b": [1.0, float("-inf")]}
+
+    trace = hookscope.trace(nn.Linear(2, 2), torch.randn(1, 2), probes=[NormNoEncoder])
+    text = trace.to_json()
+    doc = json.loads(text)  # standard JSON: no NaN/Infinity literals
+    assert doc["calls"][0]["qa10_norm"] == "inf"
+    back = hookscope.Trace.from_json(text).calls[0]
+    assert back.qa10_norm == math.inf
+    assert math.isnan(back.qa10_pair["a"]) and back.qa10_pair["b"] == [1.0, -math.inf]
+
+
+@pytest.mark.parametrize(("declares", "says"), [
+    ({"fields": (Field("time", lambda c, t: 1),)}, "column name of its field 'time_ns'"),
+    ({"fields": (Field("path", lambda c, t: 1),)}, "the exports' own fields"),
+    ({"columns": (Column("params", "P", lambda c, t: 1),)}, "the trace table's own columns"),
+    ({"facts": (Fact("path"),)}, "the engine's call record"),
+    ({"facts": (Fact("error"),)}, "the engine's call record"),
+])
+def test_a_probe_cannot_take_the_name_of_a_built_in_column_field_or_call_key(
+    declares: dict[str, Any], says: str
+) -> None:
+    """A Field ``time`` or ``path`` took over the exports of every trace in the process
+    (even of one its probe never ran in); a Fact ``path`` was lost in JSON."""
+    with pytest.raises(ValueError, match=re.escape(says)):
+        type("Clash", (Probe,), {"name": f"qa10_clash_{len(says)}", **declares})
+    trace = hookscope.trace(nn.Linear(2, 2), torch.randn(1, 2))
+    assert trace.to_csv(columns=["path", "time"]).splitlines()[0] == "path,time_ns"
+
+
+def test_unknown_fields_are_kept_or_said_to_be_ignored() -> None:
+    """A newer document's top-level field was said to be kept, and dropped; unknown keys
+    of modules and of the model were dropped without a word; a null call key too."""
+    doc = json.loads(hookscope.trace(nn.Linear(2, 2), torch.randn(1, 2)).to_json())
+    doc["schema_version"] = 3
+    doc["new_top"] = {"x": 1}
+    doc["modules"][0]["new_module_key"] = 5
+    doc["model"]["new_model_key"] = 5
+    doc["calls"][0]["new_call_key"] = None
+    with pytest.warns(UnknownFieldsWarning) as seen:
+        trace = hookscope.Trace.from_json(json.dumps(doc))
+    message = str(seen[0].message)
+    assert "module 'new_module_key' (ignored)" in message
+    assert "model 'new_model_key' (ignored)" in message
+    again = json.loads(trace.to_json())
+    assert again["new_top"] == {"x": 1}
+    assert "new_call_key" in again["calls"][0] and again["calls"][0]["new_call_key"] is None
+
+
+def test_a_fact_recorded_as_none_comes_back_none() -> None:
+    class MaybeScale(Probe):
+        name = "qa10_scale"
+        facts = (Fact("qa10_scale", "a scale", default=1.0),)
+
+        def on_exit(self, call: Any, module: Any, args: Any, kwargs: Any, output: Any,
+                    failed: bool) -> None:
+            call.facts["qa10_scale"] = None
+
+    trace = hookscope.trace(nn.Linear(2, 2), torch.randn(1, 2), probes=[MaybeScale])
+    back = hookscope.Trace.from_json(trace.to_json())
+    assert trace.calls[0].qa10_scale is None and back.calls[0].qa10_scale is None
+    assert back == trace
+
+
+def test_a_document_read_before_its_probe_is_defined_is_decoded_once_it_is() -> None:
+    """Read in a notebook before ``import myprobes``: the values stayed ``RawValue``,
+    and the table raised a TypeError."""
+    from hookscope.core import facts as core_facts
+    from hookscope.render.trace_table import render_trace
+
+    def declare() -> type[Probe]:
+        class Late(Probe):
+            name = "qa10_late"
+            facts = (Fact("qa10_late", "numel", encode=lambda v: {"n": v},
+                          decode=lambda d: d["n"]),)
+            columns = (Column("qa10_late", "Numel", lambda c, t: c.facts.get("qa10_late"),
+                              Unit.COUNT),)
+
+            def on_exit(self, call: Any, module: Any, args: Any, kwargs: Any,
+                        output: Any, failed: bool) -> None:
+                call.facts["qa10_late"] = output.numel()
+
+        return Late
+
+    late = declare()
+    text = hookscope.trace(nn.Linear(2, 3), torch.randn(1, 2), probes=[late]).to_json()
+    for kind, name in (("facts", "qa10_late"), ("columns", "qa10_late")):  # "not defined"
+        getattr(core_facts.REGISTRY, {"facts": "call_facts"}.get(kind, kind)).pop(name)
+        core_facts.REGISTRY.owners.pop((kind, name))
+    with pytest.warns(UnknownFieldsWarning):
+        trace = hookscope.Trace.from_json(text)
+    assert type(trace.calls[0].facts["qa10_late"]).__name__ == "RawValue"
+    declare()  # the probe's module imported now
+    assert trace.calls[0].qa10_late == 3
+    assert "3" in render_trace(trace, columns=["layer", "qa10_late"]).splitlines()[2]

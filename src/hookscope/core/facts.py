@@ -21,6 +21,7 @@ Reading ``call.time_ns`` returns ``call.facts["time_ns"]`` (``Call.__getattr__``
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -69,10 +70,43 @@ class Fact:
         return self.default_factory() if self.default_factory is not None else self.default
 
     def to_json(self, value: Any) -> Any:
-        return value if value is None or self.encode is None else self.encode(value)
+        """``encode(value)``; without ``encode``, the value with each non-finite float
+        (a NaN norm) as ``"nan"``, ``"inf"`` or ``"-inf"``: the document stays JSON."""
+        if value is None:
+            return None
+        return _finite_json(value) if self.encode is None else self.encode(value)
 
     def from_json(self, value: Any) -> Any:
-        return value if value is None or self.decode is None else self.decode(value)
+        """``decode(value)``; without ``decode``, ``"nan"``/``"inf"``/``"-inf"`` are
+        the floats they stand for again."""
+        if value is None:
+            return None
+        return _floats_back(value) if self.decode is None else self.decode(value)
+
+
+_NON_FINITE = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
+
+
+def _finite_json(value: Any) -> Any:
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: _finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_json(v) for v in value]
+    return value
+
+
+def _floats_back(value: Any) -> Any:
+    if isinstance(value, str):
+        return _NON_FINITE.get(value, value)
+    if isinstance(value, dict):
+        return {k: _floats_back(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_floats_back(v) for v in value]
+    return value
 
 
 @dataclass(frozen=True)
@@ -156,8 +190,38 @@ REGISTRY = _Registry()
 """The declarations of every probe class defined so far (see the module docstring)."""
 
 
+#: Names no probe may declare, by kind, with what holds them: the engine's keys of a
+#: call record (a fact of that name was overwritten in JSON), and the trace table's and
+#: exports' own columns and fields (``render`` reserves them: one of that name took
+#: them over in every trace of the process).
+RESERVED: dict[str, dict[str, str]] = {
+    "facts": dict.fromkeys(("index", "path", "class", "module_class", "call_index", "depth",
+                            "parent", "children", "start_ns", "error", "facts", "name"),
+                           "the engine's call record"),
+    "trace_facts": {},
+    "columns": {},
+    "fields": {},
+}
+
+
+def reserve(kind: str, names: Iterable[str], holder: str) -> None:
+    """Keep ``names`` of ``kind`` for ``holder`` (the trace table's own columns, say)."""
+    RESERVED[kind].update(dict.fromkeys(names, holder))
+
+
 def _add(kind: str, table: dict[str, Any], item: Any, owner: str) -> None:
     key = (kind, item.name)
+    holder = RESERVED[kind].get(item.name)
+    if holder is None and kind == "fields":  # a field's column name selects it too
+        holder = next((f"probe {f.probe!r} (the column name of its field {f.name!r})"
+                       for f in REGISTRY.fields.values()
+                       if f.column == item.name and REGISTRY.owners.get(
+                           ("fields", f.name)) != owner), None)
+    if holder is not None:
+        raise ValueError(
+            f"{kind[:-1].replace('_', ' ')} name {item.name!r} is taken by {holder}; give "
+            f"the {kind[:-1].replace('_', ' ')} of {owner} another name"
+        )
     previous = REGISTRY.owners.get(key)
     if previous is not None and previous != owner:
         raise ValueError(

@@ -109,9 +109,16 @@ class Call:
 
 def _read_fact(facts: dict[str, Any], name: str, kind: str) -> Any:
     try:
-        return facts[name]
+        value = facts[name]
     except KeyError:
         pass
+    else:
+        if type(value).__name__ != "RawValue":
+            return value
+        # read before its probe was defined: decoded once it is (core/serialize.py)
+        from hookscope.core.serialize import decode_raw
+
+        return decode_raw(facts, name, kind)
     from hookscope.core.facts import REGISTRY
 
     spec = (REGISTRY.call_facts if kind == "call" else REGISTRY.trace_facts).get(name)
@@ -201,6 +208,8 @@ class Trace:
             ``rank``/``world_size`` (when ``torch.distributed`` is initialised),
             ``started_at_ns`` (wall clock, for merging traces), ...
         facts: what probes recorded per trace.
+        unknown: top-level fields of a document this hookscope does not know (a newer
+            version's), kept as their JSON values and written back as they were.
     """
 
     model: ModelSummary
@@ -213,9 +222,10 @@ class Trace:
     probes: list[str] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
     facts: dict[str, Any] = field(default_factory=dict)
+    unknown: dict[str, Any] = field(default_factory=dict)
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name == "facts":
+        if name.startswith("__") or name in ("facts", "unknown"):
             raise AttributeError(name)
         return _read_fact(self.facts, name, "trace")
 

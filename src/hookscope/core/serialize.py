@@ -18,7 +18,11 @@ serializer knows no probe.
 Evolution: a document of an earlier schema version is read (version 1: every fact was
 a call key, the ops probe's ``ops[]`` and totals top-level); a key this hookscope does
 not know (a newer version's, or the fact of a probe not defined in this process) is
-kept as the raw JSON value, with one warning, and written back as it was.
+kept as the raw JSON value, with one warning, and written back as it was: top-level
+keys in ``Trace.unknown``, facts as a ``RawValue`` (decoded when the probe is defined
+later: :func:`settle_raw_facts`). Unknown keys of ``modules[]`` and ``model`` are
+ignored, and the warning says so. A fact without an encoder has its non-finite floats
+written as ``"nan"``/``"inf"``/``"-inf"`` and read back as floats.
 """
 
 from __future__ import annotations
@@ -89,6 +93,31 @@ class RawValue:
         return f"RawValue({self.raw!r})"
 
 
+def settle_raw_facts(trace: Trace) -> None:
+    """Decode the facts of ``trace`` read before their probe was defined (a
+    ``RawValue``), now that it is: its module imported after the document was read, as
+    in a notebook. NB: one pass of type checks over the calls' facts (tens of µs for a
+    few hundred calls), when a table or an export is made."""
+    raw = RawValue
+    for facts, table in [*((c.facts, REGISTRY.call_facts) for c in trace.calls),
+                         (trace.facts, REGISTRY.trace_facts)]:
+        for name, value in facts.items():
+            if type(value) is raw:
+                spec = table.get(name)
+                if spec is not None:
+                    facts[name] = spec.from_json(value.raw)
+
+
+def decode_raw(facts: dict[str, Any], name: str, kind: str) -> Any:
+    """``facts[name]``, a ``RawValue``, decoded (and kept so) when its fact is declared
+    now; else the ``RawValue`` itself."""
+    value = facts[name]
+    spec = (REGISTRY.call_facts if kind == "call" else REGISTRY.trace_facts).get(name)
+    if spec is not None and isinstance(value, RawValue):
+        value = facts[name] = spec.from_json(value.raw)
+    return value
+
+
 def _facts_in(doc: dict[str, Any], table: dict[str, Fact], unknown: set[str]) -> dict[str, Any]:
     facts: dict[str, Any] = {}
     for name, value in doc.items():
@@ -114,10 +143,10 @@ def _call_out(c: Call) -> dict[str, Any]:
     return out
 
 
-def _call_in(d: dict[str, Any], unknown: set[str]) -> Call:
+def _call_in(d: dict[str, Any], unknown: set[str], version: int) -> Call:
     facts = {k: v for k, v in d.items() if k not in _CALL_KEYS}
-    # NB: schema 1 wrote every fact of the built-in probes, None when the probe was off
-    facts = {k: v for k, v in facts.items() if v is not None}
+    if version == 1:  # it wrote every fact of the built-in probes, None when one was off
+        facts = {k: v for k, v in facts.items() if v is not None}
     return Call(
         index=d["index"], path=d["path"], module_class=d["class"],
         call_index=d["call_index"], depth=d["depth"], parent=d["parent"],
@@ -136,7 +165,13 @@ def _module_out(m: ModuleInfo) -> dict[str, Any]:
     }
 
 
-def _module_in(d: dict[str, Any]) -> ModuleInfo:
+_MODULE_KEYS = frozenset({"path", "class", "depth", "parent", "children", "aliases", "params",
+                          "own_params", "trainable_params", "own_buffers", "extra_repr"})
+_MODEL_KEYS = frozenset({"class", "params", "buffers"})
+
+
+def _module_in(d: dict[str, Any], unknown: set[str]) -> ModuleInfo:
+    unknown.update(f"module {k!r} (ignored)" for k in d if k not in _MODULE_KEYS)
     return ModuleInfo(
         path=d["path"], class_name=d["class"], depth=d["depth"], parent=d["parent"],
         children=tuple(d["children"]), aliases=tuple(d["aliases"]),
@@ -155,7 +190,8 @@ def _model_out(m: ModelSummary) -> dict[str, Any]:
     }
 
 
-def _model_in(d: dict[str, Any]) -> ModelSummary:
+def _model_in(d: dict[str, Any], unknown: set[str]) -> ModelSummary:
+    unknown.update(f"model {k!r} (ignored)" for k in d if k not in _MODEL_KEYS)
     return ModelSummary(
         class_name=d["class"], params_total=d["params"]["total"],
         params_trainable=d["params"]["trainable"], buffers_total=d["buffers"]["total"],
@@ -197,6 +233,7 @@ def trace_to_dict(trace: Trace) -> dict[str, Any]:
         "meta": dict(trace.meta),
         "facts": _facts_out(trace.facts, REGISTRY.trace_facts),
         "totals": _totals_out(trace),
+        **{k: v for k, v in trace.unknown.items() if k not in _TOP_KEYS},
     }
 
 
@@ -244,7 +281,7 @@ def trace_from_dict(doc: dict[str, Any]) -> Trace:
         doc = _upgrade_v1(doc)
     unknown: set[str] = {f"top-level {k!r}" for k in doc if k not in _TOP_KEYS}
     try:
-        trace = _trace_in(doc, unknown)
+        trace = _trace_in(doc, unknown, version)
     except (KeyError, TypeError, ValueError) as e:
         raise RenderError(f"malformed hookscope trace document: missing or bad field {e}") from e
     if unknown:
@@ -252,7 +289,8 @@ def trace_from_dict(doc: dict[str, Any]) -> Trace:
             version > SCHEMA_VERSION) else ""
         warnings.warn(
             f"hookscope: the trace document has fields this hookscope does not know{newer}: "
-            f"{', '.join(sorted(unknown))}; they are kept as they are",
+            f"{', '.join(sorted(unknown))}; they are kept as they are (those marked "
+            "ignored are not)",
             UnknownFieldsWarning,
             stacklevel=3,
         )
@@ -267,13 +305,13 @@ def trace_from_dict(doc: dict[str, Any]) -> Trace:
     return trace
 
 
-def _trace_in(doc: dict[str, Any], unknown: set[str]) -> Trace:
+def _trace_in(doc: dict[str, Any], unknown: set[str], version: int) -> Trace:
     err, stop = doc["error"], doc.get("stop")
-    modules = [_module_in(m) for m in doc["modules"]]
+    modules = [_module_in(m, unknown) for m in doc["modules"]]
     return Trace(
-        model=_model_in(doc["model"]),
+        model=_model_in(doc["model"], unknown),
         modules={m.path: m for m in modules},
-        calls=[_call_in(c, unknown) for c in doc["calls"]],
+        calls=[_call_in(c, unknown, version) for c in doc["calls"]],
         inputs=metas_in(doc["inputs"]),
         outputs=metas_in(doc["outputs"]),
         error=None if err is None else FailureRecord(
@@ -285,6 +323,7 @@ def _trace_in(doc: dict[str, Any], unknown: set[str]) -> Trace:
         probes=list(doc["probes"]),
         meta=dict(doc["meta"]),
         facts=_facts_in(doc.get("facts") or {}, REGISTRY.trace_facts, unknown),
+        unknown={k: v for k, v in doc.items() if k not in _TOP_KEYS},
     )
 
 

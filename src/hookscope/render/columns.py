@@ -19,9 +19,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hookscope.core.facts import REGISTRY, Column, Unit, probe_columns
+from hookscope.core.facts import REGISTRY, Column, Unit, probe_columns, reserve
 from hookscope.core.probe import PROBES
 from hookscope.core.records import Call, TensorMeta, Trace
+from hookscope.core.serialize import settle_raw_facts
 from hookscope.errors import RenderError
 from hookscope.render.labels import shapes_cell
 from hookscope.render.units import format_bytes, format_percent, format_stat, format_time
@@ -50,6 +51,9 @@ class View:
     trace: Trace
     ascii: bool = False
     flat: bool = False  # rows are sorted: show full paths instead of the tree
+
+    def __post_init__(self) -> None:
+        settle_raw_facts(self.trace)  # facts read before their probe was defined
 
 
 def format_count(n: int | None) -> str:
@@ -178,6 +182,7 @@ TRACE_COLUMNS: tuple[Column, ...] = (
            footer=lambda t: t.model.params_total),
 )
 _TRACE_COLUMNS = {c.name: c for c in TRACE_COLUMNS}
+reserve("columns", _TRACE_COLUMNS, "the trace table's own columns")
 
 
 def columns() -> dict[str, Column]:

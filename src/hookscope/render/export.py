@@ -24,9 +24,10 @@ import io
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from hookscope.core.facts import REGISTRY, Field, probe_fields
+from hookscope.core.facts import REGISTRY, Field, probe_fields, reserve
 from hookscope.core.probe import PROBES
 from hookscope.core.records import Call, Trace
+from hookscope.core.serialize import settle_raw_facts
 from hookscope.errors import MissingDependencyError, RenderError
 
 
@@ -48,6 +49,7 @@ TRACE_FIELDS: tuple[Field, ...] = (
     Field("error", lambda c, t: c.error),
 )
 _AFTER_PROBES = ("params", "start_ns", "error")
+reserve("fields", (f.name for f in TRACE_FIELDS), "the exports' own fields")
 
 
 def fields() -> dict[str, Field]:
@@ -104,6 +106,7 @@ def export_fields(trace: Trace, columns: Sequence[str] | None = None) -> list[st
 
 def trace_rows(trace: Trace, columns: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """One dict per call, keyed by the export's fields (values ``None`` when missing)."""
+    settle_raw_facts(trace)  # facts read before their probe was defined
     names = export_fields(trace, columns)
     known = fields()
     getters = [known[n].value for n in names]
