@@ -604,3 +604,33 @@ def test_a_document_read_before_its_probe_is_defined_is_decoded_once_it_is() -> 
     declare()  # the probe's module imported now
     assert trace.calls[0].qa10_late == 3
     assert "3" in render_trace(trace, columns=["layer", "qa10_late"]).splitlines()[2]
+
+
+def test_in_a_tracer_block_a_probe_failing_on_a_failing_call_keeps_the_model_s_failure() -> None:
+    """The probe's error replaced the model's: no note on the ValueError, no
+    ``trace.error``, and torch's warnings said "the model itself did not fail"."""
+
+    class OnFail(Probe):
+        name = "qa10_onfail"
+
+        def on_exit(self, call: Any, module: Any, args: Any, kwargs: Any, output: Any,
+                    failed: bool) -> None:
+            if failed:
+                raise RuntimeError("probe bug")
+
+    class Boom(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise ValueError("boom")
+
+    model = nn.Sequential(nn.Linear(4, 4), Boom())
+    before = snapshot_state(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch's "hook raised" warning would fail here
+        tracer = hookscope.Tracer(model, probes=[OnFail])
+        with pytest.raises(ValueError, match="boom") as info, tracer:
+            model(torch.randn(2, 4))
+    notes = getattr(info.value, "__notes__", [])
+    assert any("a probe raised while recording this failure in '1'" in n for n in notes)
+    assert tracer.trace is not None and tracer.trace.error is not None
+    assert tracer.trace.error.path == "1" and tracer.trace.error.exception_type == "ValueError"
+    assert_state_unchanged(before, model)

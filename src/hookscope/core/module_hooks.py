@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from torch import nn
 
 from hookscope.core import torch_private
+from hookscope.core.failures import add_note
 from hookscope.core.records import started_call
 
 if TYPE_CHECKING:
@@ -85,6 +86,23 @@ def make_module_pre_hook(
         return result
 
     return pre_hook
+
+
+def _dispatch_failed(
+    tracer: Tracer, dispatch: Callable[..., Any], call: Call, module: nn.Module,
+    args: tuple[Any, ...], kwargs: dict[str, Any], exc: BaseException,
+) -> Any:
+    """The exit event of a call that raised ``exc``; a probe error meanwhile becomes a
+    note on ``exc`` (as the fast path's ``_raised`` does)."""
+    control = tracer._control
+    try:
+        return dispatch(call, module, args, kwargs, None, True)
+    except Exception as probe_error:
+        tracer._control = control
+        cause = probe_error.__cause__ or probe_error
+        add_note(exc, f"hookscope: also, a probe raised while recording this failure in "
+                      f"{call.path or '<root>'!r}: {type(cause).__name__}: {cause}")
+        return None
 
 
 def new_call(
@@ -165,7 +183,11 @@ def make_module_post_hook(tracer: Tracer) -> Callable[..., Any]:
         owners = tracer._owners
         if owners is not None:
             owners.mark(call.parent)
-        if jit._trace_module_map is not None:  # inside torch.jit.trace: not its ops
+        if failed:
+            # the model's exception is the one to report: a probe that fails to record
+            # it is a note on it, not a stop of the run that hides the failure
+            result = _dispatch_failed(tracer, dispatch, call, module, args, kwargs, exc)
+        elif jit._trace_module_map is not None:  # inside torch.jit.trace: not its ops
             with torch_private.jit_tracing_paused():
                 result = dispatch(call, module, args, kwargs, output, failed)
         else:
