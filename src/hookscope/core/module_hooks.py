@@ -183,7 +183,7 @@ def make_module_post_hook(tracer: Tracer) -> Callable[..., Any]:
         owners = tracer._owners
         if owners is not None:
             owners.mark(call.parent)
-        if failed:
+        if exc is not None and failed:
             # the model's exception is the one to report: a probe that fails to record
             # it is a note on it, not a stop of the run that hides the failure
             result = _dispatch_failed(tracer, dispatch, call, module, args, kwargs, exc)
