@@ -634,3 +634,23 @@ def test_in_a_tracer_block_a_probe_failing_on_a_failing_call_keeps_the_model_s_f
     assert tracer.trace is not None and tracer.trace.error is not None
     assert tracer.trace.error.path == "1" and tracer.trace.error.exception_type == "ValueError"
     assert_state_unchanged(before, model)
+
+
+def test_a_column_or_field_that_raises_is_named_with_its_probe() -> None:
+    """A column's or field's function that raised surfaced as a bare ZeroDivisionError
+    from ``str(trace)``, ``to_csv`` and the notebook view."""
+    from hookscope.errors import RenderError
+    from hookscope.render.trace_table import render_trace
+
+    class Broken(Probe):
+        name = "qa10_broken"
+        columns = (Column("qa10_broken_c", "Broken", lambda c, t: 1 / 0),)
+        fields = (Field("qa10_broken_f", lambda c, t: 1 / 0),)
+
+    trace = hookscope.trace(nn.Linear(2, 2), torch.randn(1, 2), probes=[Broken])
+    with pytest.raises(RenderError, match=r"column 'qa10_broken_c' of probe 'qa10_broken' "
+                                          r"raised ZeroDivisionError for call '<root>'"):
+        render_trace(trace, columns=["layer", "qa10_broken_c"])
+    with pytest.raises(RenderError, match=r"export field 'qa10_broken_f' of probe "
+                                          r"'qa10_broken' raised ZeroDivisionError"):
+        trace.to_csv(columns=["path", "qa10_broken_f"])

@@ -84,10 +84,22 @@ def format_value(value: Any, unit: Unit, *, ascii: bool = False) -> str:
 
 
 def render_cell(col: Column, view: View, call: Call) -> str:
-    """The cell of ``call`` in column ``col``."""
-    if col.text is not None:
-        return col.text(call, view.trace)
-    return format_value(col.value(call, view.trace), col.unit, ascii=view.ascii)
+    """The cell of ``call`` in column ``col``.
+
+    Raises:
+        RenderError: the column's own function raised (a probe's bug, named).
+    """
+    try:
+        if col.text is not None:
+            return col.text(call, view.trace)
+        return format_value(col.value(call, view.trace), col.unit, ascii=view.ascii)
+    except RenderError:
+        raise
+    except Exception as e:
+        raise RenderError(
+            f"column {col.name!r}" + (f" of probe {col.probe!r}" if col.probe else "")
+            + f" raised {type(e).__name__} for call {call.name or '<root>'!r}: {e}"
+        ) from e
 
 
 def cell_style(col: Column, view: View, call: Call) -> str:

@@ -110,7 +110,22 @@ def trace_rows(trace: Trace, columns: Sequence[str] | None = None) -> list[dict[
     names = export_fields(trace, columns)
     known = fields()
     getters = [known[n].value for n in names]
-    return [{n: get(c, trace) for n, get in zip(names, getters, strict=True)} for c in trace.calls]
+    try:
+        return [{n: get(c, trace) for n, get in zip(names, getters, strict=True)}
+                for c in trace.calls]
+    except Exception as e:  # a field's own function raised: find and name it
+        for c in trace.calls:
+            for n in names:
+                try:
+                    known[n].value(c, trace)
+                except Exception as inner:
+                    probe = known[n].probe
+                    raise RenderError(
+                        f"export field {n!r}" + (f" of probe {probe!r}" if probe else "")
+                        + f" raised {type(inner).__name__} for call "
+                        f"{c.name or '<root>'!r}: {inner}"
+                    ) from inner
+        raise RenderError(f"an export field raised {type(e).__name__}: {e}") from e
 
 
 def trace_to_csv(trace: Trace, *, columns: Sequence[str] | None = None) -> str:
