@@ -464,6 +464,19 @@ def test_torch_jit_trace_inside_a_tracer_records_none_of_the_probes_work() -> No
     assert "aten::count_nonzero" not in str(traced.graph)
 
 
+@pytest.mark.parametrize("grad", [True, False])
+def test_torch_jit_trace_inside_a_patch_block_traces_the_patch(grad: bool) -> None:
+    """Pausing jit for the probes took a patch's returned value out of the graph: with
+    grad a RuntimeError, under no_grad a constant (wrong for every other input)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    x, y = _x(3, 4), torch.randn(3, 4)
+    with torch.set_grad_enabled(grad), hookscope.patch(model, {"0": hookscope.patches.scale(0.5)}):
+        traced = torch.jit.trace(model, x, check_trace=False)
+        expected = model(y)
+    assert torch.allclose(traced(y), expected)
+
+
 def test_meta_analysis_of_a_model_with_a_scripted_submodule_is_a_spec_error() -> None:
     """Regression: the meta copy kept the scripted submodule's real weights, and the
     run failed inside the TorchScript interpreter."""

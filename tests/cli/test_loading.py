@@ -709,3 +709,13 @@ def test_import_does_not_pull_in_optional_libraries() -> None:
     src = str(Path(__file__).resolve().parents[2] / "src")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)
+
+
+def test_load_model_leaves_the_caller_s_random_stream_alone() -> None:
+    """Seeding torch for repeatable CLI output belongs to the command, not to the
+    library function, which reset the caller's generator."""
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    load_model("torchvision:resnet18", device="meta")
+    assert torch.equal(torch.rand(3), expected)

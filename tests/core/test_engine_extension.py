@@ -505,20 +505,23 @@ def test_a_fact_without_an_encoder_holding_nan_or_inf_stays_json() -> None:
 
     class NormNoEncoder(Probe):
         name = "qa10_norm"
-        facts = (Fact("qa10_norm", "a norm"), Fact("qa10_pair", "two values"))
+        facts = (Fact("qa10_norm", "a norm"), Fact("qa10_pair", "two values"),
+                 Fact("qa10_label", "a label"))
 
         def on_exit(self, call: Any, module: Any, args: Any, kwargs: Any, output: Any,
                     failed: bool) -> None:
             call.facts["qa10_norm"] = float("inf")
             call.facts["qa10_pair"] = {"a": float("nan"), "b": [1.0, float("-inf")]}
+            call.facts["qa10_label"] = "inf"
 
     trace = hookscope.trace(nn.Linear(2, 2), torch.randn(1, 2), probes=[NormNoEncoder])
     text = trace.to_json()
     doc = json.loads(text)  # standard JSON: no NaN/Infinity literals
-    assert doc["calls"][0]["qa10_norm"] == "inf"
+    assert doc["calls"][0]["qa10_norm"] == {"$float": "inf"}
     back = hookscope.Trace.from_json(text).calls[0]
     assert back.qa10_norm == math.inf
     assert math.isnan(back.qa10_pair["a"]) and back.qa10_pair["b"] == [1.0, -math.inf]
+    assert back.qa10_label == "inf"  # a string that reads like one stays a string
 
 
 @pytest.mark.parametrize(("declares", "says"), [
@@ -654,3 +657,12 @@ def test_a_column_or_field_that_raises_is_named_with_its_probe() -> None:
     with pytest.raises(RenderError, match=r"export field 'qa10_broken_f' of probe "
                                           r"'qa10_broken' raised ZeroDivisionError"):
         trace.to_csv(columns=["path", "qa10_broken_f"])
+
+
+def test_a_fact_cannot_take_the_name_of_a_record_s_attribute() -> None:
+    """A trace fact ``unknown`` read back as the record's own ``Trace.unknown``."""
+    for declares in ({"trace_facts": (Fact("unknown"),)}, {"trace_facts": (Fact("find"),)},
+                     {"facts": (Fact("children"),)}):
+        taken = r"is taken by the (trace|call|engine.s call) record"
+        with pytest.raises(ValueError, match=taken):
+            type("Hidden", (Probe,), {"name": "qa10_hidden", **declares})

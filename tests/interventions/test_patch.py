@@ -467,3 +467,16 @@ def test_replace_with_keeps_torch_return_types_and_model_outputs_of_other_fields
     assert type(out) is outputs.BaseModelOutputWithPooling
     assert torch.equal(out.last_hidden_state, x * 2) and torch.equal(out.pooler_output,
                                                                        x.mean(0))
+
+
+def test_a_range_is_an_index_and_a_fraction_is_not_a_factor() -> None:
+    """``zero(range(3))`` was refused by the checks made for it; ``scale(Fraction(1, 2))``
+    was accepted, then failed mid-forward (tensors take no Fraction)."""
+    from fractions import Fraction
+
+    model = nn.Conv2d(3, 6, 1)
+    with hookscope.patch(model, {"<root>": patches.zero(range(3))}), torch.no_grad():
+        out = model(torch.randn(1, 3, 2, 2))
+    assert [i for i in range(6) if not out[0, i].any()] == [0, 1, 2]
+    with pytest.raises(hookscope.SpecError, match="factor must be a number"):
+        patches.scale(Fraction(1, 2))

@@ -59,10 +59,15 @@ def load(
         SpecError: the spec, the overrides, the dtype or the device are wrong, or the
             model is too large and ``on_too_large`` is ``"stop"``.
     """
+    import torch
+
     from hookscope.cli import loading
     from hookscope.cli.inputs import parse_config_overrides, parse_model_dtype
 
     overrides = parse_config_overrides(config) if config else None
+    # the command's process is its own: the same random weights on every run (and the
+    # same dropout masks after), so two runs of `grads` or `trace` print the same numbers
+    torch.manual_seed(0)
     loaded = loading.load_model(
         spec, config=overrides, device=device, dtype=parse_model_dtype(dtype),
         on_too_large=loading.TooLarge(on_too_large),

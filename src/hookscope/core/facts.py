@@ -71,27 +71,29 @@ class Fact:
 
     def to_json(self, value: Any) -> Any:
         """``encode(value)``; without ``encode``, the value with each non-finite float
-        (a NaN norm) as ``"nan"``, ``"inf"`` or ``"-inf"``: the document stays JSON."""
+        (a NaN norm) as ``{"$float": "nan"}`` (``"inf"``, ``"-inf"``): the document
+        stays JSON, and a string ``"inf"`` stays a string."""
         if value is None:
             return None
         return _finite_json(value) if self.encode is None else self.encode(value)
 
     def from_json(self, value: Any) -> Any:
-        """``decode(value)``; without ``decode``, ``"nan"``/``"inf"``/``"-inf"`` are
-        the floats they stand for again."""
+        """``decode(value)``; without ``decode``, each ``{"$float": ...}`` is the float
+        it stands for again."""
         if value is None:
             return None
         return _floats_back(value) if self.decode is None else self.decode(value)
 
 
 _NON_FINITE = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
+_FLOAT = "$float"  # NB: a key no Python identifier (a fact's own dict keys) looks like
 
 
 def _finite_json(value: Any) -> Any:
     if isinstance(value, float):
         if math.isfinite(value):
             return value
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+        return {_FLOAT: "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")}
     if isinstance(value, dict):
         return {k: _finite_json(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -100,9 +102,9 @@ def _finite_json(value: Any) -> Any:
 
 
 def _floats_back(value: Any) -> Any:
-    if isinstance(value, str):
-        return _NON_FINITE.get(value, value)
     if isinstance(value, dict):
+        if len(value) == 1 and value.get(_FLOAT) in _NON_FINITE:
+            return _NON_FINITE[value[_FLOAT]]
         return {k: _floats_back(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_floats_back(v) for v in value]
@@ -198,15 +200,18 @@ RESERVED: dict[str, dict[str, str]] = {
     "facts": dict.fromkeys(("index", "path", "class", "module_class", "call_index", "depth",
                             "parent", "children", "start_ns", "error", "facts", "name"),
                            "the engine's call record"),
-    "trace_facts": {},
+    "trace_facts": {},  # the trace record's attributes: core/records.py reserves them
     "columns": {},
     "fields": {},
 }
 
 
 def reserve(kind: str, names: Iterable[str], holder: str) -> None:
-    """Keep ``names`` of ``kind`` for ``holder`` (the trace table's own columns, say)."""
-    RESERVED[kind].update(dict.fromkeys(names, holder))
+    """Keep ``names`` of ``kind`` for ``holder`` (the trace table's own columns, say);
+    a name reserved before keeps its first holder."""
+    table = RESERVED[kind]
+    for name in names:
+        table.setdefault(name, holder)
 
 
 def _add(kind: str, table: dict[str, Any], item: Any, owner: str) -> None:

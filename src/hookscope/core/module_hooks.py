@@ -47,7 +47,10 @@ def make_module_pre_hook(
     replaces_only = tracer._replaces_only
     get_ident, thread = threading.get_ident, tracer._thread
     graph_task = torch_private.graph_task_id_function()
-    jit = torch_private.jit_trace_scopes()  # torch.jit.trace recording: probes paused
+    # torch.jit.trace recording: the probes' work is paused out of its graph, unless a
+    # probe replaces values (a patch): what it returns must be traced as the model's
+    jit = torch_private.jit_trace_scopes() if not (
+        tracer._enter_replacers or tracer._exit_replacers) else _NEVER_TRACING
 
     def pre_hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         nonlocal count
@@ -121,6 +124,13 @@ def new_call(
     return call
 
 
+class _NeverTracing:
+    _trace_module_map = None
+
+
+_NEVER_TRACING = _NeverTracing()
+
+
 RECORDING_HOOKS: set[int] = set()
 """Handle ids of the post-hooks of active tracers that record (not only replace)."""
 
@@ -155,7 +165,10 @@ def make_module_post_hook(tracer: Tracer) -> Callable[..., Any]:
     control = tracer._control_types
     get_ident, thread = threading.get_ident, tracer._thread
     graph_task = torch_private.graph_task_id_function()
-    jit = torch_private.jit_trace_scopes()  # torch.jit.trace recording: probes paused
+    # torch.jit.trace recording: the probes' work is paused out of its graph, unless a
+    # probe replaces values (a patch): what it returns must be traced as the model's
+    jit = torch_private.jit_trace_scopes() if not (
+        tracer._enter_replacers or tracer._exit_replacers) else _NEVER_TRACING
 
     def post_hook(
         module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any

@@ -325,3 +325,15 @@ def _presenter(kind: str) -> Callable[..., Any]:
             "hookscope.trace, hookscope.Tracer or hookscope.Trace from hookscope does)"
         )
     return found
+
+
+def _reserve_attributes() -> None:
+    """A probe's fact is read as an attribute (``call.time_ns``): one named like an
+    attribute of the record (``trace.unknown``, ``call.name``) would be hidden by it."""
+    from hookscope.core.facts import reserve
+
+    reserve("facts", (n for n in dir(Call) if not n.startswith("_")), "the call record")
+    reserve("trace_facts", (n for n in dir(Trace) if not n.startswith("_")), "the trace record")
+
+
+_reserve_attributes()

@@ -22,7 +22,7 @@ kept as the raw JSON value, with one warning, and written back as it was: top-le
 keys in ``Trace.unknown``, facts as a ``RawValue`` (decoded when the probe is defined
 later: :func:`settle_raw_facts`). Unknown keys of ``modules[]`` and ``model`` are
 ignored, and the warning says so. A fact without an encoder has its non-finite floats
-written as ``"nan"``/``"inf"``/``"-inf"`` and read back as floats.
+written as ``{"$float": "nan"}`` (``"inf"``, ``"-inf"``) and read back as floats.
 """
 
 from __future__ import annotations

@@ -71,8 +71,8 @@ def _indices(index: Any, dim: Any, name: str) -> tuple[list[int] | None, int]:
         return None, dim
     items = index.tolist() if hasattr(index, "tolist") and not isinstance(index, list) \
         else index
-    if not isinstance(items, (list, tuple)):
-        items = [items]
+    if not isinstance(items, Sequence) or isinstance(items, (str, bytes)):
+        items = [items]  # one index (a range, a list, a tensor's list are sequences)
     try:
         if any(isinstance(i, bool) for i in items):
             raise TypeError
@@ -87,8 +87,11 @@ def _check_number(value: Any, what: str, *, nonnegative: bool = False) -> None:
     ``nonnegative``), or a tensor (used as it is)."""
     if isinstance(value, torch.Tensor):
         return
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) \
-            or math.isnan(float(value)) or (nonnegative and value < 0):
+    # NB: int, float and numpy's numbers (a Fraction is a Real tensors cannot take)
+    numeric = isinstance(value, (int, float)) or (
+        isinstance(value, numbers.Real) and type(value).__module__ == "numpy")
+    if isinstance(value, bool) or not numeric or math.isnan(float(value)) \
+            or (nonnegative and value < 0):
         need = "a number >= 0" if nonnegative else "a number"
         raise SpecError(f"patches.{what} must be {need}, got {value!r}")
 

@@ -135,9 +135,6 @@ def _load(
     dev: torch.device | None,
     dtype: torch.dtype | None,
 ) -> LoadedModel:
-    # the same random weights on every run (the command's process is its own): two
-    # runs of `hookscope grads` or `trace` print the same numbers, times aside
-    torch.manual_seed(0)
     if source is ModelSource.TRANSFORMERS:
         return load_transformers(spec, name, dict(config or {}), dev, dtype=dtype)
     if source is ModelSource.TORCHVISION:
