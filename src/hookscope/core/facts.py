@@ -176,6 +176,25 @@ class Field:
     probe: str = ""
 
 
+class RawValue:
+    """A fact read from a document that this process has no declaration for: kept as
+    its JSON value and written back unchanged."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RawValue) and other.raw == self.raw
+
+    def __hash__(self) -> int:  # pragma: no cover - unhashable payloads are common
+        return id(self)
+
+    def __repr__(self) -> str:
+        return f"RawValue({self.raw!r})"
+
+
 @dataclass
 class _Registry:
     """Every registered declaration, by name, with the probe class that owns it."""

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from hookscope.core.facts import RawValue, reserve
 from hookscope.core.model_records import ModelSummary, ModuleInfo
 from hookscope.core.values import (
     FlopCount,
@@ -113,7 +114,7 @@ def _read_fact(facts: dict[str, Any], name: str, kind: str) -> Any:
     except KeyError:
         pass
     else:
-        if type(value).__name__ != "RawValue":
+        if type(value) is not RawValue:
             return value
         # read before its probe was defined: decoded once it is (core/serialize.py)
         from hookscope.core.serialize import decode_raw
@@ -330,8 +331,6 @@ def _presenter(kind: str) -> Callable[..., Any]:
 def _reserve_attributes() -> None:
     """A probe's fact is read as an attribute (``call.time_ns``): one named like an
     attribute of the record (``trace.unknown``, ``call.name``) would be hidden by it."""
-    from hookscope.core.facts import reserve
-
     reserve("facts", (n for n in dir(Call) if not n.startswith("_")), "the call record")
     reserve("trace_facts", (n for n in dir(Trace) if not n.startswith("_")), "the trace record")
 

@@ -31,7 +31,7 @@ import json
 import warnings
 from typing import Any
 
-from hookscope.core.facts import REGISTRY, Fact
+from hookscope.core.facts import REGISTRY, Fact, RawValue
 from hookscope.core.records import (
     SCHEMA_VERSION,
     Call,
@@ -72,25 +72,6 @@ def _facts_out(facts: dict[str, Any], table: dict[str, Fact]) -> dict[str, Any]:
             value if spec is None else spec.to_json(value)
         )
     return out
-
-
-class RawValue:
-    """A fact read from a document that this process has no declaration for: kept as
-    its JSON value and written back unchanged."""
-
-    __slots__ = ("raw",)
-
-    def __init__(self, raw: Any) -> None:
-        self.raw = raw
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, RawValue) and other.raw == self.raw
-
-    def __hash__(self) -> int:  # pragma: no cover - unhashable payloads are common
-        return id(self)
-
-    def __repr__(self) -> str:
-        return f"RawValue({self.raw!r})"
 
 
 def settle_raw_facts(trace: Trace) -> None:
