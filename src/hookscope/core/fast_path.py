@@ -54,6 +54,7 @@ from hookscope.core.records import started_call
 if TYPE_CHECKING:
     from hookscope.core.node_owners import NodeOwners
     from hookscope.core.records import Call
+    from hookscope.core.table_reuse import ModelScan
     from hookscope.core.tracer import Tracer
 
 
@@ -79,7 +80,7 @@ Entries = dict[int, list[Any]]
 
 def plan_calls(
     members: Iterable[tuple[str, nn.Module]], matches: Callable[[str], bool] | None,
-    fast: bool, leaves_fast: bool,
+    fast: bool, leaves_fast: bool, scan: ModelScan | None = None,
 ) -> tuple[Entries, list[tuple[str, nn.Module]]]:
     """Which modules the stand-in observes (``entries``) and which get per-module hooks
     (the list), of the ``members`` that ``matches`` selects; TorchScript modules get
@@ -92,9 +93,23 @@ def plan_calls(
     With ``leaves_fast``, a hook-free module of a ``torch.nn`` class, without
     submodules and without a ``forward`` patched on the instance, is a fast leaf.
 
+    With ``scan`` (a model traced again, its table reused: ``core/table_reuse.py``),
+    a plan made for the same modules is made again from what it was, if nothing it
+    depends on changed: no module with forward hooks or a call path of its own
+    (``scan.plain``), the same ``forward`` patched on the same instances, no class
+    with a ``_call_impl`` of its own since.
+
     NB: one loop over every module, every run: per-class facts looked up once per
     class, the per-module checks inline.
     """
+    again = scan is not None and fast and matches is None and scan.plain
+    if again:
+        assert scan is not None
+        kept = scan.plans.get(leaves_fast)
+        if kept is not None and kept[0] == scan.own_forward and not any(
+            map(torch_private.overrides_call_impl, set(scan.types))
+        ):
+            return dict(zip(kept[1], map(list, kept[2]), strict=True)), []
     entries: Entries = {}
     hooked: list[tuple[str, nn.Module]] = []
     classes: dict[type, tuple[Kind, bool, str]] = {}
@@ -124,6 +139,11 @@ def plan_calls(
                 ]
                 continue
         hooked.append((path, module))
+    if again and not hooked:
+        assert scan is not None
+        scan.plans[leaves_fast] = (
+            scan.own_forward, list(entries), list(map(tuple, entries.values()))
+        )
     return entries, hooked
 
 

@@ -82,13 +82,29 @@ def _module_tensors(model: nn.Module) -> Iterator[torch.Tensor]:
                 yield t
 
 
+def _first_parameter(model: nn.Module) -> torch.Tensor | None:
+    """``next(iter(model.parameters()), None)``, without its generators (NB: ``trace()``
+    asks on every run: for a real model the answer is a few dict reads away)."""
+    todo, seen = [model], set()
+    while todo:
+        module = todo.pop()
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        for p in module._parameters.values():
+            if p is not None:
+                return p
+        todo.extend(m for m in reversed(module._modules.values()) if m is not None)
+    return None
+
+
 def is_on_meta(model: nn.Module) -> bool:
     """Whether every parameter, buffer and tensor attribute of ``model`` is on meta.
 
     A model without any tensor is not "on meta" (it runs anywhere). Stops at the first
     tensor that is not on meta: for a real model that is the first parameter.
     """
-    first = next(iter(model.parameters()), None)
+    first = _first_parameter(model)
     if first is not None and not first.is_meta:
         return False
     found = False

@@ -111,6 +111,9 @@ class ModuleTable:
             as 0).
         tied: each later path of a parameter registered twice -> its first path
             (empty when nothing is tied: found only then, at no cost otherwise).
+        depth: the depth of the deepest module (0: the root alone).
+        scan: for a table reused from the model's last run (``core/table_reuse.py``),
+            what this run's check read of every module on the way; ``None`` otherwise.
     """
 
     summary: ModelSummary
@@ -120,6 +123,8 @@ class ModuleTable:
     parameters: list[nn.Parameter]
     lazy: bool
     tied: dict[str, str] = field(default_factory=dict)
+    depth: int = 0
+    scan: table_reuse.ModelScan | None = None
 
 
 def _walk(model: nn.Module) -> Walk:
@@ -243,8 +248,9 @@ def module_table(model: nn.Module, *, extra_repr: bool = True) -> ModuleTable:
     if not extra_repr:
         reused = table_reuse.reuse(model)
         if reused is not None:
-            return ModuleTable(reused[0], reused[1], reused[2], list(reused[2]), reused[3],
-                               False)
+            kept, infos, walked, parameters, depth, scan = reused
+            return ModuleTable(kept, infos, walked, list(walked), parameters, False, {},
+                               depth, scan)
     walk = _walk(model)
     canonical: dict[int, str] = {}
     aliases: dict[int, list[str]] = {}
@@ -277,8 +283,12 @@ def module_table(model: nn.Module, *, extra_repr: bool = True) -> ModuleTable:
                     trainable += tr
             counts[id(module)] = (total, trainable)
     modules: dict[str, ModuleInfo] = {}
+    deepest = 0
     for (path, module), (n_own, _, n_buffers) in zip(members, own, strict=True):
         total, trainable = counts[id(module)]
+        depth = path.count(".") + 1 if path else 0
+        if depth > deepest:
+            deepest = depth
         children: tuple[str, ...] = ()
         subs = module._modules
         if subs:  # NB: a child registered under two names is listed once
@@ -287,7 +297,7 @@ def module_table(model: nn.Module, *, extra_repr: bool = True) -> ModuleTable:
         modules[path] = ModuleInfo(
             path,
             type(module).__name__,
-            path.count(".") + 1 if path else 0,
+            depth,
             path.rpartition(".")[0] if path else None,
             children,
             tuple(aliases[id(module)]) if aliases and id(module) in aliases else (),
@@ -302,9 +312,9 @@ def module_table(model: nn.Module, *, extra_repr: bool = True) -> ModuleTable:
     )
     tied_paths = first_paths(walk, "_parameters")[1] if tied else {}
     if reusable:
-        table_reuse.remember(model, summary, modules, walk)
+        table_reuse.remember(model, summary, modules, walk, deepest)
     return ModuleTable(summary, dict(modules) if reusable else modules, walk, members,
-                       parameters, lazy, tied_paths)
+                       parameters, lazy, tied_paths, deepest)
 
 
 def _safe_extra_repr(module: nn.Module) -> str:

@@ -90,10 +90,16 @@ class ModelState:
     """
 
     def __init__(self, table: ModuleTable, *, buffers: bool = False) -> None:
-        self.modules = [m for _, m in table.members]
-        self.training = [m.training for m in self.modules]
+        scan = table.scan  # what the table's check read already
         self.parameters = table.parameters
-        self.requires_grad = [p.requires_grad for p in self.parameters]
+        if scan is None:
+            self.modules = [m for _, m in table.members]
+            self.training = [m.training for m in self.modules]
+            self.requires_grad = [p.requires_grad for p in self.parameters]
+            types = set(map(type, self.modules))
+        else:
+            self.modules, self.training = scan.modules, scan.training
+            self.requires_grad, types = scan.requires_grad, set(scan.types)
         self.buffers: list[SavedBuffer] = []
         # a lazy module the forward would materialise (its class, parameters and hooks
         # changed for good): put back as it was, unless the block's forward is the user's
@@ -102,7 +108,7 @@ class ModelState:
             return
         # NB: per class, and C-level passes: an eval model without observers (what
         # summary() mostly sees) pays no loop over its modules
-        recorders = {cls for cls in set(map(type, self.modules)) if _records_statistics(cls)}
+        recorders = {cls for cls in types if _records_statistics(cls)}
         if recorders or any(self.training):
             self.buffers = saved_buffers(
                 m for m, flag in zip(self.modules, self.training, strict=True)

@@ -8,6 +8,13 @@ of which was the Python walk and counts it replaces). Nothing of the model is he
 strongly, and no tensor at all: a weak reference to a tensor would make
 ``torch.utils.swap_tensors`` (``load_state_dict`` and ``Module._apply`` with
 ``torch.__future__.set_swap_module_params_on_conversion(True)``, DTensor) refuse it.
+
+The same passes read what the rest of the run's start needs of every module
+(:class:`ModelScan`: ``training`` flags, ``requires_grad``, whether any module has
+forward hooks or a call path of its own), so the state snapshot
+(``core/run_facts.py``) and the plan of the stand-in (``core/fast_path.py``) make no
+pass of their own over the model: a pass over a model's modules right after a forward,
+with the caches cold, costs about as much as the work in it (``benchmarks/README.md``).
 """
 
 from __future__ import annotations
@@ -15,10 +22,10 @@ from __future__ import annotations
 import weakref
 from collections import OrderedDict
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
-from itertools import chain
-from operator import attrgetter, is_not
+from itertools import chain, repeat
+from operator import attrgetter, contains, is_not, itemgetter
 from typing import Any
 
 import torch
@@ -27,8 +34,39 @@ from torch import nn
 from hookscope.core.model_records import ModelSummary, ModuleInfo
 
 Walk = list[tuple[str, nn.Module]]
-Reused = tuple[ModelSummary, dict[str, ModuleInfo], Walk, list[nn.Parameter]]
-"""The model summary, the module records (a new dict), the walk and the parameters."""
+
+
+@dataclass(slots=True)
+class ModelScan:
+    """What the start of a run reads of each module of a model traced again, read once
+    with the fingerprint (the modules and parameters in the order of the table's
+    ``members`` and ``parameters``).
+
+    Attributes:
+        modules: every module once, in walk order.
+        types: their classes.
+        training: their ``training`` flags.
+        requires_grad: each parameter's ``requires_grad``.
+        plain: no module has forward (pre-)hooks, is compiled in place
+            (``module.compile()``) or has a ``_call_impl`` of its own: what the plan of
+            the stand-in depends on besides ``own_forward`` and the classes.
+        own_forward: which modules have a ``forward`` patched on the instance.
+        plans: kept for this model as long as its table is reused: what
+            ``core/fast_path.py`` planned for it, by the plan's options.
+    """
+
+    modules: list[nn.Module]
+    types: list[type]
+    training: list[bool]
+    requires_grad: list[bool]
+    plain: bool
+    own_forward: list[bool]
+    plans: dict[Any, Any] = field(default_factory=dict)
+
+
+Reused = tuple[ModelSummary, dict[str, ModuleInfo], Walk, list[nn.Parameter], int, ModelScan]
+"""The model summary, the module records (a new dict), the walk, the parameters, the
+depth of the deepest module and this run's :class:`ModelScan`."""
 
 
 def reuse(model: nn.Module) -> Reused | None:
@@ -51,15 +89,17 @@ def reuse(model: nn.Module) -> Reused | None:
 
 def remember(
     model: nn.Module, summary: ModelSummary, modules: dict[str, ModuleInfo], walk: Walk,
+    depth: int,
 ) -> None:
     """Keep a table made of ``model`` (without tied tensors, shared modules or lazy
-    parameters: ``walk`` is every module once) for :func:`reuse`."""
+    parameters: ``walk`` is every module once; ``depth``: of its deepest module) for
+    :func:`reuse`."""
     walked = [m for _, m in walk]
-    fingerprint = _fingerprint(walked)
-    if fingerprint is None:
+    found = _fingerprint(walked)
+    if found is None:
         return
     made = _Made(summary, modules, [path for path, _ in walk],
-                 list(map(weakref.ref, walked)), fingerprint[0])
+                 list(map(weakref.ref, walked)), found[0], depth, {})
     with suppress(TypeError):  # not hashable, or not weakly referenceable: not kept
         _MADE[model] = made
 
@@ -74,21 +114,25 @@ class _Made:
     paths: list[str]
     walked: list[weakref.ref[nn.Module]]  # the root first
     fingerprint: tuple[Any, ...]
+    depth: int
+    plans: dict[Any, Any]  # ModelScan.plans, kept from run to run
 
     def again(self, model: nn.Module) -> Reused | None:
         """The table again, if ``model`` is the one it was made of and its fingerprint
         is what it was."""
-        walked = [ref() for ref in self.walked]
+        walked: list[nn.Module] = list(map(_deref, self.walked))  # type: ignore[arg-type]
         if walked[0] is not model:  # NB: a model's own __eq__/__hash__ may match others
             return None
         # NB: by id: ``None in`` would call the modules' own __eq__
         if _NONE in map(id, walked):
             return None  # one of them is gone: the model let go of it
-        now = _fingerprint(walked)  # type: ignore[arg-type]
+        now = _fingerprint(walked)
         if now is None or now[0] != self.fingerprint:
             return None
+        _, parameters, scan = now
+        scan.plans = self.plans
         walk = list(zip(self.paths, walked, strict=True))
-        return self.summary, dict(self.modules), walk, now[1]  # type: ignore[return-value]
+        return self.summary, dict(self.modules), walk, parameters, self.depth, scan
 
 
 #: The last table made for each model: a tracer makes one on every run, and when the
@@ -100,21 +144,27 @@ class _Made:
 _MADE: weakref.WeakKeyDictionary[nn.Module, _Made] = weakref.WeakKeyDictionary()
 
 _NONE = id(None)
+_deref = weakref.ref.__call__
 _chain = chain.from_iterable
-_submodules, _own_parameters = attrgetter("_modules"), attrgetter("_parameters")
-_own_buffers = attrgetter("_buffers")
+# what a module's __dict__ holds for the table, the state snapshot and the plan
+_tables = itemgetter(
+    "_modules", "_parameters", "_buffers", "training", "_forward_hooks", "_forward_pre_hooks"
+)
 _dtype_and_grad, _dtype = attrgetter("dtype", "requires_grad"), attrgetter("dtype")
+_second = itemgetter(1)
 _not_none = partial(is_not, None)
 _DICTS = {dict, OrderedDict}
 
 
 def _fingerprint(
     walked: list[nn.Module],
-) -> tuple[tuple[Any, ...], list[nn.Parameter]] | None:
-    """Everything a table is made from, read from the modules of its walk, and the
-    parameters (each once, in walk order): each module's class, its submodules (names,
-    order, identities), the number of entries of its parameter and buffer tables, and
-    each parameter's and buffer's element count, dtype and ``requires_grad``.
+) -> tuple[tuple[Any, ...], list[nn.Parameter], ModelScan] | None:
+    """Everything a table is made from, read from the modules of its walk; the
+    parameters (each once, in walk order); and the rest of what a run's start reads of
+    the modules (:class:`ModelScan`). The fingerprint: each module's class, its
+    submodules (names, order, identities), the number of entries of its parameter and
+    buffer tables, and each parameter's and buffer's element count, dtype and
+    ``requires_grad``.
 
     Equal fingerprints mean an equal table: the walk is the same (by induction from the
     root: the same submodules under the same names, in the same order), and so are the
@@ -123,23 +173,38 @@ def _fingerprint(
     module's own ``__eq__``. A tensor's ``id`` only tells it from ``None`` here (none
     is held: a replaced one may even have a freed one's ``id``): the table depends on
     the tensors' counts, dtypes and flags alone, which are compared. NB: C-level
-    ``map`` loops only, the fixed cost of every run. ``None`` when a module's tables
-    are not plain dicts.
+    ``map`` loops only, the fixed cost of every run (each module's ``__dict__`` read
+    once). ``None`` when a module's tables are not plain dicts, or not in its
+    ``__dict__``.
     """
-    subs = list(map(_submodules, walked))
-    params = list(map(_own_parameters, walked))
-    bufs = list(map(_own_buffers, walked))
+    dicts = list(map(vars, walked))
+    try:
+        subs, params, bufs, training, hooks, pre_hooks = zip(*map(_tables, dicts), strict=True)
+    except KeyError:  # a module whose __init__ did not run, or odd tables
+        return None
     if not {*map(type, subs), *map(type, params), *map(type, bufs)} <= _DICTS:
         return None  # a TorchScript module's tables, or something else a user put there
     parameters = list(filter(_not_none, _chain(map(dict.values, params))))
     buffers = list(filter(_not_none, _chain(map(dict.values, bufs))))
     numel = torch.Tensor.numel
-    return (
-        list(map(type, walked)),
+    types = list(map(type, walked))
+    dtypes_and_grads = list(map(_dtype_and_grad, parameters))
+    fingerprint = (
+        types,
         list(map(len, subs)), list(_chain(subs)), list(map(id, _chain(map(dict.values, subs)))),
         # the ids place each None entry: which module's tensor a count belongs to
         list(map(len, params)), list(map(id, _chain(map(dict.values, params)))),
         list(map(len, bufs)), list(map(id, _chain(map(dict.values, bufs)))),
-        list(map(numel, parameters)), list(map(_dtype_and_grad, parameters)),
+        list(map(numel, parameters)), dtypes_and_grads,
         list(map(numel, buffers)), list(map(_dtype, buffers)),
-    ), parameters
+    )
+    plain = not (
+        any(hooks) or any(pre_hooks)
+        or any(map(contains, dicts, repeat("_call_impl")))
+        or any(map(is_not, map(dict.get, dicts, repeat("_compiled_call_impl")), repeat(None)))
+    )
+    scan = ModelScan(
+        walked, types, list(training), list(map(_second, dtypes_and_grads)), plain,
+        list(map(contains, dicts, repeat("forward"))),
+    )
+    return fingerprint, parameters, scan

@@ -67,6 +67,7 @@ from hookscope.core.process import PROCESS
 from hookscope.core.records import Call, StopRecord, Trace
 from hookscope.core.run_facts import ModelState, cuda_devices, run_facts
 from hookscope.core.selectors import Selector, compile_selector, require_match
+from hookscope.core.table_reuse import ModelScan
 from hookscope.core.torch_private import call_impl_replaceable, global_module_hooks_present
 from hookscope.errors import HookscopeError, ProbeError, RunStopped, SpecError
 
@@ -321,12 +322,11 @@ class Tracer:
                 raise _probe_error(probe, "install", None, e) from e
             handles.extend(installed)
         self._plan_starts()
-        self._register_module_hooks(table.members)
+        self._register_module_hooks(table.members, table.scan)
         if self._guarded:
             _shared.watchers[0] += 1
             handles.add(CallbackHandle(_unwatch))
-        depth = max((m.depth for m in table.modules.values()), default=0)
-        handles.add(PROCESS.acquire(depth + 1))
+        handles.add(PROCESS.acquire(table.depth + 1))
 
     def __exit__(
         self,
@@ -574,7 +574,9 @@ class Tracer:
 
     # -- hooks -------------------------------------------------------------------
 
-    def _register_module_hooks(self, members: Iterable[tuple[str, nn.Module]]) -> None:
+    def _register_module_hooks(
+        self, members: list[tuple[str, nn.Module]], scan: ModelScan | None = None
+    ) -> None:
         post_hook = make_module_post_hook(self)  # one function: it finds its call on the stack
         add = self._handles.add
         # Exclusive runs observe hook-free modules in a stand-in for Module._call_impl,
@@ -584,7 +586,7 @@ class Tracer:
             and not self._exit_replacers and not global_module_hooks_present()
             and call_impl_replaceable()
         )
-        entries, hooked = plan_calls(members, self._matches, fast, not self._needs_start)
+        entries, hooked = plan_calls(members, self._matches, fast, not self._needs_start, scan)
         if entries:  # the stand-in reads ``entries`` (core/fast_path.py)
             fast_handle = install_call_path(self, entries)
             if fast_handle is None:  # another tracer's stand-in is there: plain hooks
