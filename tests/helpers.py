@@ -96,10 +96,19 @@ def count_hooks(model: nn.Module) -> dict[str, int]:
             counts[f"tensor.{attr}"] += len(getattr(t, attr, None) or ())
     for name in GLOBAL_HOOK_DICTS:
         counts[f"global.{name}"] = len(getattr(torch_module, name))
-    # the exclusive fast path stands in for Module._call_impl while a run lasts
+    # the exclusive fast path stands in for Module._call_impl (of the model's classes, or
+    # of nn.Module itself) while a run lasts
     counts["global.Module._call_impl replaced"] = int(
         nn.Module.__dict__["_call_impl"] is not torch_private.torch_call_impl())
+    classes = {k for m in model.modules() for k in type(m).__mro__}
+    counts["classes with a stand-in for _call_impl"] = sum(
+        is_stand_in(k.__dict__.get("_call_impl")) for k in classes)
     return counts
+
+
+def is_stand_in(fn: Any) -> bool:
+    """Whether ``fn`` is hookscope's stand-in for ``Module._call_impl``."""
+    return getattr(fn, "__qualname__", "").endswith("traced_call_impl")
 
 
 def total_hooks(model: nn.Module) -> int:

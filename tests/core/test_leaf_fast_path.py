@@ -18,7 +18,7 @@ from torch import nn
 
 import hookscope
 import zoo
-from helpers import total_hooks
+from helpers import is_stand_in, total_hooks
 
 SHAPES_ONLY = {"time": False, "stats": False, "memory": False}
 
@@ -318,7 +318,7 @@ class SeesCallImpl(nn.Module):
         self.seen: list[Any] = []
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.seen.append(nn.Module.__dict__["_call_impl"])
+        self.seen.append(type(self.fc)._call_impl)
         if self.fail:
             raise ValueError("boom")
         return self.fc(x)
@@ -330,17 +330,66 @@ def test_the_stand_in_for_call_impl_lasts_only_while_the_run_does() -> None:
     torchs = torch_private.torch_call_impl()
     model = SeesCallImpl()
     hookscope.summary(model, torch.randn(2, 3))
-    assert model.seen[-1] is not torchs  # the fast path ran
-    assert nn.Module.__dict__["_call_impl"] is torchs
+    assert is_stand_in(model.seen[-1])  # the fast path ran, standing in for nn.Linear's
+    assert nn.Linear._call_impl is nn.Module.__dict__["_call_impl"] is torchs
+    assert "_call_impl" not in nn.Linear.__dict__ and "_call_impl" not in SeesCallImpl.__dict__
     failing = SeesCallImpl(fail=True)
     with pytest.raises(hookscope.ModelRunError):
         hookscope.trace(failing, torch.randn(2, 3))
-    assert failing.seen[-1] is not torchs and nn.Module.__dict__["_call_impl"] is torchs
+    assert is_stand_in(failing.seen[-1]) and nn.Linear._call_impl is torchs
     # a Tracer block (user code runs inside) never replaces it
     with hookscope.Tracer(model):
         model(torch.randn(2, 3))
     assert model.seen[-1] is torchs
     assert total_hooks(model) == total_hooks(failing) == 0
+
+
+class Bare(nn.Module):
+    """A model holding a plain ``nn.Module`` as a container."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.box = nn.Module()
+        self.box.fc = nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.box.fc(x)
+
+
+def test_the_stand_in_goes_only_to_the_models_classes() -> None:
+    from hookscope.core import torch_private
+
+    seen: dict[str, Any] = {}
+
+    class Inside(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen["inside"] = type(self)._call_impl
+            return x
+
+    class Outside(nn.Module):  # no module of the model's: its calls never meet it
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen["outside"] = type(self)._call_impl
+            return x
+
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(3, 3)
+            self.inside = Inside()
+            self.__dict__["outside"] = Outside()  # not registered
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.outside(self.inside(self.fc(x)))
+
+    trace = hookscope.trace(Model(), torch.randn(2, 3), **SHAPES_ONLY)
+    assert [c.path for c in trace.calls] == ["", "fc", "inside"]
+    torchs = torch_private.torch_call_impl()
+    assert is_stand_in(seen["inside"]) and seen["outside"] is torchs
+    assert nn.Module.__dict__["_call_impl"] is torchs and nn.Linear._call_impl is torchs
+    # a model holding a plain nn.Module: nn.Module's own is stood in for, and put back
+    bare = hookscope.trace(Bare(), torch.randn(2, 3), **SHAPES_ONLY)
+    assert [c.path for c in bare.calls] == ["", "box.fc"]
+    assert nn.Module.__dict__["_call_impl"] is torchs
 
 
 class TracesInside(nn.Module):

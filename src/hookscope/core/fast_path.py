@@ -40,7 +40,7 @@ import threading
 from collections.abc import Callable, Iterable
 from enum import Enum
 from time import perf_counter_ns
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from torch import nn
@@ -78,13 +78,23 @@ Entries = dict[int, list[Any]]
 """``id(module) -> [path, class name, calls so far, is a fast leaf]``."""
 
 
+class Plan(NamedTuple):
+    """What a run installs: the modules the stand-in observes, by ``id`` (``entries``),
+    the classes it stands in for (those of the entries' modules), and the modules that
+    get per-module hooks (``hooked``)."""
+
+    entries: Entries
+    classes: tuple[type, ...]
+    hooked: list[tuple[str, nn.Module]]
+
+
 def plan_calls(
     members: Iterable[tuple[str, nn.Module]], matches: Callable[[str], bool] | None,
     fast: bool, leaves_fast: bool, scan: ModelScan | None = None,
-) -> tuple[Entries, list[tuple[str, nn.Module]]]:
-    """Which modules the stand-in observes (``entries``) and which get per-module hooks
-    (the list), of the ``members`` that ``matches`` selects; TorchScript modules get
-    neither (they run no module hooks: their work is their caller's).
+) -> Plan:
+    """Which modules the stand-in observes and which get per-module hooks, of the
+    ``members`` that ``matches`` selects; TorchScript modules get neither (they run no
+    module hooks: their work is their caller's).
 
     With ``fast``, a module keeps per-module hooks only when it has forward (pre-)hooks
     of its own, or when its calls never reach the stand-in: compiled in place
@@ -109,7 +119,7 @@ def plan_calls(
         if kept is not None and kept[0] == scan.own_forward and not any(
             map(torch_private.overrides_call_impl, set(scan.types))
         ):
-            return dict(zip(kept[1], map(list, kept[2]), strict=True)), []
+            return Plan(dict(zip(kept[1], map(list, kept[2]), strict=True)), kept[3], [])
     entries: Entries = {}
     hooked: list[tuple[str, nn.Module]] = []
     classes: dict[type, tuple[Kind, bool, str]] = {}
@@ -139,27 +149,31 @@ def plan_calls(
                 ]
                 continue
         hooked.append((path, module))
+    # NB: a class whose every module is hooked is stood in for all the same (harmless)
+    observed = tuple(cls for cls, facts in classes.items() if facts[0] is not scripted)
     if again and not hooked:
         assert scan is not None
         scan.plans[leaves_fast] = (
-            scan.own_forward, list(entries), list(map(tuple, entries.values()))
+            scan.own_forward, list(entries), list(map(tuple, entries.values())), observed
         )
-    return entries, hooked
+    return Plan(entries, observed if entries else (), hooked)
 
 
-def install_call_path(tracer: Tracer, entries: Entries) -> CallbackHandle | None:
-    """Stand in ``Module._call_impl`` for the modules in ``entries`` while ``tracer``
-    runs; ``None`` when another function stands there already (the caller then
-    registers per-module hooks). The handle puts torch's function back."""
+def install_call_path(tracer: Tracer, plan: Plan) -> CallbackHandle | None:
+    """Stand in ``Module._call_impl`` of the plan's classes for the modules in its
+    entries while ``tracer`` runs; ``None`` when another function stands there already
+    (the caller then registers per-module hooks). The handle puts torch's function back.
+    """
     original = torch_private.torch_call_impl()
     alive = [True]
-    traced = make_traced_call(tracer, entries, original, alive)
-    if not torch_private.replace_call_impl(original, traced):
+    traced = make_traced_call(tracer, plan.entries, original, alive)
+    put_back = torch_private.stand_in_call_impl(plan.classes, traced)
+    if put_back is None:
         return None
 
     def remove() -> None:
         alive[0] = False  # a reference someone kept calls torch's function from now on
-        torch_private.replace_call_impl(traced, original)
+        put_back()
 
     return CallbackHandle(remove)
 

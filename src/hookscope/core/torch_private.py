@@ -23,8 +23,8 @@ import contextlib
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, nullcontext, suppress
 from typing import Any
 
 import torch
@@ -55,6 +55,7 @@ __all__ = [
     "replace_call_impl",
     "saved_tensor_default_hooks",
     "set_versions",
+    "stand_in_call_impl",
     "torch_call_impl",
     "unwrapped_dispatch_mode",
     "vmap_running",
@@ -110,6 +111,47 @@ def replace_call_impl(expected: Callable[..., Any], new: Callable[..., Any]) -> 
         ):
             dynamo_utils.unpatched_nn_module_call_impl = new
         return True
+
+
+def stand_in_call_impl(
+    classes: Iterable[type], new: Callable[..., Any]
+) -> Callable[[], None] | None:
+    """Make ``new`` the ``_call_impl`` of the module ``classes`` (set on each class, so
+    only their modules' calls reach it: setting a class attribute invalidates the
+    type caches of every subclass, and ``nn.Module`` has hundreds), while
+    ``Module._call_impl`` is torch's; a function that puts them back. ``None`` when
+    another function stands in ``Module._call_impl`` or in one of the classes (a class
+    of its own is planned for hooks: :func:`overrides_call_impl`), or a class cannot
+    take it. ``nn.Module`` itself among them: :func:`replace_call_impl`."""
+    classes = list(classes)
+    if nn.Module in classes:
+        if not replace_call_impl(_TORCH_CALL_IMPL, new):
+            return None
+        return lambda: replace_call_impl(new, _TORCH_CALL_IMPL) and None
+    done: list[type] = []
+
+    def put_back() -> None:
+        with _call_impl_lock:
+            for cls in done:
+                if cls.__dict__.get("_call_impl") is new:  # else someone replaced it since
+                    with suppress(AttributeError, TypeError):
+                        delattr(cls, "_call_impl")
+
+    with _call_impl_lock:
+        if nn.Module.__dict__.get("_call_impl") is not _TORCH_CALL_IMPL:
+            return None
+        for cls in classes:
+            try:
+                if "_call_impl" in cls.__dict__:
+                    raise TypeError(f"{cls.__name__} has a _call_impl of its own")
+                setattr(cls, "_call_impl", new)  # noqa: B010  (mypy: a type has no such attribute)
+            except Exception:  # another stand-in, or a metaclass that refuses
+                break
+            done.append(cls)
+        else:
+            return put_back
+    put_back()
+    return None
 
 
 def inside_another_module_call() -> bool:

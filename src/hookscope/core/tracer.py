@@ -586,11 +586,12 @@ class Tracer:
             and not self._exit_replacers and not global_module_hooks_present()
             and call_impl_replaceable()
         )
-        entries, hooked = plan_calls(members, self._matches, fast, not self._needs_start, scan)
-        if entries:  # the stand-in reads ``entries`` (core/fast_path.py)
-            fast_handle = install_call_path(self, entries)
+        plan = plan_calls(members, self._matches, fast, not self._needs_start, scan)
+        hooked = plan.hooked
+        if plan.entries:  # the stand-in reads them (core/fast_path.py)
+            fast_handle = install_call_path(self, plan)
             if fast_handle is None:  # another tracer's stand-in is there: plain hooks
-                entries, hooked = plan_calls(members, self._matches, False, False)
+                hooked = plan_calls(members, self._matches, False, False).hooked
             else:
                 add(fast_handle)
         for path, module in hooked:
