@@ -127,7 +127,11 @@ def stand_in_call_impl(
     if nn.Module in classes:
         if not replace_call_impl(_TORCH_CALL_IMPL, new):
             return None
-        return lambda: replace_call_impl(new, _TORCH_CALL_IMPL) and None
+
+        def put_torchs_back() -> None:
+            replace_call_impl(new, _TORCH_CALL_IMPL)
+
+        return put_torchs_back
     done: list[type] = []
 
     def put_back() -> None:
