@@ -14,6 +14,7 @@ import os
 import time as _time
 import warnings
 from collections.abc import Iterable
+from operator import attrgetter, itemgetter
 from typing import Any, TypeGuard
 
 import torch
@@ -92,13 +93,16 @@ class ModelState:
     def __init__(self, table: ModuleTable, *, buffers: bool = False) -> None:
         scan = table.scan  # what the table's check read already
         self.parameters = table.parameters
+        #: the modules' ``__dict__``, where the check read them: ``restore`` compares
+        #: their flags in one C-level pass
+        self._dicts: list[dict[str, Any]] | None = None
         if scan is None:
             self.modules = [m for _, m in table.members]
             self.training = [m.training for m in self.modules]
             self.requires_grad = [p.requires_grad for p in self.parameters]
             types = set(map(type, self.modules))
         else:
-            self.modules, self.training = scan.modules, scan.training
+            self.modules, self.training, self._dicts = scan.modules, scan.training, scan.dicts
             self.requires_grad, types = scan.requires_grad, set(scan.types)
         self.buffers: list[SavedBuffer] = []
         # a lazy module the forward would materialise (its class, parameters and hooks
@@ -118,14 +122,29 @@ class ModelState:
     def restore(self) -> None:
         for lazy in self.lazy:
             lazy.restore()
-        for m, flag in zip(self.modules, self.training, strict=True):
-            if m.training is not flag:
-                m.training = flag
-        for p, rg in zip(self.parameters, self.requires_grad, strict=True):
-            if p.requires_grad is not rg:
-                p.requires_grad_(rg)
+        # NB: most forwards change neither: C-level passes tell (read cold, after the
+        # forward, each costs about what the loop would), the loops only then
+        if self._dicts is None or _flags(self._dicts) != self.training:
+            for m, flag in zip(self.modules, self.training, strict=True):
+                if m.training is not flag:
+                    m.training = flag
+        if list(map(_requires_grad, self.parameters)) != self.requires_grad:
+            for p, rg in zip(self.parameters, self.requires_grad, strict=True):
+                if p.requires_grad is not rg:
+                    p.requires_grad_(rg)
         if self.buffers:
             restore_buffers(self.buffers)
+
+
+_training, _requires_grad = itemgetter("training"), attrgetter("requires_grad")
+
+
+def _flags(dicts: list[dict[str, Any]]) -> list[Any] | None:
+    """The ``training`` flags in the modules' ``__dict__``s (``None``: one has none)."""
+    try:
+        return list(map(_training, dicts))
+    except KeyError:
+        return None
 
 
 def _is_lazy(module: nn.Module) -> bool:

@@ -44,6 +44,7 @@ class ModelScan:
 
     Attributes:
         modules: every module once, in walk order.
+        dicts: their ``__dict__``s.
         types: their classes.
         training: their ``training`` flags.
         requires_grad: each parameter's ``requires_grad``.
@@ -56,6 +57,7 @@ class ModelScan:
     """
 
     modules: list[nn.Module]
+    dicts: list[dict[str, Any]]
     types: list[type]
     training: list[bool]
     requires_grad: list[bool]
@@ -204,7 +206,7 @@ def _fingerprint(
         or any(map(is_not, map(dict.get, dicts, repeat("_compiled_call_impl")), repeat(None)))
     )
     scan = ModelScan(
-        walked, types, list(training), list(map(_second, dtypes_and_grads)), plain,
+        walked, dicts, types, list(training), list(map(_second, dtypes_and_grads)), plain,
         list(map(contains, dicts, repeat("forward"))),
     )
     return fingerprint, parameters, scan
