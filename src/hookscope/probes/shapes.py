@@ -9,13 +9,13 @@ called with (after every forward pre-hook, as torch's forward hooks see them), a
 when it raised: one hook per call instead of two. NB: so a ``forward`` that changes
 its input's shape in place (``x.unsqueeze_(0)``) records the changed shape.
 
-Most calls take one tensor and return one. For those, the hook only keeps the
-tensors' ``shape``, ``dtype``, ``device``, ``requires_grad`` and ``layout`` (never the
-tensors), and the records are made in ``finalize``, identical ones shared (within a
-trace and between traces: records are read-only): a hook runs
-between two kernels, with cold caches, where every object made costs several times
-what it costs in a loop. ``call.inputs``/``call.outputs`` are complete once the trace
-is finalised.
+Most calls take one tensor and return one. For those, the hook reads the tensors'
+``shape``, ``dtype``, ``device``, ``requires_grad`` and ``layout`` and looks the record
+up by them: identical records are shared (within a trace and between traces: records
+are read-only), so a model traced again makes none. NB: the lookup is made in the
+hook, while what it reads is in the cache; keeping the fields for ``finalize`` to look
+up cost more, as a second visit of every call after the forward finds nothing cached
+(0.4 ms on MobileNetV3-Large's 255 calls, ``benchmarks/README.md``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from torch import nn
 
 from hookscope.core.facts import Column, Fact, Field, Unit
 from hookscope.core.probe import Probe, register_probe
-from hookscope.core.records import Call, TensorMeta, Trace
+from hookscope.core.records import Call, TensorMeta
 from hookscope.core.tensors import call_input_metas, meta_from_fields, metas, shapes_text
 from hookscope.core.value_json import metas_in, metas_out
 
@@ -42,7 +42,7 @@ _Tensor = torch.Tensor
 
 #: The records of the fields seen so far, in every trace: a record is read-only, and a
 #: model traced again makes the same ones (NB: making them was most of this probe's
-#: time per run, with caches cold after the forward). Cleared when it grows too large.
+#: time per run). Cleared, when a run starts, once it has grown too large.
 _INPUT_METAS: dict[_Fields, TensorMeta] = {}
 _OUTPUT_METAS: dict[_Fields, TensorMeta] = {}
 _MAX_METAS = 4096
@@ -84,14 +84,10 @@ class ShapeProbe(Probe):
               column="output"),
     )
 
-    def __init__(self) -> None:
-        # (call, input fields, output fields) of calls of one plain tensor in and one
-        # out, made into records in ``finalize`` (NB: two inner tuples: slicing one
-        # flat tuple there cost more than making them here)
-        self._plain: list[tuple[Any, ...]] = []
-
     def install(self, tracer: Tracer) -> list[Removable]:
-        self._plain.clear()
+        if len(_INPUT_METAS) + len(_OUTPUT_METAS) > _MAX_METAS:
+            _INPUT_METAS.clear()
+            _OUTPUT_METAS.clear()
         return []
 
     def on_exit(
@@ -104,33 +100,22 @@ class ShapeProbe(Probe):
         # attributes
         if type(t) is _Tensor and type(o) is _Tensor and not failed:
             try:
-                fields = (
-                    call, (t.shape, t.dtype, t.device, t.requires_grad, t.layout),
-                    (o.shape, o.dtype, o.device, o.requires_grad, o.layout),
-                )
+                fields_in = (t.shape, t.dtype, t.device, t.requires_grad, t.layout)
+                fields_out = (o.shape, o.dtype, o.device, o.requires_grad, o.layout)
             except RuntimeError:  # a strided nested tensor has no ``shape``: asking
                 pass  # raises, which costs nothing until it does (not is_nested twice)
             else:
-                self._plain.append(fields)
+                meta_in = _INPUT_METAS.get(fields_in)
+                if meta_in is None:
+                    meta_in = _INPUT_METAS[fields_in] = meta_from_fields("args[0]", *fields_in)
+                meta_out = _OUTPUT_METAS.get(fields_out)
+                if meta_out is None:
+                    meta_out = _OUTPUT_METAS[fields_out] = meta_from_fields("out", *fields_out)
+                facts = call.facts
+                facts["inputs"] = [meta_in]
+                facts["outputs"] = [meta_out]
                 return
         facts = call.facts
         facts["inputs"] = call_input_metas(args, kwargs)
         if not failed:
             facts["outputs"] = metas(output, "out")
-
-    def finalize(self, trace: Trace) -> None:
-        inputs, outputs = _INPUT_METAS, _OUTPUT_METAS
-        if len(inputs) + len(outputs) > _MAX_METAS:
-            inputs.clear()
-            outputs.clear()
-        for call, fields_in, fields_out in self._plain:
-            meta = inputs.get(fields_in)
-            if meta is None:
-                meta = inputs[fields_in] = meta_from_fields("args[0]", *fields_in)
-            facts = call.facts
-            facts["inputs"] = [meta]
-            meta = outputs.get(fields_out)
-            if meta is None:
-                meta = outputs[fields_out] = meta_from_fields("out", *fields_out)
-            facts["outputs"] = [meta]
-        self._plain.clear()
