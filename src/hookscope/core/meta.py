@@ -85,16 +85,17 @@ def _module_tensors(model: nn.Module) -> Iterator[torch.Tensor]:
 def _first_parameter(model: nn.Module) -> torch.Tensor | None:
     """``next(iter(model.parameters()), None)``, without its generators (NB: ``trace()``
     asks on every run: for a real model the answer is a few dict reads away)."""
-    todo, seen = [model], set()
+    todo: list[nn.Module | None] = [model]
+    seen = set()
     while todo:
         module = todo.pop()
-        if id(module) in seen:
+        if module is None or id(module) in seen:
             continue
         seen.add(id(module))
         for p in module._parameters.values():
             if p is not None:
                 return p
-        todo.extend(m for m in reversed(module._modules.values()) if m is not None)
+        todo.extend(reversed(module._modules.values()))
     return None
 
 

@@ -37,11 +37,23 @@ def run_facts(table: ModuleTable) -> dict[str, Any]:
     if table.tied:  # later path -> first path, for renderers to name tied rows
         facts["tied"] = dict(table.tied)
     first = table.parameters[0] if table.parameters else None
-    facts["device"] = str(first.device) if first is not None else "cpu"
-    dist = getattr(torch, "distributed", None)
-    if dist is not None and dist.is_available() and dist.is_initialized():
+    # NB: a CPU tensor's device without making a device object and its string
+    facts["device"] = "cpu" if first is None or first.is_cpu else str(first.device)
+    dist = _distributed()
+    if dist is not None and dist.is_initialized():
         facts["rank"], facts["world_size"] = dist.get_rank(), dist.get_world_size()
     return facts
+
+
+_DISTRIBUTED: list[Any] = []
+
+
+def _distributed() -> Any:
+    """``torch.distributed`` where this torch build has it, else ``None`` (asked once)."""
+    if not _DISTRIBUTED:
+        dist = getattr(torch, "distributed", None)
+        _DISTRIBUTED.append(dist if dist is not None and dist.is_available() else None)
+    return _DISTRIBUTED[0]
 
 
 _VERSION: list[str] = []

@@ -202,41 +202,51 @@ class Tracer:
         self.trace: Trace | None = None
 
     def _plan_dispatch(self) -> None:
-        """Which probe callbacks run for which event, from what the probes declare."""
-        probes = self.probes
+        """Which probe callbacks run for which event, from what the probes declare.
+
+        NB: one loop over the probes (a tracer is made on every run)."""
         self._enters: list[Callable[..., Any]] = []  # set on entry: see _plan_starts
-        self._enter_replacers: list[Callable[..., Any]] = [
-            p.on_enter for p in probes if overrides(p, "on_enter") and p.replaces
-        ]
-        self._exit_replacers: list[Callable[..., Any]] = [
-            exit_callback(p) for p in probes if overrides(p, "on_exit") and p.replaces
-        ]
-        self._exits: list[Callable[..., Any]] = [
-            exit_callback(p) for p in reversed(probes)
-            if overrides(p, "on_exit") and not p.replaces
-        ]
-        self._backward_probes = [p for p in probes if type(p).needs_backward()]
+        enter_replacers: list[Callable[..., Any]] = []
+        exit_replacers: list[Callable[..., Any]] = []
+        exits: list[Callable[..., Any]] = []
+        backward_probes: list[Probe] = []
         # each backward event goes to the probes that override it; hooks on the calls'
         # tensors only when one wants a call's backward, on parameters for on_param_grad
-        self._backward_handlers: dict[str, list[Callable[..., Any]]] = {
-            event: [getattr(p, event) for p in self._backward_probes if overrides(p, event)]
-            for event in BACKWARD_EVENTS
-        }
-        self._watches_calls = bool(
-            self._backward_handlers["on_backward_enter"]
-            or self._backward_handlers["on_backward_exit"]
-        )
+        handlers: dict[str, list[Callable[..., Any]]] = {e: [] for e in BACKWARD_EVENTS}
+        records_starts = clocked = guarded = False
+        for p in self.probes:
+            enters, leaves = overrides(p, "on_enter"), overrides(p, "on_exit")
+            if p.replaces:
+                if enters:
+                    enter_replacers.append(p.on_enter)
+                if leaves:
+                    exit_replacers.append(exit_callback(p))
+            else:
+                records_starts = records_starts or enters
+                if leaves:
+                    exits.insert(0, exit_callback(p))  # in reverse probe order
+            if type(p).needs_backward():
+                backward_probes.append(p)
+                for event in BACKWARD_EVENTS:
+                    if overrides(p, event):
+                        handlers[event].append(getattr(p, event))
+            # Hot-path switches: keep the overhead clock only for probes that subtract
+            # it (timing), and mark probe work as internal only while a probe that
+            # watches the dispatched ops (ops) is active, in this tracer or in one it
+            # is nested in.
+            clocked = clocked or p.uses_overhead_clock
+            guarded = guarded or p.watches_ops
+        self._enter_replacers, self._exit_replacers = enter_replacers, exit_replacers
+        self._exits, self._backward_probes = exits, backward_probes
+        self._backward_handlers = handlers
+        self._watches_calls = bool(handlers["on_backward_enter"] or handlers["on_backward_exit"])
         # a tracer of patches alone (``patch``, ``patch_inputs``): its hooks go before
         # every recording tracer's (core/module_hooks.py)
-        self._replaces_only = bool(self._exit_replacers or self._enter_replacers) and not (
-            self._exits or any(overrides(p, "on_enter") and not p.replaces for p in probes)
+        self._replaces_only = bool(exit_replacers or enter_replacers) and not (
+            exits or records_starts
         )
         self._needs_start = False
-        # Hot-path switches: keep the overhead clock only for probes that subtract it
-        # (timing), and mark probe work as internal only while a probe that watches the
-        # dispatched ops (ops) is active, in this tracer or in one it is nested in.
-        self._clocked = any(p.uses_overhead_clock for p in probes)
-        self._guarded = any(p.watches_ops for p in probes)
+        self._clocked, self._guarded = clocked, guarded
 
     def _plan_starts(self) -> None:
         """Which probes see calls start, from what they need once installed (the timing
