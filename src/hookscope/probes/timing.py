@@ -15,8 +15,10 @@ with a pair of ``torch.cuda.Event(enable_timing=True)`` recorded on the current
 stream; ``finalize`` synchronises once and reads every pair back. There is no
 synchronisation per layer.
 
-``self_time_ns`` is computed in ``finalize``: a call's inclusive time minus the
-inclusive times of its direct children (clamped at 0).
+``self_time_ns`` is a call's inclusive time minus the inclusive times of its direct
+children (clamped at 0): on the CPU in ``on_exit``, where the children's times were
+just written (NB: a pass over every call in ``finalize``, after the forward has left
+the caches cold, cost more), with CUDA events in ``finalize``.
 """
 
 from __future__ import annotations
@@ -75,10 +77,12 @@ class TimingProbe(Probe):
         self._cuda = False
         self._devices: list[torch.device] = []
         self._tracer: Tracer | None = None
+        self._calls: list[Call] = []
         self._events: dict[int, tuple[Any, Any]] = {}
 
     def install(self, tracer: Tracer) -> list[Removable]:
         self._tracer = tracer
+        self._calls = tracer.trace.calls if tracer.trace is not None else []
         self._events.clear()
         self._devices = list(tracer.cuda_devices)
         cuda = self._cuda_option
@@ -115,14 +119,23 @@ class TimingProbe(Probe):
         assert tracer is not None
         time_ns = tracer.model_time_ns(call)
         if time_ns is not None:
-            call.facts["time_ns"] = time_ns
+            facts = call.facts
+            facts["time_ns"] = time_ns
+            children = call.children
+            if children:  # each ended before this call, its time written then
+                calls = self._calls
+                for i in children:
+                    time_ns -= calls[i].facts.get("time_ns") or 0
+                time_ns = max(0, time_ns)
+            facts["self_time_ns"] = time_ns
 
     def finalize(self, trace: Trace) -> None:
         if self._events:
             _read_events(trace, self._events, self._devices)
+            set_self_times(trace)
         self._events.clear()
         self._tracer = None
-        set_self_times(trace)
+        self._calls = []
 
 
 def _share(call: Call, trace: Trace) -> float | None:
