@@ -115,12 +115,13 @@ def plan_calls(
     again = scan is not None and fast and matches is None and scan.plain
     if again:
         assert scan is not None
-        kept = scan.plans.get(leaves_fast)
-        if kept is not None and kept[0] == scan.own_forward and not any(
+        kept: _KeptPlan | None = scan.plans.get(leaves_fast)
+        if kept is not None and kept.own_forward == scan.own_forward and not any(
             map(torch_private.overrides_call_impl, set(scan.types))
         ):
-            return Plan(dict(zip(kept[1], map(list, kept[2]), strict=True)), kept[3], [])
-    entries: Entries = {}
+            entries = dict(zip(kept.ids, map(list, kept.entries), strict=True))
+            return Plan(entries, kept.classes, [])
+    entries = {}
     hooked: list[tuple[str, nn.Module]] = []
     classes: dict[type, tuple[Kind, bool, str]] = {}
     scripted, torch_nn = Kind.SCRIPTED, Kind.TORCH_NN
@@ -149,14 +150,28 @@ def plan_calls(
                 ]
                 continue
         hooked.append((path, module))
-    # NB: a class whose every module is hooked is stood in for all the same (harmless)
-    observed = tuple(cls for cls, facts in classes.items() if facts[0] is not scripted)
+    # the stand-in goes to the classes of the modules it observes (NB: and to a class
+    # whose every module is hooked: harmless, they go on to torch's); never to one with
+    # a _call_impl of its own or of a base's, which it would shadow
+    observed = tuple(
+        cls for cls, facts in classes.items() if facts[0] is not scripted and not facts[1]
+    ) if entries else ()
     if again and not hooked:
         assert scan is not None
-        scan.plans[leaves_fast] = (
+        scan.plans[leaves_fast] = _KeptPlan(
             scan.own_forward, list(entries), list(map(tuple, entries.values())), observed
         )
-    return Plan(entries, observed if entries else (), hooked)
+    return Plan(entries, observed, hooked)
+
+
+class _KeptPlan(NamedTuple):
+    """A plan of a model traced again (``ModelScan.plans``), and what it depended on
+    besides the fingerprint: which modules had a ``forward`` of their own."""
+
+    own_forward: list[bool]
+    ids: list[int]
+    entries: list[tuple[Any, ...]]
+    classes: tuple[type, ...]
 
 
 def install_call_path(tracer: Tracer, plan: Plan) -> CallbackHandle | None:

@@ -102,6 +102,14 @@ class Probe:
     #: True for a probe that reads ``tracer.backward_end(call)`` (the gradient probe's
     #: backward times): only then does the tracer hook the autograd nodes of each call.
     uses_backward_end: ClassVar[bool] = False
+    #: Whether ``install`` may change the model's modules (add a hook, patch a
+    #: ``forward``; module hooks are the tracer's job, but nothing stops a probe). The
+    #: tracer then plans which modules it observes from the modules as every probe's
+    #: ``install`` left them, never from what it read of them before (a model traced
+    #: again: ``core/table_reuse.py``). A probe that keeps ``Probe.install`` needs
+    #: nothing; one whose ``install`` leaves the modules alone sets False (the
+    #: built-in probes do).
+    install_touches_modules: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

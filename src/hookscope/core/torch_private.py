@@ -116,46 +116,60 @@ def replace_call_impl(expected: Callable[..., Any], new: Callable[..., Any]) -> 
 def stand_in_call_impl(
     classes: Iterable[type], new: Callable[..., Any]
 ) -> Callable[[], None] | None:
-    """Make ``new`` the ``_call_impl`` of the module ``classes`` (set on each class, so
-    only their modules' calls reach it: setting a class attribute invalidates the
-    type caches of every subclass, and ``nn.Module`` has hundreds), while
-    ``Module._call_impl`` is torch's; a function that puts them back. ``None`` when
-    another function stands in ``Module._call_impl`` or in one of the classes (a class
-    of its own is planned for hooks: :func:`overrides_call_impl`), or a class cannot
-    take it. ``nn.Module`` itself among them: :func:`replace_call_impl`."""
+    """Make ``new`` the ``_call_impl`` of the module ``classes``, set on each class, so
+    only their modules' calls reach it (setting a class attribute invalidates the type
+    caches of every subclass, and ``nn.Module`` has hundreds); a function that puts
+    torch's back. Atomically, while ``Module._call_impl`` is torch's and no class has a
+    ``_call_impl`` of its own or of a base below ``nn.Module`` (another stand-in, or a
+    class's own: :func:`overrides_call_impl`): else ``None``, and nothing is set. So is
+    a class whose metaclass does not store the function as given. With ``nn.Module``
+    itself among them (a model holding a plain ``nn.Module``) it is set there alone:
+    every other class finds it there."""
     classes = list(classes)
-    if nn.Module in classes:
-        if not replace_call_impl(_TORCH_CALL_IMPL, new):
-            return None
-
-        def put_torchs_back() -> None:
-            replace_call_impl(new, _TORCH_CALL_IMPL)
-
-        return put_torchs_back
+    targets = [nn.Module] if nn.Module in classes else classes
     done: list[type] = []
 
     def put_back() -> None:
         with _call_impl_lock:
-            for cls in done:
-                if cls.__dict__.get("_call_impl") is new:  # else someone replaced it since
-                    with suppress(AttributeError, TypeError):
+            for cls in reversed(done):
+                if cls is nn.Module:
+                    if nn.Module.__dict__.get("_call_impl") is new:
+                        nn.Module._call_impl = _TORCH_CALL_IMPL  # type: ignore[method-assign]
+                        _unpatch_dynamo(new)
+                elif "_call_impl" in cls.__dict__:  # ours, or what a metaclass made of it
+                    with suppress(Exception):  # a metaclass may refuse: leave it then
                         delattr(cls, "_call_impl")
 
     with _call_impl_lock:
-        if nn.Module.__dict__.get("_call_impl") is not _TORCH_CALL_IMPL:
+        if nn.Module.__dict__.get("_call_impl") is not _TORCH_CALL_IMPL or any(
+            overrides_call_impl(cls) for cls in classes if cls is not nn.Module
+        ):
             return None
-        for cls in classes:
-            try:
-                if "_call_impl" in cls.__dict__:
-                    raise TypeError(f"{cls.__name__} has a _call_impl of its own")
+        try:
+            for cls in targets:
+                done.append(cls)
                 setattr(cls, "_call_impl", new)  # noqa: B010  (mypy: a type has no such attribute)
-            except Exception:  # another stand-in, or a metaclass that refuses
-                break
-            done.append(cls)
+                if cls.__dict__.get("_call_impl") is not new:  # a metaclass changed it
+                    raise _Refused
+        except Exception:  # _Refused, or a metaclass that refuses outright
+            pass
         else:
             return put_back
     put_back()
     return None
+
+
+class _Refused(Exception):
+    """A class that cannot take the stand-in."""
+
+
+def _unpatch_dynamo(stand_in: Callable[..., Any]) -> None:
+    """``torch._dynamo.utils`` keeps the ``_call_impl`` it finds when first imported
+    (``unpatched_nn_module_call_impl``): an import while ``stand_in`` stood in for
+    ``nn.Module``'s would keep it for good."""
+    dynamo_utils: Any = sys.modules.get("torch._dynamo.utils")
+    if getattr(dynamo_utils, "unpatched_nn_module_call_impl", None) is stand_in:
+        dynamo_utils.unpatched_nn_module_call_impl = _TORCH_CALL_IMPL
 
 
 def inside_another_module_call() -> bool:

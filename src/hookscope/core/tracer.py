@@ -214,7 +214,11 @@ class Tracer:
         # tensors only when one wants a call's backward, on parameters for on_param_grad
         handlers: dict[str, list[Callable[..., Any]]] = {e: [] for e in BACKWARD_EVENTS}
         records_starts = clocked = guarded = False
+        keeps_modules = True
         for p in self.probes:
+            keeps_modules = keeps_modules and (
+                type(p).install is Probe.install or not p.install_touches_modules
+            )
             enters, leaves = overrides(p, "on_enter"), overrides(p, "on_exit")
             if p.replaces:
                 if enters:
@@ -247,6 +251,9 @@ class Tracer:
         )
         self._needs_start = False
         self._clocked, self._guarded = clocked, guarded
+        #: no probe's install changes the modules: what the table's check read of them
+        #: on entry holds for the plan (``core/fast_path.py``)
+        self._installs_keep_modules = keeps_modules
 
     def _plan_starts(self) -> None:
         """Which probes see calls start, from what they need once installed (the timing
@@ -332,7 +339,9 @@ class Tracer:
                 raise _probe_error(probe, "install", None, e) from e
             handles.extend(installed)
         self._plan_starts()
-        self._register_module_hooks(table.members, table.scan)
+        self._register_module_hooks(
+            table.members, table.scan if self._installs_keep_modules else None
+        )
         if self._guarded:
             _shared.watchers[0] += 1
             handles.add(CallbackHandle(_unwatch))

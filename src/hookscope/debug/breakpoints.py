@@ -83,6 +83,7 @@ def _stopped_in_layer(
 
 class _BreakProbe(Probe):
     name = "breakpoint"
+    install_touches_modules = False
 
     def __init__(self, when: str | Condition | None) -> None:
         self.when = when

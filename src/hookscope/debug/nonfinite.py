@@ -70,6 +70,7 @@ class NonFiniteProbe(Probe):
     """
 
     name = "nonfinite"
+    install_touches_modules = False
     order = 5
     watches_ops = True  # the engine then marks other probes' work, which the mode skips
 

@@ -137,6 +137,7 @@ class GradsProbe(Probe):
     """Record gradient norms per call and gradient statistics per parameter."""
 
     name = "grads"
+    install_touches_modules = False
     order = 80  # just inside the timing probe: its work is not part of a forward time
     uses_backward_end = True
     column_rank = 60

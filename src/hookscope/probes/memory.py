@@ -137,6 +137,7 @@ class MemoryProbe(Probe):
     """Record ``memory``: output bytes, saved-for-backward bytes, CUDA memory."""
 
     name = "memory"
+    install_touches_modules = False
     reads_inputs_on_enter = False
     order = 80
     column_rank = 40

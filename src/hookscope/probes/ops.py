@@ -174,6 +174,7 @@ class OpsProbe(Probe):
     """
 
     name = "ops"
+    install_touches_modules = False
     watches_ops = True
     order = 40
     column_rank = 50

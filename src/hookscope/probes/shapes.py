@@ -65,6 +65,7 @@ class ShapeProbe(Probe):
     """Record ``inputs`` and ``outputs``: a :class:`TensorMeta` per tensor, with its path."""
 
     name = "shapes"
+    install_touches_modules = False
     order = 10
     column_rank = 10
     facts = (

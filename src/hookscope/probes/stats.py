@@ -77,6 +77,7 @@ class StatsProbe(Probe):
     """Record ``stats`` for every output tensor (``input_stats`` when the call raised)."""
 
     name = "stats"
+    install_touches_modules = False
     order = 60
     column_rank = 30
     facts = (

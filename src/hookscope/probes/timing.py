@@ -52,6 +52,7 @@ class TimingProbe(Probe):
     """
 
     name = "time"
+    install_touches_modules = False
     uses_overhead_clock = True
     reads_inputs_on_enter = False
     order = 90
