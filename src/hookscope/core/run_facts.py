@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import time as _time
 import warnings
@@ -45,15 +46,11 @@ def run_facts(table: ModuleTable) -> dict[str, Any]:
     return facts
 
 
-_DISTRIBUTED: list[Any] = []
-
-
+@functools.cache
 def _distributed() -> Any:
     """``torch.distributed`` where this torch build has it, else ``None`` (asked once)."""
-    if not _DISTRIBUTED:
-        dist = getattr(torch, "distributed", None)
-        _DISTRIBUTED.append(dist if dist is not None and dist.is_available() else None)
-    return _DISTRIBUTED[0]
+    dist = getattr(torch, "distributed", None)
+    return dist if dist is not None and dist.is_available() else None
 
 
 _VERSION: list[str] = []
