@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import hookscope.probes  # noqa: F401  (defines the built-in facts read below: inputs, outputs)
 from hookscope.core.records import Call, started_call
 
 
