@@ -634,3 +634,20 @@ def test_torch_jit_trace_inside_a_trace_gets_its_module_scopes() -> None:
         trace = hookscope.trace(model, torch.randn(1, 2), **SHAPES_ONLY)
     assert "scope: __module.0" in model.graphs[0] and "scope: __module.1" in model.graphs[0]
     assert trace.calls[0].outputs[0].shape == (1, 2)
+
+
+def test_every_field_of_a_call_made_on_the_fast_path_is_set() -> None:
+    # the stand-in makes Call records inline (core/fast_path.py), leaves when they end,
+    # other calls when they start: each must be what the dataclass constructor makes
+    import dataclasses
+
+    from hookscope.core.records import Call
+
+    model = nn.Sequential(nn.Linear(3, 3), nn.Sequential(nn.ReLU(), nn.Linear(3, 2)))
+    trace = hookscope.trace(model, torch.randn(2, 3), **SHAPES_ONLY)
+    assert [c.name for c in trace.calls] == ["", "0", "1", "1.0", "1.1"]
+    for call in trace.calls:
+        fields = {f.name: getattr(call, f.name) for f in dataclasses.fields(Call)}
+        assert Call(**fields) == call
+        assert isinstance(call.children, list) and isinstance(call.facts, dict)
+        assert call.error is None and call.start_ns is not None

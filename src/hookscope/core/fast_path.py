@@ -49,11 +49,10 @@ from hookscope.core import internal, torch_private
 from hookscope.core.failures import add_note
 from hookscope.core.handles import CallbackHandle
 from hookscope.core.module_hooks import new_call
-from hookscope.core.records import started_call
+from hookscope.core.records import Call
 
 if TYPE_CHECKING:
     from hookscope.core.node_owners import NodeOwners
-    from hookscope.core.records import Call
     from hookscope.core.table_reuse import ModelScan
     from hookscope.core.tracer import Tracer
 
@@ -221,6 +220,7 @@ def make_traced_call(
     # be marked as internal: one Python frame less per call (``watching``: this thread's
     # count of ops-watching tracers, the only thread whose calls the stand-in records)
     exits, watching, exit_failed = tracer._exits, internal.shared.watchers, tracer._exit_failed
+    new = object.__new__
 
     def traced_call_impl(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
         entry = entries.get(id(module))
@@ -254,16 +254,19 @@ def make_traced_call(
                 raise
             if clocked:
                 tracer.chain_start_ns = perf_counter_ns()
-            # NB: new_call and the exit bookkeeping inline: most calls of a CNN end here
+            # NB: new_call, started_call and the exit bookkeeping inline (most calls of a
+            # CNN end here): a Python call costs a few hundred ns between two kernels.
+            # Every field of Call is set (tests/core/test_leaf_fast_path.py checks).
             index = len(calls)
+            call = new(Call)
             if stack:
                 parent = stack[-1][0]
                 parent.children.append(index)
-                call = started_call(
-                    index, path, cls, count, len(stack), parent.index, start - origin
-                )
+                call.depth, call.parent = len(stack), parent.index
             else:
-                call = started_call(index, path, cls, count, 0, None, start - origin)
+                call.depth, call.parent = 0, None
+            call.index, call.path, call.module_class, call.call_index = index, path, cls, count
+            call.children, call.start_ns, call.error, call.facts = [], start - origin, None, {}
             calls.append(call)
             if clocked:
                 at_start[index] = overhead
@@ -272,8 +275,17 @@ def make_traced_call(
             if clocked:
                 tracer.chain_start_ns = start
             clock[0] = begun = start - origin
-            call = new_call(stack, calls, path, cls, count, begun)
-            index = call.index
+            index = len(calls)  # NB: new_call inline, as in the leaf path above
+            call = new(Call)
+            if stack:
+                parent = stack[-1][0]
+                parent.children.append(index)
+                call.depth, call.parent = len(stack), parent.index
+            else:
+                call.depth, call.parent = 0, None
+            call.index, call.path, call.module_class, call.call_index = index, path, cls, count
+            call.children, call.start_ns, call.error, call.facts = [], begun, None, {}
+            calls.append(call)
             if clocked:
                 at_start[index] = tracer.overhead_ns
             frame = (call, module, None)
