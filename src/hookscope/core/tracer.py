@@ -596,7 +596,6 @@ class Tracer:
     def _register_module_hooks(
         self, members: list[tuple[str, nn.Module]], scan: ModelScan | None = None
     ) -> None:
-        post_hook = make_module_post_hook(self)  # one function: it finds its call on the stack
         add = self._handles.add
         # Exclusive runs observe hook-free modules in a stand-in for Module._call_impl,
         # and record torch.nn leaves whole at their end when no probe needs a start.
@@ -613,6 +612,9 @@ class Tracer:
                 hooked = plan_calls(members, self._matches, False, False).hooked
             else:
                 add(fast_handle)
+        if not hooked:
+            return
+        post_hook = make_module_post_hook(self)  # one function: it finds its call on the stack
         for path, module in hooked:
             post = module.register_forward_hook(post_hook, with_kwargs=True, always_call=True)
             add(post)
