@@ -186,8 +186,12 @@ def _fingerprint(
         return None
     if not {*map(type, subs), *map(type, params), *map(type, bufs)} <= _DICTS:
         return None  # a TorchScript module's tables, or something else a user put there
-    parameters = list(filter(_not_none, _chain(map(dict.values, params))))
-    buffers = list(filter(_not_none, _chain(map(dict.values, bufs))))
+    # NB: each table's entries read once, then kept: ids (where the None entries are)
+    # and tensors from the same list
+    param_entries = list(_chain(map(dict.values, params)))
+    buffer_entries = list(_chain(map(dict.values, bufs)))
+    parameters = list(filter(_not_none, param_entries))
+    buffers = list(filter(_not_none, buffer_entries))
     numel = torch.Tensor.numel
     types = list(map(type, walked))
     dtypes_and_grads = list(map(_dtype_and_grad, parameters))
@@ -195,8 +199,8 @@ def _fingerprint(
         types,
         list(map(len, subs)), list(_chain(subs)), list(map(id, _chain(map(dict.values, subs)))),
         # the ids place each None entry: which module's tensor a count belongs to
-        list(map(len, params)), list(map(id, _chain(map(dict.values, params)))),
-        list(map(len, bufs)), list(map(id, _chain(map(dict.values, bufs)))),
+        list(map(len, params)), list(map(id, param_entries)),
+        list(map(len, bufs)), list(map(id, buffer_entries)),
         list(map(numel, parameters)), dtypes_and_grads,
         list(map(numel, buffers)), list(map(_dtype, buffers)),
     )
