@@ -111,6 +111,16 @@ def is_stand_in(fn: Any) -> bool:
     return getattr(fn, "__qualname__", "").endswith("traced_call_impl")
 
 
+def call_rows(trace: Any) -> list[tuple[Any, ...]]:
+    """What a trace records of each call, the engine's fields and shapes: to compare
+    two paths of the engine call for call."""
+    return [
+        (c.index, c.path, c.module_class, c.call_index, c.depth, c.parent, c.children,
+         c.inputs, c.outputs, c.error)
+        for c in trace.calls
+    ]
+
+
 def total_hooks(model: nn.Module) -> int:
     return sum(count_hooks(model).values())
 

@@ -18,17 +18,10 @@ from torch import nn
 
 import hookscope
 import zoo
+from helpers import call_rows as rows
 from helpers import is_stand_in, total_hooks
 
 SHAPES_ONLY = {"time": False, "stats": False, "memory": False}
-
-
-def rows(trace: hookscope.Trace) -> list[tuple[Any, ...]]:
-    return [
-        (c.index, c.path, c.module_class, c.call_index, c.depth, c.parent, c.children,
-         c.inputs, c.outputs, c.error)
-        for c in trace.calls
-    ]
 
 
 def both_paths(
