@@ -169,3 +169,20 @@ def test_each_run_puts_back_the_state_the_model_had_before_it() -> None:
         hookscope.summary(model, x)
         assert model.training and model.drop.training and model.fc.training
         assert model.fc.weight.requires_grad and not model.fc.bias.requires_grad
+
+
+class SetsAnIntFlag(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.act = nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.act.training = 1  # type: ignore[assignment]  # equal to True, not True
+        return self.act(x)
+
+
+def test_a_flag_set_to_an_equal_value_of_another_type_is_put_back() -> None:
+    model = SetsAnIntFlag()  # in training mode: True
+    for _ in range(3):
+        hookscope.summary(model, torch.randn(2, 3))
+        assert model.act.training is True

@@ -317,3 +317,27 @@ def test_what_a_probe_s_install_does_to_the_modules_is_planned_for() -> None:
     assert [(c.name, c.depth) for c in patched.calls] == [
         ("", 0), ("fc", 1), ("act", 2), ("act#1", 1)]
     assert total_hooks(model) == 0 and "forward" not in vars(model.fc)
+
+
+def test_a_built_in_probe_s_subclass_with_an_install_of_its_own_is_planned_for() -> None:
+    from hookscope.probes.timing import TimingProbe
+
+    class RepeatingTimes(TimingProbe):  # its install adds a hook: not the parent's
+        name = "repeating_times"
+
+        def __init__(self, module: nn.Module) -> None:
+            super().__init__()
+            self.module = module
+
+        def install(self, tracer: Any) -> list[Any]:
+            hook = self.module.register_forward_pre_hook(lambda m, a: (a[0].repeat(2, 1),))
+            return [*super().install(tracer), hook]
+
+    assert RepeatingTimes.install_touches_modules and not TimingProbe.install_touches_modules
+    model, x = Net(), torch.randn(2, 3)
+    for _ in range(3):
+        hookscope.summary(model, x)
+    trace = hookscope.trace(model, x, time=False, stats=False, memory=False,
+                            probes=[RepeatingTimes(model.fc)])
+    assert trace.find("fc").inputs[0].shape == (4, 3)
+    assert total_hooks(model) == 0

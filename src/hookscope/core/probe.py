@@ -108,11 +108,15 @@ class Probe:
     #: ``install`` left them, never from what it read of them before (a model traced
     #: again: ``core/table_reuse.py``). A probe that keeps ``Probe.install`` needs
     #: nothing; one whose ``install`` leaves the modules alone sets False (the
-    #: built-in probes do).
+    #: built-in probes do). A class that defines ``install`` and does not set it is
+    #: True again, also when it subclasses a probe that set False.
     install_touches_modules: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        if "install" in cls.__dict__ and "install_touches_modules" not in cls.__dict__:
+            # a new install (a subclass of a built-in probe's too): unknown until said
+            cls.install_touches_modules = True
         if "name" not in cls.__dict__ and not cls.name:
             cls.name = cls.__name__
         declared = any(k in cls.__dict__ for k in ("facts", "trace_facts", "columns", "fields"))

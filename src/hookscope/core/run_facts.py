@@ -15,7 +15,7 @@ import os
 import time as _time
 import warnings
 from collections.abc import Iterable
-from operator import attrgetter, itemgetter
+from operator import attrgetter, is_, itemgetter
 from typing import Any, TypeGuard
 
 import torch
@@ -133,11 +133,12 @@ class ModelState:
             lazy.restore()
         # NB: most forwards change neither: C-level passes tell (read cold, after the
         # forward, each costs about what the loop would), the loops only then
-        if self._dicts is None or _flags(self._dicts) != self.training:
+        # (by identity: a forward that set ``training = 1`` is put back to ``True``)
+        if self._dicts is None or not _identical(_flags(self._dicts), self.training):
             for m, flag in zip(self.modules, self.training, strict=True):
                 if m.training is not flag:
                     m.training = flag
-        if list(map(_requires_grad, self.parameters)) != self.requires_grad:
+        if not _identical(list(map(_requires_grad, self.parameters)), self.requires_grad):
             for p, rg in zip(self.parameters, self.requires_grad, strict=True):
                 if p.requires_grad is not rg:
                     p.requires_grad_(rg)
@@ -146,6 +147,10 @@ class ModelState:
 
 
 _training, _requires_grad = itemgetter("training"), attrgetter("requires_grad")
+
+
+def _identical(now: list[Any] | None, before: list[Any]) -> bool:
+    return now is not None and len(now) == len(before) and all(map(is_, now, before))
 
 
 def _flags(dicts: list[dict[str, Any]]) -> list[Any] | None:
