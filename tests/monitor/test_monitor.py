@@ -487,3 +487,52 @@ def test_a_monitor_in_its_block_or_closed_cannot_be_entered_again() -> None:
     assert len(opt._optimizer_step_pre_hooks) == 0
     with pytest.raises(hookscope.HookscopeError, match="is closed"), mon:
         pass
+
+
+class _TwoHeads(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body, self.head_a, self.head_b = nn.Linear(4, 4), nn.Linear(4, 1), nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor, task: str) -> torch.Tensor:
+        return (self.head_a if task == "a" else self.head_b)(self.body(x))
+
+
+@pytest.mark.parametrize("flow", [False, True])
+def test_a_step_without_gradients_inside_a_log_window_shifts_no_later_step(flow: bool) -> None:
+    torch.manual_seed(0)
+    model = _TwoHeads()
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    expected: list[float] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", GradientAnomalyWarning)
+        with hookscope.GradientMonitor(model, optimizer=opt, select="head_a.*", log_every=4,
+                                       flow=flow) as mon:
+            for i, task in enumerate(["b", "a", "b", "a", "a"]):  # head_a idle in 0 and 2
+                model(torch.randn(3, 4) * (i + 1), task).pow(2).sum().backward()
+                g = model.head_a.weight.grad
+                expected.append(math.nan if g is None else g.norm().item())
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+    column = mon.names.index("head_a.weight")
+    recorded = [row[column] for row in mon.history.norms]
+    assert [math.isnan(v) for v in recorded] == [math.isnan(v) for v in expected]
+    assert [v for v in recorded if not math.isnan(v)] == pytest.approx(
+        [v for v in expected if not math.isnan(v)], rel=1e-6)
+    assert [p[column] for p in mon.history.present] == [False, True, False, True, True]
+    assert mon.anomalies == []
+
+
+def test_flow_statistics_are_of_the_gradient_before_the_clip() -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(64, 1)
+    model(torch.randn(8, 64) * 100).sum().backward()
+    assert model.weight.grad is not None
+    g = model.weight.grad.clone()
+    with hookscope.GradientMonitor(model, clip={"weight": 1.0}, flow=True) as mon:
+        mon.step()
+    i = mon.names.index("weight")
+    assert mon.history.norms[0][i] == pytest.approx(g.norm().item(), rel=1e-6)
+    assert mon.history.max_abs[0][i] == pytest.approx(g.abs().max().item(), rel=1e-6)
+    assert mon.history.mean_abs[0][i] == pytest.approx(g.abs().mean().item(), rel=1e-6)
+    assert model.weight.grad.norm().item() == pytest.approx(1.0, rel=1e-4)  # clipped still

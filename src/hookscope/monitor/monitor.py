@@ -217,13 +217,15 @@ class GradientMonitor:
         if found:
             with torch.no_grad():
                 norms = grad_norms(found, 2)
-                self._apply_clip(index, found, norms)
                 rows.append(stack_norms(norms))
+                # NB: every number of a step is of the gradients as backward made them,
+                # before the clip changes them (as the norm and an anomaly's value)
                 if self._flow:
                     rows.append(stack_norms(grad_norms(found, math.inf)))
                     l1 = grad_norms(found, 1)
                     sizes = [max(1, g.numel()) for g in found]
                     rows.append(stack_norms([n / k for n, k in zip(l1, sizes, strict=True)]))
+                self._apply_clip(index, found, norms)
         self._pending.append((self._count, present, rows, scaled))
         self._count += 1
         if len(self._pending) >= self._log_every:
@@ -259,10 +261,11 @@ class GradientMonitor:
         if not pending:
             return
         host = rows_to_host([t for *_, rows, _ in pending for t in rows])
-        width = 3 if self._flow else 1
         checks = []
-        for n, (step, present, rows, scaled) in enumerate(pending):
-            values = host[n * width:(n + 1) * width] if rows else []
+        offset = 0  # NB: a step without any gradient made no rows
+        for step, present, rows, scaled in pending:
+            values = host[offset:offset + len(rows)]
+            offset += len(rows)
             full = [scatter_present(v, present) for v in values] or [[math.nan] * len(present)]
             skipped = scaled and any(
                 p and not math.isfinite(v) for v, p in zip(full[0], present, strict=True)
