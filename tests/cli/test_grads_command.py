@@ -103,3 +103,42 @@ def test_two_runs_print_the_same_numbers(capsys: pytest.CaptureFixture[str],
         assert code == 0, err
         outs.append(out)
     assert outs[0] == outs[1]
+
+
+TRAIN_ONLY_FAILURES = textwrap.dedent("""
+    import torch
+    from torch import nn
+
+    class Boom(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 1
+
+        @staticmethod
+        def backward(ctx, g):
+            raise RuntimeError("boom in backward")
+
+    class Bad(nn.Module):
+        def forward(self, x):
+            return Boom.apply(x)
+
+    def batchnorm():  # built in eval mode: fails in training mode alone, on a batch of 1
+        return nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)).eval()
+
+    def bad_backward():
+        return nn.Sequential(nn.Linear(4, 4), Bad(), nn.Linear(4, 1))
+""")
+
+
+@pytest.mark.parametrize(("factory", "fragments"), [
+    ("batchnorm", ("module '1' (BatchNorm1d", "Expected more than 1 value")),
+    ("bad_backward", ("backward raised RuntimeError at step 0", "boom in backward")),
+])
+def test_a_model_that_fails_only_in_training_is_a_one_line_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, factory: str,
+    fragments: tuple[str, ...],
+) -> None:
+    path = tmp_path / "train_only.py"
+    path.write_text(TRAIN_ONLY_FAILURES)
+    code, _, err = run_cli(capsys, "grads", f"{path}:{factory}", "--input", "1,4")
+    assert_one_error_line(code, err, *fragments)

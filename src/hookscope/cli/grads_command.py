@@ -119,23 +119,29 @@ def _train(prepared: Any, *, steps: int, lr: float, **thresholds: Any) -> Any:
     from hookscope.core.tensors import iter_tensors
 
     net = prepared.loaded.model
-    # one observed forward first: inputs that do not fit fail with the module's path
-    # and its input shapes (a ModelRunError), not inside the training loop
+    net.train()  # NB: before the check: a model may fail in training mode alone
+    # one observed forward first, in the mode the steps run in: inputs that do not fit
+    # fail with the module's path and its input shapes (a ModelRunError), not inside
+    # the training loop
     hookscope.trace(net, *prepared.args, kwargs=prepared.kwargs, time=False, stats=False,
                     memory=False)
-    net.train()
     opt = torch.optim.SGD(net.parameters(), lr=lr)
     found: list[Any] = []
     with hookscope.GradientMonitor(net, optimizer=opt, on_anomaly=found.append,
                                    **thresholds) as monitor:
-        for _ in range(steps):
+        for step in range(steps):
             out = net(*prepared.args, **prepared.kwargs)
             roots = [t for _, t in iter_tensors(out, "out")
                      if t.requires_grad and t.is_floating_point()]
             if not roots:
                 raise hookscope.SpecError("no floating output of the model requires grad; "
                                           "grads needs a model with trainable parameters")
-            torch.stack([t.sum() for t in roots]).sum().backward()  # type: ignore[no-untyped-call]
+            try:
+                torch.stack([t.sum() for t in roots]).sum().backward()  # type: ignore[no-untyped-call]
+            except Exception as e:  # the model's own backward (the forward was checked)
+                raise hookscope.HookscopeError(
+                    f"the model's backward raised {type(e).__name__} at step {step}: {e}"
+                ) from e
             opt.step()
             opt.zero_grad()
     return monitor
