@@ -536,3 +536,28 @@ def test_flow_statistics_are_of_the_gradient_before_the_clip() -> None:
     assert mon.history.max_abs[0][i] == pytest.approx(g.abs().max().item(), rel=1e-6)
     assert mon.history.mean_abs[0][i] == pytest.approx(g.abs().mean().item(), rel=1e-6)
     assert model.weight.grad.norm().item() == pytest.approx(1.0, rel=1e-4)  # clipped still
+
+
+class _Tied(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(10, 8)
+        self.head = nn.Linear(8, 10, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.embed(ids))
+
+
+def test_a_tied_weight_is_selected_and_clipped_by_any_of_its_paths() -> None:
+    torch.manual_seed(0)
+    model = _Tied()
+    model(torch.tensor([[1, 2, 3]])).pow(2).sum().mul(100).backward()
+    assert model.embed.weight.grad is not None
+    before = model.embed.weight.grad.norm().item()
+    assert before > 1.0
+    with hookscope.GradientMonitor(model, select="head.*", clip={"head.weight": 1.0}) as mon:
+        mon.step()
+    assert mon.names == ["embed.weight"]  # watched once, by its first path
+    assert mon.history.norms[0] == pytest.approx([before], rel=1e-6)
+    assert model.embed.weight.grad.norm().item() == pytest.approx(1.0, rel=1e-4)

@@ -134,9 +134,10 @@ class AnomalyChecker:
         action(anomaly)
 
 
-def clip_limits(names: list[str], clip: Mapping[str, float] | None) -> dict[int, float]:
-    """``clip=`` as index of the parameter in ``names`` -> its limit (the first selector
-    that matches a name wins)."""
+def clip_limits(names: list[list[str]], clip: Mapping[str, float] | None) -> dict[int, float]:
+    """``clip=`` as index of the parameter in ``names`` (each parameter's paths: a tied
+    one has several) -> its limit (the first selector that matches one of its paths
+    wins)."""
     if clip is None:
         return {}
     if not isinstance(clip, Mapping):
@@ -148,12 +149,12 @@ def clip_limits(names: list[str], clip: Mapping[str, float] | None) -> dict[int,
                             f"got {limit!r}")
         rules.append((compile_selector(pattern), float(limit)))
     limits: dict[int, float] = {}
-    for i, name in enumerate(names):
+    for i, paths in enumerate(names):
         for matches, limit in rules:
-            if matches(name):
+            if any(map(matches, paths)):
                 limits[i] = limit
                 break
     if not limits:
         raise SpecError(f"clip={dict(clip)!r} matches no watched parameter; paths look like "
-                        f"{names[0]!r}")
+                        f"{names[0][0]!r}")
     return limits

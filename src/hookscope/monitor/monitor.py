@@ -93,14 +93,25 @@ class GradientMonitor:
         if clip_mode not in ("norm", "value"):
             raise SpecError(f"clip_mode= must be 'norm' or 'value', got {clip_mode!r}")
         matches = compile_selector(select) if select is not None else None
-        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        named = [(n, p) for n, p in named if matches is None or matches(n)]
+        # a tied parameter is watched once, by its first path, and selected or clipped
+        # by any of its paths (``lm_head.weight`` of a model that ties it to the input
+        # embedding)
+        paths: dict[int, list[str]] = {}
+        named = []
+        for n, p in model.named_parameters(remove_duplicate=False):
+            if p.requires_grad:
+                if id(p) not in paths:
+                    paths[id(p)] = []
+                    named.append((n, p))
+                paths[id(p)].append(n)
+        named = [(n, p) for n, p in named
+                 if matches is None or any(map(matches, paths[id(p)]))]
         if not named:
             raise SpecError("GradientMonitor found no parameter that requires grad to watch"
                             + (f" matching select={select!r}" if select is not None else ""))
         self.names = [n for n, _ in named]
         self._params = [p for _, p in named]
-        self._clip = clip_limits(self.names, clip)
+        self._clip = clip_limits([paths[id(p)] for p in self._params], clip)
         if clip_mode == "value":
             complex_ = [self.names[i] for i in self._clip if self._params[i].is_complex()]
             if complex_:
