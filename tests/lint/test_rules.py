@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -176,6 +177,63 @@ def test_no_gradient_only_with_backward() -> None:
     (finding,) = [f for f in hookscope.lint(models.UnusedParameter(), x, backward=True)
                   if f.code == "HS503"]
     assert finding.target == "gain"
+
+
+@dataclasses.dataclass
+class _Out:
+    logits: torch.Tensor
+
+
+class _Policy(nn.Module):  # an actor-critic head: a distribution and a value
+    def __init__(self) -> None:
+        super().__init__()
+        self.mu, self.value = nn.Linear(4, 2), nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor) -> Any:
+        return torch.distributions.Normal(self.mu(x), 1.0), self.value(x)
+
+
+class _InADataclass(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 2), nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor) -> Any:
+        return _Out(self.a(x)), self.b(x)
+
+
+class _Spectral(nn.Module):  # a complex output
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> Any:
+        return torch.fft.rfft(self.a(x))
+
+
+@pytest.mark.parametrize("model", [_Policy, _InADataclass, _Spectral])
+def test_no_gradient_finds_every_output_that_trace_differentiates(model: type) -> None:
+    x = torch.randn(3, 4)
+    report = hookscope.lint(model(), x, backward=True)
+    assert "HS503" not in report.codes()
+    assert report.backward_skipped is None
+    # the oracle: each parameter's gradient, by hand, exists
+    m = model()
+    out = m(x)
+    loss = sum(t.abs().sum() for t in _tensors_in(out))
+    assert all(p.grad is None for p in m.parameters())
+    loss.backward()
+    assert all(p.grad is not None for p in m.parameters())
+
+
+def _tensors_in(out: Any) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, torch.distributions.Normal):
+        return [out.loc]
+    if dataclasses.is_dataclass(out):
+        return [out.logits]
+    return [t for o in out for t in _tensors_in(o)]
 
 
 def test_batchnorm_batch_of_two_is_fine() -> None:

@@ -48,10 +48,7 @@ def run_backward(
         _check_loss(loss)
         _gradients(loss, _grad_targets(model, args, kw))
         return
-    roots = [
-        t for _, t in iter_tensors(output, "out")
-        if t.requires_grad and (t.is_floating_point() or t.is_complex())
-    ]
+    roots = backward_roots(output)
     if not roots:
         raise SpecError(
             "backward=True needs an output that requires grad; no floating output of the "
@@ -66,6 +63,16 @@ def run_backward(
             [t.sum() if t.is_floating_point() else t.abs().sum() for t in roots]
         ).sum()
     _gradients(loss, targets)
+
+
+def backward_roots(output: Any) -> list[torch.Tensor]:
+    """Every tensor of ``output`` a default loss sums: floating or complex, requiring
+    grad, anywhere in it (tuples, dicts, dataclasses, a ``torch.distributions`` object's
+    parameters: ``core/tensors.py``)."""
+    return [
+        t for _, t in iter_tensors(output, "out")
+        if t.requires_grad and (t.is_floating_point() or t.is_complex())
+    ]
 
 
 def _gradients(loss: torch.Tensor, targets: list[torch.Tensor]) -> None:

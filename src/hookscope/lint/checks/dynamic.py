@@ -22,10 +22,10 @@ from typing import Any
 import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
-from torch.utils import _pytree
 
 import hookscope
 from hookscope.core.handles import HandleGroup
+from hookscope.core.run_backward import backward_roots
 from hookscope.core.run_facts import restore_buffers, saved_buffers
 from hookscope.errors import ModelRunError
 from hookscope.lint.checks.containers import contents
@@ -121,13 +121,16 @@ def observe(
 
 
 def _missing_gradients(ctx: LintContext, output: Any) -> tuple[list[str], str | None]:
-    """Paths of trainable parameters that get no gradient from the floating outputs."""
-    leaves = [t for t in _pytree.tree_leaves(output)
-              if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad]
+    """Paths of trainable parameters that get no gradient from the floating (or
+    complex) outputs, wherever they are in the output (as ``trace(backward=True)`` finds
+    them: ``core/run_backward.py``)."""
+    leaves = backward_roots(output)
     params = [(p, t) for p, t in ctx.tensors(buffers=False) if t.requires_grad]
     if not leaves or not params:
         return [], "no floating output requires grad (or no parameter does)"
-    total = torch.stack([t.float().sum() for t in leaves]).sum()
+    total = torch.stack(
+        [t.float().sum() if t.is_floating_point() else t.abs().float().sum() for t in leaves]
+    ).sum()
     grads = torch.autograd.grad(total, [t for _, t in params], allow_unused=True)
     return [path for (path, _), g in zip(params, grads, strict=True) if g is None], None
 
