@@ -128,6 +128,27 @@ def test_a_block_without_a_backward_says_so_instead_of_ok() -> None:
     assert by_path["frozen.weight"].status == "frozen"
 
 
+def test_a_backward_asking_for_some_parameters_leaves_the_others_no_backward() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    with hookscope.Tracer(model, grads=True) as tracer:
+        loss = model(torch.randn(3, 4)).pow(2).sum()
+        (g,) = torch.autograd.grad(loss, [model[2].weight])
+    assert tracer.trace is not None
+    status = {s.path: s.status for s in tracer.trace.param_grads}
+    assert status == {"0.weight": "no_backward", "0.bias": "no_backward",
+                      "2.weight": "ok", "2.bias": "no_backward"}
+    (recorded,) = [s for s in tracer.trace.param_grads if s.path == "2.weight"]
+    assert recorded.norm == pytest.approx(g.norm().item(), rel=1e-6)
+    # a parameter the outputs do not depend on is unused, also with .backward()
+    branches = Branches()
+    with hookscope.Tracer(branches, grads=True) as tracer:
+        branches(torch.randn(2, 3)).sum().backward()
+    assert tracer.trace is not None
+    by_path = {s.path: s.status for s in tracer.trace.param_grads}
+    assert by_path["unused.weight"] == "unused" and by_path["used.weight"] == "ok"
+
+
 def test_tied_gradient_is_the_sum_of_both_uses() -> None:
     model, x = Branches(), torch.randn(2, 3)
     trace = hookscope.trace(model, x, backward=True)

@@ -23,9 +23,11 @@ error about 1e-7 of the mean magnitude); on an accelerator all from a float64 co
 sparse gradient's statistics cover all its elements, implicit zeros too; a complex
 one's are of its magnitudes (the mean is the mean magnitude). The
 parameter list (``trace.param_grads``) also holds parameters that got no gradient:
-``frozen`` (``requires_grad=False``: no gradient, said so, not zero) and ``unused``
-(``requires_grad=True`` but no gradient arrived although a backward ran: what DDP's
-``find_unused_parameters`` error is about). A tied parameter is one entry, at its
+``frozen`` (``requires_grad=False``: no gradient, said so, not zero), ``unused``
+(``requires_grad=True``, no gradient arrived although a backward ran, and the outputs
+of the model's outermost calls do not depend on it: what DDP's
+``find_unused_parameters`` error is about) and ``no_backward`` (no backward asked for
+its gradient). A tied parameter is one entry, at its
 first path, with the other paths as ``aliases``.
 
 NB: backward times are host times (``perf_counter_ns``): exact on the CPU; on CUDA
@@ -54,10 +56,13 @@ from hookscope.core import torch_private
 from hookscope.core.facts import Column, Fact, Field, Unit, set_exclusive
 from hookscope.core.meta import is_on_meta
 from hookscope.core.probe import Probe, register_probe
+from hookscope.core.run_backward import backward_roots
 from hookscope.core.value_json import float_in, float_out
 from hookscope.probes.grad_norms import grad_stats, joint_norm
 
 if TYPE_CHECKING:
+    from torch import nn
+
     from hookscope.core.handles import Removable
     from hookscope.core.records import Call, ParamGrad, Trace
     from hookscope.core.tracer import Tracer
@@ -177,6 +182,10 @@ class GradsProbe(Probe):
         # call index -> (start ns, the engine's backward overhead clock then)
         self._open: dict[int, tuple[int, int]] = {}
         self._backward_seen = False
+        # which parameters the outputs of the outermost calls depend on (``_reachable``,
+        # walked when such a call ends: no graph is kept), for those that get no
+        # gradient; ``None`` until a call's output requires grad
+        self._reached: set[int] | None = None
         self._tracer: Tracer | None = None
         self._timed = True  # not on the meta device, where nothing runs to be timed
 
@@ -191,6 +200,15 @@ class GradsProbe(Probe):
             else:
                 slot.aliases.append(path)
         return []
+
+    def on_exit(
+        self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+        output: Any, failed: bool,
+    ) -> None:
+        if call.parent is None and not failed and torch.is_grad_enabled():
+            roots = [t.grad_fn if t.grad_fn is not None else t for t in backward_roots(output)]
+            if roots:
+                self._reached = _reachable(roots) | (self._reached or set())
 
     def on_backward_enter(self, call: Call, grad_outputs: tuple[Any, ...]) -> None:
         norm = _joint_norm(grad_outputs)
@@ -240,14 +258,40 @@ class GradsProbe(Probe):
         host = iter(_to_host(values))
         for call, name, _ in self._norms:
             call.facts[name] = next(host)[0]
+        # a parameter that got no gradient although a backward ran: unused if the
+        # outputs do not depend on it, else the backward did not ask for it
+        # (``torch.autograd.grad(loss, [some parameters])``)
+        reached = self._reached
         records: list[ParamGradStats] = []
-        for slot in self._params.values():
+        for key, slot in self._params.items():
             stats = next(host) if slot.values is not None else None
-            records.append(slot.record(stats, self._backward_seen))
+            used = None if reached is None else key in reached
+            records.append(slot.record(stats, self._backward_seen, used))
         trace.facts["param_grads"] = records
         _set_self_times(trace)
-        self._norms, self._params = [], {}
+        self._norms, self._params, self._reached = [], {}, None
         self._tracer = None
+
+
+def _reachable(roots: list[Any]) -> set[int]:
+    """The ``id`` of every leaf tensor the autograd graph below ``roots`` (nodes, or
+    leaf tensors themselves) accumulates into."""
+    found: set[int] = set()
+    seen: dict[int, Any] = {}  # NB: holds the nodes: no id is reused during the walk
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen[id(node)] = node
+        if isinstance(node, torch.Tensor):
+            found.add(id(node))
+            continue
+        variable = getattr(node, "variable", None)  # an AccumulateGrad node
+        if isinstance(variable, torch.Tensor):
+            found.add(id(variable))
+        stack += [n for n, _ in getattr(node, "next_functions", ())]
+    return found
 
 
 @dataclass
@@ -259,14 +303,18 @@ class _ParamSlot:
     values: torch.Tensor | None = None  # [norm, max_abs, mean, nan, inf] on the device
     events: int = 0
 
-    def record(self, stats: list[float] | None, backward_seen: bool) -> ParamGradStats:
+    def record(self, stats: list[float] | None, backward_seen: bool,
+               used: bool | None = None) -> ParamGradStats:
+        """The parameter's record; ``used``: whether the model's outputs depend on it
+        (``None``: not known)."""
         base = ParamGradStats(self.path, tuple(self.aliases), self.shape, events=self.events)
         if stats is None:
             if not self.requires_grad:
                 return _replace(base, status=FROZEN)
             if self.events:  # a gradient arrived without values (meta): ok, no numbers
                 return base
-            return _replace(base, status=UNUSED if backward_seen else NO_BACKWARD)
+            unused = backward_seen and not used
+            return _replace(base, status=UNUSED if unused else NO_BACKWARD)
         norm, max_abs, mean, nan, inf = stats
         return _replace(base, norm=norm, max_abs=max_abs, mean=mean, nan_count=int(nan),
                         inf_count=int(inf))
