@@ -491,6 +491,18 @@ def test_median_times_takes_the_median_per_call() -> None:
     assert merged.meta["repeat"] == 3
 
 
+def test_median_times_takes_the_median_of_backward_times_too() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    x = torch.randn(2, 4)
+    traces = [hookscope.trace(model, x, backward=True) for _ in range(3)]
+    for trace, scale in zip(traces, (9, 1, 5), strict=True):
+        for call in trace.calls:
+            call.facts["backward_ns"], call.facts["backward_self_ns"] = 100 * scale, 10 * scale
+    merged = median_times(traces)
+    assert {(c.backward_ns, c.backward_self_ns) for c in merged.calls} == {(500, 50)}
+
+
 # ------------------------------------------------------------------------ bad input
 
 

@@ -56,6 +56,8 @@ class Fact:
         default: what reading the fact returns when it was not recorded; use
             ``default_factory`` for a mutable default (a fresh list per read).
         default_factory: makes the default.
+        timing: a measured time (an int or ``None``) that varies from run to run:
+            :func:`hookscope.median_times` takes its median over repeated traces.
     """
 
     name: str
@@ -65,6 +67,7 @@ class Fact:
     default: Any = None
     default_factory: Callable[[], Any] | None = None
     probe: str = ""
+    timing: bool = False
 
     def default_value(self) -> Any:
         return self.default_factory() if self.default_factory is not None else self.default
@@ -311,6 +314,11 @@ def probe_fields(probe: str) -> list[Field]:
     """The export fields probe ``probe`` declared, in declaration order."""
     names = REGISTRY.by_probe.get(probe, {}).get("fields", [])
     return [REGISTRY.fields[n] for n in names]
+
+
+def timing_facts() -> list[str]:
+    """The names of every per-call fact declared ``timing`` (by any probe so far)."""
+    return [f.name for f in REGISTRY.call_facts.values() if f.timing]
 
 
 def probe_facts(probe: str, *, per_trace: bool = False) -> list[Fact]:

@@ -151,8 +151,10 @@ class GradsProbe(Probe):
              float_out, float_in),
         Fact("grad_input_norm", "L2 norm of the gradient w.r.t. the call's inputs",
              float_out, float_in),
-        Fact("backward_ns", "time of the call's backward, inclusive, in nanoseconds"),
-        Fact("backward_self_ns", "backward time minus the direct children's, in ns"),
+        Fact("backward_ns", "time of the call's backward, inclusive, in nanoseconds",
+             timing=True),
+        Fact("backward_self_ns", "backward time minus the direct children's, in ns",
+             timing=True),
     )
     trace_facts = (
         Fact("param_grads", "per parameter: gradient norm, max-abs, mean, NaN/Inf counts",

@@ -58,8 +58,9 @@ class TimingProbe(Probe):
     order = 90
     column_rank = 20
     facts = (
-        Fact("time_ns", "inclusive time of the call, in nanoseconds"),
-        Fact("self_time_ns", "time of the call minus its children's, in nanoseconds"),
+        Fact("time_ns", "inclusive time of the call, in nanoseconds", timing=True),
+        Fact("self_time_ns", "time of the call minus its children's, in nanoseconds",
+             timing=True),
     )
     columns = (
         Column("time", "Time", lambda c, t: c.facts.get("time_ns"), Unit.TIME_NS,
