@@ -352,3 +352,37 @@ def test_a_sparse_output_is_saved_dense(tmp_path: Path) -> None:
     acts = hookscope.capture(Sparse(), x, select="<root>", save_to=tmp_path / "c")
     (value,) = acts.values()
     assert value.layout == torch.strided and torch.equal(value, x)
+
+
+class _IntHeads(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> dict[Any, torch.Tensor]:
+        return {0: self.a(x), (1, "b"): self.b(x)}
+
+
+class _UsesHeads(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.heads = _IntHeads()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.heads(x)
+        return out[0] + out[(1, "b")]
+
+
+def test_a_dict_with_keys_other_than_strings_is_saved_and_patched_back(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model, clean, corrupt = _UsesHeads(), torch.randn(2, 4), torch.randn(2, 4)
+    disk = hookscope.capture(model, clean, select="heads", save_to=tmp_path / "acts")
+    with torch.no_grad():
+        heads = model.heads(clean)
+        want, unpatched = model(clean), model(corrupt)
+    stored = hookscope.load_activations(tmp_path / "acts")["heads"]
+    assert list(stored) == [0, (1, "b")]
+    assert all(torch.equal(stored[k], heads[k]) for k in heads)
+    with torch.no_grad(), hookscope.patch(model, {"heads": hookscope.patches.replace_with(disk)}):
+        got = model(corrupt)
+    assert torch.equal(got, want) and not torch.equal(got, unpatched)

@@ -77,6 +77,11 @@ def encode_tree(value: Any, key: str, tensors: dict[str, torch.Tensor]) -> Any:
     if isinstance(value, Mapping) and all(isinstance(k, str) for k in value):
         return {"dict": {k: encode_tree(v, f"{key}[{json.dumps(k)}]", tensors)
                          for k, v in value.items()}}
+    if isinstance(value, Mapping) and all(map(_plain_key, value)):
+        # keys JSON has no object key for (``{0: head_0, 1: head_1}``): as pairs
+        return {"mapping": [[encode_tree(k, key, {}),
+                             encode_tree(v, f"{key}[{json.dumps(_key_text(k))}]", tensors)]
+                            for k, v in value.items()]}
     if isinstance(value, (tuple, list)):
         kind = "list" if isinstance(value, list) else "tuple"
         return {kind: [encode_tree(v, f"{key}[{i}]", tensors) for i, v in enumerate(value)]}
@@ -102,6 +107,8 @@ def decode_tree(doc: Any, tensor: Any) -> Any:
         return ModuleInputs(decode_tree(body[0], tensor), decode_tree(body[1], tensor))
     if kind == "dict":
         return {k: decode_tree(v, tensor) for k, v in body.items()}
+    if kind == "mapping":
+        return {decode_tree(k, tensor): decode_tree(v, tensor) for k, v in body}
     if kind in ("tuple", "list"):
         items = [decode_tree(v, tensor) for v in body]
         return tuple(items) if kind == "tuple" else items
@@ -111,6 +118,17 @@ def decode_tree(doc: Any, tensor: Any) -> Any:
         return Fields(body["class"], **{k: decode_tree(v, tensor)
                                          for k, v in body["values"].items()})
     return _Unrestorable(body)
+
+
+def _plain_key(key: Any) -> bool:
+    """A dict key that reads back as itself: a scalar, or a tuple of them."""
+    if isinstance(key, tuple):
+        return all(map(_plain_key, key))
+    return key is None or type(key) in (bool, int, float, str)
+
+
+def _key_text(key: Any) -> Any:
+    return key if isinstance(key, (str, int, float, bool)) or key is None else repr(key)
 
 
 class Fields(SimpleNamespace):
