@@ -241,3 +241,55 @@ def test_a_shortened_label_keeps_its_name_whole_while_the_class_can_give_way() -
     # no room for the name and two characters of the class: both shortened
     short = shorten_tree("    layer1.0 (BasicBlock)", 16)
     assert len(short) <= 16 and short.endswith("(Ba…k)") and "layer1.0" not in short
+
+
+class _Enc(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(4, 4) for _ in range(2)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class _EncDec(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.enc, self.dec = _Enc(), _Enc()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dec(self.enc(x))
+
+
+def _layer_cells(text: str) -> list[str]:
+    lines = text.splitlines()
+    rows = lines[2:lines.index(lines[1], 2)]
+    return [re.match(r"\s*\S+(?: \S+)*", line).group(0) for line in rows]  # type: ignore[union-attr]
+
+
+def test_selected_rows_of_two_lists_are_told_apart_and_the_total_is_theirs() -> None:
+    model = _EncDec()
+    trace = hookscope.trace(model, torch.randn(1, 4), select="**.layers.0", time=False,
+                            stats=False, memory=False)
+    text = render_trace(trace, columns=["layer", "params"])
+    assert _layer_cells(text) == ["enc.layers.0 (Linear)", "dec.layers.0 (Linear)"]
+    (total,) = [line for line in text.splitlines() if line.startswith("Total")]
+    assert int(total.split()[-1]) == 2 * sum(p.numel() for p in model.enc.layers[0].parameters())
+    # under a selected parent, a row is named below it, as in a full tree
+    trace = hookscope.trace(model, torch.randn(1, 4), select=["enc", "**.layers.1"],
+                            time=False, stats=False, memory=False)
+    assert _layer_cells(render_trace(trace, columns=["layer"])) == [
+        "enc (_Enc)", "  layers.1 (Linear)", "dec.layers.1 (Linear)"]
+
+
+def test_a_fold_of_the_root_called_again_is_named_by_the_model() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    with torch.no_grad(), hookscope.Tracer(model, time=False, stats=False,
+                                           memory=False) as tracer:
+        for _ in range(3):
+            model(torch.randn(2, 4))
+    assert tracer.trace is not None
+    cells = _layer_cells(render_trace(tracer.trace, columns=["layer"]))
+    assert cells[-1] == "Sequential#1 ... Sequential#2 x2"

@@ -180,6 +180,15 @@ def _params(call: Call, trace: Trace) -> int | None:
     return None if info is None or call.call_index else info.total_params
 
 
+def _params_total(trace: Trace) -> int:
+    """The Total row's parameters: the model's, or with ``select=`` those of the
+    top-level rows (each module once)."""
+    top = {c.path for c in trace.calls if c.parent is None}
+    if "" in top or not top:
+        return trace.model.params_total
+    return sum(info.total_params for p in top if (info := trace.modules.get(p)) is not None)
+
+
 def _params_text(call: Call, trace: Trace) -> str:
     if call.call_index and call.path in trace.modules:
         return "(reused)"
@@ -191,7 +200,7 @@ TRACE_COLUMNS: tuple[Column, ...] = (
            footer=lambda t: "Total", numeric=False),
     Column("class", "Class", lambda c, t: c.module_class, Unit.TEXT, numeric=False),
     Column("params", "Params", _params, Unit.COUNT, text=_params_text,
-           footer=lambda t: t.model.params_total),
+           footer=_params_total),
 )
 _TRACE_COLUMNS = {c.name: c for c in TRACE_COLUMNS}
 reserve("columns", _TRACE_COLUMNS, "the trace table's own columns")

@@ -2,7 +2,9 @@
 
 A tree row is named as the user types it: the last part of the path, with the list
 it sits in when that part is an index (``h.0 (GPT2Block)``, ``enc.layers.0``'s row is
-``layers.0``), so two lists (``enc``, ``dec``) are never confused. A shape cell shows
+``layers.0``), so two lists (``enc``, ``dec``) are never confused; a row whose
+parent module's row is not there (``select=``) is named by its path below the row it
+sits under, or by its whole path. A shape cell shows
 one tensor per line, with its path (``args[0]``, ``kwargs["mask"]``, ``out[1]``) as
 soon as the cell holds more than one tensor, so the first positional input is labelled
 like the second.
@@ -32,6 +34,24 @@ def short_name(path: str) -> str:
     while i > 0 and parts[i].isdigit():
         i -= 1
     return ".".join(parts[i:])
+
+
+def call_label(trace: Trace, call: Call) -> str:
+    """A tree row's name: the path below the row it sits under, at least its
+    :func:`short_name` (``layers.0`` under ``enc``), the whole path for a row under
+    none (a call whose parent was not recorded: with ``select=``, ``enc.layers.0`` and
+    ``dec.layers.0`` are told apart)."""
+    if not call.path:
+        return trace.model.class_name
+    parent = trace.calls[call.parent].path if call.parent is not None else None
+    if parent is None:
+        return call.path
+    short = short_name(call.path)
+    prefix = f"{parent}." if parent else ""
+    if not call.path.startswith(prefix):  # a module of another part (a shared one)
+        return short
+    below = call.path[len(prefix):]
+    return below if below.count(".") > short.count(".") else short
 
 
 def shapes_cell(metas: Sequence[TensorMeta]) -> str:
@@ -66,8 +86,7 @@ def tree_text(
 ) -> str:
     """``"    h.0 (GPT2Block)"``: indented by depth, with the call index and markers."""
     depth = call.depth if indent is None else indent
-    name = short_name(call.path) if call.path else trace.model.class_name
-    text = "  " * depth + name
+    text = "  " * depth + call_label(trace, call)
     if call.call_index:
         text += f"#{call.call_index}"
     if call.path:
@@ -86,9 +105,16 @@ def fold_text(trace: Trace, calls: Sequence[Call], *, ascii: bool) -> str:
     first, last = calls[0], calls[-1]
     dots = "..." if ascii else "…"
     times = "x" if ascii else "×"
-    names = short_name(first.name) if len(calls) == 1 else \
-        f"{short_name(first.name)} {dots} {short_name(last.name)}"
-    return f"{'  ' * first.depth}{names} ({first.module_class}) {times}{len(calls)}"
+    names = _name(trace, first) if len(calls) == 1 else \
+        f"{_name(trace, first)} {dots} {_name(trace, last)}"
+    kind = f" ({first.module_class})" if first.path else ""  # the root's name is its class
+    return f"{'  ' * first.depth}{names}{kind} {times}{len(calls)}"
+
+
+def _name(trace: Trace, call: Call) -> str:
+    """:func:`call_label` with the call index (``#2``)."""
+    label = call_label(trace, call)
+    return f"{label}#{call.call_index}" if call.call_index else label
 
 
 def structure_text(info: ModuleInfo, class_name: str) -> str:
