@@ -111,3 +111,23 @@ def test_unknown_field_is_a_render_error() -> None:
     with pytest.raises(hookscope.RenderError, match="list of column names"):
         hookscope.annotated_repr(model, trace, fields="output")
     assert "extra_repr" not in vars(model)
+
+
+def test_modules_outside_select_are_not_observed_not_not_called() -> None:
+    class Skip(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b, self.c = nn.Linear(4, 4), nn.Linear(4, 4), nn.ReLU()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.c(self.a(x))  # b never runs
+
+    model = Skip()
+    trace = hookscope.trace(model, torch.randn(3, 4), select=["a", "b"])
+    lines = hookscope.annotated_repr(model, trace).splitlines()
+    assert lines[1].strip() == "not observed (outside select=)"  # the root ran, unselected
+    assert "output=[3, 4]" in lines[2]
+    assert lines[3].endswith("| not called)")  # selected, and it did not run
+    assert lines[4].endswith("(not observed (outside select=))")  # ran, unselected
+    again = hookscope.Trace.from_json(trace.to_json())
+    assert hookscope.annotated_repr(model, again).splitlines() == lines

@@ -287,6 +287,8 @@ class Tracer:
             model=table.summary, modules=table.modules, probes=[p.name for p in self.probes],
             meta=run_facts(table),
         )
+        if self._matches is not None:  # what a view may call unobserved, not "not called"
+            self.trace.meta["selected"] = [p for p, _ in table.members if self._matches(p)]
         self._stack.clear()
         self._overhead_at_start.clear()
         self._failures = FailureTracker(self.trace.calls)

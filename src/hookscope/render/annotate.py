@@ -21,10 +21,13 @@ from hookscope.core.records import Call, Trace
 from hookscope.errors import RenderError
 from hookscope.render.columns import Column, View, column, render_cell
 
-__all__ = ["NOT_CALLED", "module_notes"]
+__all__ = ["NOT_CALLED", "NOT_SELECTED", "module_notes"]
 
 NOT_CALLED = "not called"
 """The note of a module that never ran in the trace."""
+
+NOT_SELECTED = "not observed (outside select=)"
+"""The note of a module a trace with ``select=`` did not observe."""
 
 
 def module_notes(trace: Trace, fields: Sequence[str]) -> dict[str, str]:
@@ -37,7 +40,8 @@ def module_notes(trace: Trace, fields: Sequence[str]) -> dict[str, str]:
 
     Returns:
         Module path -> note, e.g. ``"output=[1, 16, 32, 32], params=448, time=41.2 µs"``;
-        :data:`NOT_CALLED` for a module that never ran. A module registered under
+        :data:`NOT_CALLED` for a module that never ran, :data:`NOT_SELECTED` for one
+        a trace with ``select=`` did not observe. A module registered under
         several paths has the same note under each.
 
     Raises:
@@ -54,9 +58,14 @@ def module_notes(trace: Trace, fields: Sequence[str]) -> dict[str, str]:
     calls: dict[str, list[Call]] = {}
     for call in trace.calls:
         calls.setdefault(call.path, []).append(call)
+    selected = trace.meta.get("selected")
+    observed = None if selected is None else set(selected)
     notes: dict[str, str] = {}
     for path, info in trace.modules.items():
-        note = _note(view, columns, calls.get(path, []))
+        if observed is not None and path not in observed and path not in calls:
+            note = NOT_SELECTED
+        else:
+            note = _note(view, columns, calls.get(path, []))
         notes.update(dict.fromkeys((path, *info.aliases), note))
     for path, path_calls in calls.items():  # NB: a trace without a module table
         notes.setdefault(path, _note(view, columns, path_calls))
