@@ -444,6 +444,7 @@ def test_user_factory_returning_transformers_model_gets_defaults(tmp_path: Path)
                                        "sequence-classification ("]),
         ("transformers:vit/causal-lm", ["tasks it has are: base, "
                                         "image-classification ("]),
+        ("transformers:bert/", ["ends with '/' but names no task", "drop the '/'"]),
     ],
 )
 def test_error_transformers_names(spec: str, fragments: list[str]) -> None:

@@ -102,7 +102,13 @@ def _valid_tasks(transformers: ModuleType, config: Any) -> list[str]:
 
 
 def _split_transformers_name(name: str, spec: str, known: Any) -> tuple[str, str]:
-    model_type, _, task = name.partition("/")
+    model_type, slash, task = name.partition("/")
+    if slash and not task:
+        raise SpecError(
+            f"model spec {spec!r} ends with '/' but names no task; drop the '/' for the "
+            f"base model, or add one of {', '.join(TRANSFORMERS_TASKS)} "
+            f"(e.g. 'transformers:{model_type}/causal-lm')"
+        )
     types: list[str] = list(known)
     if model_type not in types:
         # A checkpoint id ('meta-llama/Llama-2-7b') often contains its type as a word.
