@@ -290,6 +290,12 @@ def test_output_into_a_missing_directory_names_it(
 ) -> None:
     code, _, err = run_cli(capsys, "summary", SEED, "-i", "2,2", "-o", str(tmp_path / "no/x.txt"))
     assert_one_error_line(code, err, "directory", "does not exist")
+    (tmp_path / "afile").write_text("")
+    for fmt in ("table", "json"):  # each checks before the run, and as it writes
+        code, _, err = run_cli(capsys, "summary", SEED, "-i", "2,2", "--format", fmt, "-o",
+                               str(tmp_path / "afile" / "deeper" / "x.txt"))
+        assert_one_error_line(code, err, "afile' is a file, not a directory")
+    assert (tmp_path / "afile").read_text() == ""
 
 
 def test_output_through_a_symlink_keeps_the_link_and_the_mode(

@@ -196,10 +196,7 @@ def write_atomically(path: Path, text: str) -> None:
         return
     path = Path(os.path.realpath(path))
     if not path.parent.is_dir():
-        raise SpecError(
-            f"cannot write output file {shown!r}: directory {str(path.parent)!r} does not "
-            "exist; create it first"
-        )
+        raise SpecError(f"cannot write output file {shown!r}: {missing_folder(path.parent)}")
     tmp: str | None = None
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -222,3 +219,14 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+def missing_folder(folder: Path) -> str:
+    """Why ``folder`` (not a directory) cannot hold a file: it does not exist, or a
+    file stands where it or one of its parents should be."""
+    for part in (folder, *folder.parents):
+        if part.exists():
+            if part.is_dir():
+                break
+            return f"{str(part)!r} is a file, not a directory"
+    return f"directory {str(folder)!r} does not exist; create it first"

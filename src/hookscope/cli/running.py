@@ -120,6 +120,7 @@ def check_output(path: Path | None) -> None:
     import os
     import stat
 
+    from hookscope.cli.output import missing_folder
     from hookscope.errors import SpecError
 
     if path is None or str(path) == "-":
@@ -134,10 +135,7 @@ def check_output(path: Path | None) -> None:
         if not stat.S_ISREG(target.stat().st_mode):
             return  # a device or FIFO (-o /dev/stdout): written directly
     if not target.parent.is_dir():
-        raise SpecError(
-            f"cannot write output file {shown!r}: directory {str(target.parent)!r} does not "
-            "exist; create it first"
-        )
+        raise SpecError(f"cannot write output file {shown!r}: {missing_folder(target.parent)}")
     if not os.access(target.parent, os.W_OK | os.X_OK):
         raise SpecError(
             f"cannot write output file {shown!r}: directory {str(target.parent)!r} is not "

@@ -72,8 +72,9 @@ def plot_feature_maps(
             raise SpecError(f"{option}= must be {kind} integer, got {value!r}")
     folder = os.path.dirname(os.fspath(path)) or "."
     if not os.path.isdir(folder):
-        raise SpecError(f"cannot write {os.fspath(path)!r}: the directory {folder!r} does not "
-                        "exist; create it first")
+        problem = f"{folder!r} is a file, not a directory" if os.path.exists(folder) else \
+            f"the directory {folder!r} does not exist; create it first"
+        raise SpecError(f"cannot write {os.fspath(path)!r}: {problem}")
     layers = _layers(source)
     for name, t in layers:
         if t.dim() == 4 and sample >= t.shape[0]:
