@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 import hookscope.render  # noqa: F401  (registers how a Trace prints and exports)
+from hookscope.core.failures import message
 from hookscope.core.inputs import (
     InputSize,
     make_example_inputs,
@@ -24,7 +25,7 @@ from hookscope.core.inputs import (
 )
 from hookscope.core.meta import inputs_to_meta, is_meta_request, is_on_meta, meta_copy
 from hookscope.core.probe import Probe, register_probe
-from hookscope.core.records import Trace
+from hookscope.core.records import Call, Trace
 from hookscope.core.run_backward import run_backward
 from hookscope.core.selectors import Selector
 from hookscope.core.tensors import call_input_metas, metas
@@ -129,18 +130,23 @@ def trace(
     tracer._restore_buffers = True  # its forward is run for the caller: no trace left
     grad_ctx = torch.enable_grad() if backward or grad else torch.no_grad()
     started = False
+    in_backward: list[Call | None] = []  # the backward raised (inside that call's)
     try:
         with tracer, grad_ctx:
             started = True
             output = model(*args, **kw)
             if backward:
-                run_backward(tracer, model, output, args, kw, loss)
+                try:
+                    run_backward(tracer, model, output, args, kw, loss)
+                except Exception:
+                    in_backward.append(tracer.backward_failed_in())
+                    raise
     except (RunStopped, ProbeError):
         raise  # hookscope's own: they carry the partial trace already
     except Exception as e:
         if not started:  # the tracer could not start: nothing of the model ran
             raise
-        raise _run_error(tracer, e) from e
+        raise _run_error(tracer, e, in_backward) from e
     result = tracer.trace
     assert result is not None
     result.inputs = call_input_metas(args, kw)
@@ -239,10 +245,19 @@ def _resolve_inputs(
     return inputs, dict(kwargs or {})
 
 
-def _run_error(tracer: Tracer, e: Exception) -> Exception:
+def _run_error(tracer: Tracer, e: Exception, in_backward: list[Call | None]) -> Exception:
     partial = tracer.trace
     if partial is None or isinstance(e, SpecError):
         return e
+    if in_backward:  # the forward ran; its backward raised
+        call = in_backward[0]
+        where = "" if call is None else \
+            f" in the backward of module {call.path or '<root>'!r} ({call.module_class}, " \
+            f"call {call.call_index})"
+        return ModelRunError(
+            f"the model's backward pass raised {type(e).__name__}{where}: {message(e)}",
+            trace=partial, path=None if call is None else call.path,
+        )
     err = partial.error
     inputs = "" if err is None or err.call is None else describe_input_stats(
         partial.calls[err.call]

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 import hookscope
-from helpers import assert_state_unchanged, count_hooks, snapshot_state
+from helpers import assert_state_unchanged, count_hooks, snapshot_state, total_hooks
 from hookscope.render.trace_table import render_trace
 
 
@@ -394,3 +394,29 @@ def test_a_parent_returning_its_child_s_output_has_at_least_the_child_s_backward
         assert root.backward_self_ns == root.backward_ns - inner.backward_ns
         children = sum(t.calls[i].backward_ns for i in inner.children)
         assert inner.backward_self_ns == max(0, inner.backward_ns - children)
+
+
+class _FailsBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x * 1
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("boom in backward")
+
+
+class _BadBackward(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _FailsBackward.apply(x)
+
+
+def test_a_failing_backward_is_said_to_be_the_backward_and_names_its_module() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), _BadBackward(), nn.Linear(4, 1))
+    with pytest.raises(hookscope.ModelRunError) as info:
+        hookscope.trace(model, torch.randn(2, 4), backward=True)
+    text = str(info.value)
+    assert text.startswith("the model's backward pass raised RuntimeError")
+    assert "in the backward of module '1' (_BadBackward, call 0)" in text
+    assert "boom in backward" in text and info.value.path == "1"
+    assert total_hooks(model) == 0

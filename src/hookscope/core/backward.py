@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
+from itertools import pairwise
 from time import perf_counter_ns
 from typing import Any
 
@@ -186,6 +187,20 @@ class BackwardWatch:
                     hook = hooks[maker] = finished_for(ancestry.get(maker, (maker,)))
                 self._handles.add(node.register_hook(hook))
             todo.extend(next_node for next_node, _ in node.next_functions)
+
+    def failed_in(self, calls: list[Call]) -> Call | None:
+        """Read right after a backward pass raised: the innermost call whose backward
+        was running, when the calls whose backward had started and not ended are one
+        chain (each inside the one before); ``None`` when they are not (parallel
+        branches: which one raised is not known) or there are none."""
+        chain = sorted(self._open.values(), key=lambda c: c.index)
+        for outer, inner in pairwise(chain):
+            parent = inner.parent
+            while parent is not None and parent != outer.index:
+                parent = calls[parent].parent
+            if parent is None:
+                return None
+        return chain[-1] if chain else None
 
     def own_end(self, call: Call) -> tuple[int, int] | None:
         """When the last autograd node made by ``call``'s forward finished in the backward

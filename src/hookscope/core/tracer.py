@@ -469,6 +469,12 @@ class Tracer:
         backward = self._backward
         return None if backward is None else backward.own_end(call)
 
+    def backward_failed_in(self) -> Call | None:
+        """Read right after a backward pass raised, inside the block: the innermost
+        call whose backward was running (:meth:`BackwardWatch.failed_in`)."""
+        backward, trace = self._backward, self.trace
+        return None if backward is None or trace is None else backward.failed_in(trace.calls)
+
     def node_owner(self, node: Any) -> int | None:
         """Index of the call whose forward created autograd ``node`` (``None``: no call,
         or no probe watching ops, the only ones for which the tracer keeps track)."""
