@@ -8,6 +8,8 @@ user gives sizes instead of tensors (``core/inputs.py``), run the model under a
 
 from __future__ import annotations
 
+import inspect
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -118,6 +120,7 @@ def trace(
     args, kw = _resolve_inputs(model, inputs, kwargs, input_size, dtypes, device)
     on_meta = is_meta_request(device) or (device is None and is_on_meta(model))
     if on_meta:  # analyse a meta copy: the user's model is not touched
+        _warn_autocast_ignored()
         model, (args, kw) = meta_copy(model), inputs_to_meta((args, kw))
         # nothing runs on meta: no times, and no values to take statistics of
         time = stats = False
@@ -243,6 +246,34 @@ def _resolve_inputs(
                     "analyses on 'meta'); move the model and the inputs with .to() instead"
                 )
     return inputs, dict(kwargs or {})
+
+
+def _warn_autocast_ignored() -> None:
+    """Autocast has no meta device: say so when the caller's block turned it on."""
+    on = []
+    for device_type in ("cpu", "cuda", "xpu", "mps"):
+        try:
+            if torch.is_autocast_enabled(device_type):
+                on.append(device_type)
+        except (RuntimeError, TypeError):  # a device type this torch does not know
+            continue
+    if on:
+        warnings.warn(
+            f"hookscope: torch.autocast({on[0]!r}) does not apply on the meta device; the "
+            "analysis shows the dtypes and bytes of the model without it (FLOPs are the "
+            "same). Drop device='meta' to see the autocast dtypes",
+            UserWarning, stacklevel=_outside_hookscope(),
+        )
+
+
+def _outside_hookscope() -> int:
+    """The ``stacklevel`` of the first frame outside this module (``trace`` is called
+    directly, or by ``summary``)."""
+    here = inspect.currentframe()
+    level, frame = 1, here.f_back if here is not None else None
+    while frame is not None and frame.f_code.co_filename == __file__:
+        level, frame = level + 1, frame.f_back
+    return level
 
 
 def _run_error(tracer: Tracer, e: Exception, in_backward: list[Call | None]) -> Exception:

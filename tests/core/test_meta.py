@@ -9,6 +9,7 @@ tied weights staying one tensor.
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any
 
 import pytest
@@ -222,3 +223,16 @@ def test_is_on_meta_reads_tensor_attributes_and_modules_kept_in_lists() -> None:
     hooked = _HeldInAList("meta")
     hooked.register_forward_hook(nn.Linear(4, 4))  # a module used as a hook runs too
     assert not is_on_meta(hooked)
+
+
+def test_autocast_around_a_meta_analysis_is_said_to_be_ignored() -> None:
+    model, x = nn.Sequential(nn.Linear(8, 8)), torch.randn(2, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        real = hookscope.summary(model, x)
+        with pytest.warns(UserWarning, match=r"autocast\('cpu'\) does not apply on the meta"):
+            meta = hookscope.summary(model, x, device="meta")
+    assert real.trace.calls[0].outputs[0].dtype == "bfloat16"  # what the warning is about
+    assert meta.trace.calls[0].outputs[0].dtype == "float32"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        hookscope.summary(model, x, device="meta")  # no autocast: no warning
