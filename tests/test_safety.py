@@ -1038,3 +1038,23 @@ def test_inference_mode_inputs() -> None:
         trace = hookscope.trace(model, x, time=False, stats=False, memory=False)
     assert [o.shape for o in trace.outputs] == [tuple(expected.shape)]
     assert_state_unchanged(before, model)
+
+
+@pytest.mark.parametrize("run", ["trace", "summary", "capture"])
+def test_a_tensor_attribute_a_pre_hook_sets_is_put_back(run: str) -> None:
+    """``spectral_norm`` sets the plain attribute ``weight`` in a forward pre-hook, from
+    the ``weight_u`` buffer it updates in training mode: both as they were."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    nn.utils.spectral_norm(model[2])
+    model.train()
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        model(x)
+    weight, u = model[2].weight, model[2].weight_u.clone()
+    if run == "capture":
+        hookscope.capture(model, x, select="2")
+    else:
+        getattr(hookscope, run)(model, x)
+    assert model[2].weight is weight
+    assert torch.equal(model[2].weight_u, u)

@@ -114,6 +114,14 @@ class ModelState:
             self.modules, self.training, self._dicts = scan.modules, scan.training, scan.dicts
             self.requires_grad, types = scan.requires_grad, set(scan.types)
         self.buffers: list[SavedBuffer] = []
+        # the plain tensor attributes of modules with forward pre-hooks, which such a
+        # hook may set anew on every forward (``nn.utils.spectral_norm``'s ``weight``,
+        # weight norm's): put back by identity (NB: a scan without hooks has none)
+        self.attributes: list[tuple[dict[str, Any], str, torch.Tensor]] = [] \
+            if scan is not None and scan.plain else [
+                (vars(m), k, v) for m in self.modules if m._forward_pre_hooks
+                for k, v in vars(m).items() if isinstance(v, torch.Tensor)
+            ]
         # a lazy module the forward would materialise (its class, parameters and hooks
         # changed for good): put back as it was, unless the block's forward is the user's
         self.lazy = [LazyState(m) for m in self.modules if _is_lazy(m)] if table.lazy else []
@@ -144,6 +152,9 @@ class ModelState:
                     p.requires_grad_(rg)
         if self.buffers:
             restore_buffers(self.buffers)
+        for attributes, name, value in self.attributes:
+            if attributes.get(name) is not value:
+                attributes[name] = value
 
 
 _training, _requires_grad = itemgetter("training"), attrgetter("requires_grad")
