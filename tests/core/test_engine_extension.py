@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 import hookscope
-from helpers import assert_state_unchanged, count_hooks, snapshot_state
+from helpers import assert_state_unchanged, count_hooks, snapshot_state, total_hooks
 from hookscope import Column, Fact, Field, Probe, Unit
 from hookscope.core.serialize import UnknownFieldsWarning
 
@@ -666,3 +666,45 @@ def test_a_fact_cannot_take_the_name_of_a_record_s_attribute() -> None:
         taken = r"is taken by the (trace|call|engine.s call) record"
         with pytest.raises(ValueError, match=taken):
             type("Hidden", (Probe,), {"name": "qa10_hidden", **declares})
+
+
+def test_a_probe_cannot_take_another_probe_s_column_or_field_through_the_other_name() -> None:
+    """``columns=`` of the table and of the exports take one vocabulary: a column named
+    like the timing probe's field ``time_ns`` took over ``columns=["time_ns"]``, and a
+    field saying ``column="time"`` took over the exports' ``time``."""
+    with pytest.raises(ValueError, match=r"column name 'time_ns' is taken by .*TimingProbe"):
+        type("Hijack", (Probe,), {"name": "qa11_a",
+                                  "columns": (Column("time_ns", "Mine", lambda c, t: 42),)})
+    with pytest.raises(ValueError, match=r"says column='time', which is not a column"):
+        type("Hijack", (Probe,), {"name": "qa11_b",
+                                  "fields": (Field("qa11_mine", lambda c, t: 7, column="time"),)})
+    trace = hookscope.trace(nn.Linear(2, 2), torch.randn(1, 2))
+    assert trace.to_csv(columns=["path", "time"]).splitlines()[0] == "path,time_ns"
+
+
+def test_a_probe_s_own_mistakes_are_named_with_the_probe() -> None:
+    class NoHandles(Probe):
+        name = "qa11_none"
+        install_touches_modules = False
+
+        def install(self, tracer: Any) -> Any:
+            return None  # forgot the list
+
+    model = nn.Linear(2, 2)
+    with pytest.raises(hookscope.ProbeError, match=r"'qa11_none'.*install\(\) must return a "
+                                                   r"list of handles"):
+        hookscope.trace(model, torch.randn(1, 2), probes=[NoHandles()])
+    assert total_hooks(model) == 0
+
+    class Tensorial(Probe):
+        name = "qa11_tensor"
+        facts = (Fact("qa11_out", "the output itself"),)
+
+        def on_exit(self, call: Any, module: Any, args: Any, kwargs: Any, output: Any,
+                    failed: bool) -> None:
+            call.facts["qa11_out"] = output.detach()
+
+    trace = hookscope.trace(model, torch.randn(1, 2), probes=[Tensorial()])
+    with pytest.raises(hookscope.RenderError, match=r"fact 'qa11_out' of probe 'qa11_tensor' "
+                                                    r"of call '<root>' holds Tensor"):
+        trace.to_json()

@@ -244,6 +244,21 @@ def _add(kind: str, table: dict[str, Any], item: Any, owner: str) -> None:
                        for f in REGISTRY.fields.values()
                        if f.column == item.name and REGISTRY.owners.get(
                            ("fields", f.name)) != owner), None)
+    # NB: columns= of the table and of the exports take one vocabulary: a column may not
+    # be named like another probe's field, nor a field like another probe's column
+    other = {"columns": "fields", "fields": "columns"}.get(kind)
+    if holder is None and other is not None:
+        found = REGISTRY.owners.get((other, item.name))
+        if found is not None and found != owner:
+            holder = f"{found} (its {other[:-1]} of that name)"
+        elif item.name in RESERVED[other]:
+            holder = RESERVED[other][item.name]
+    if kind == "fields" and item.column is not None and \
+            REGISTRY.owners.get(("columns", item.column)) != owner:
+        raise ValueError(
+            f"field {item.name!r} of {owner} says column={item.column!r}, which is not a "
+            f"column {owner} declares; name one of its own columns, or leave column= out"
+        )
     if holder is not None:
         raise ValueError(
             f"{kind[:-1].replace('_', ' ')} name {item.name!r} is taken by {holder}; give "

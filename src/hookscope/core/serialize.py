@@ -309,7 +309,31 @@ def _trace_in(doc: dict[str, Any], unknown: set[str], version: int) -> Trace:
 
 
 def trace_to_json(trace: Trace, *, indent: int | None = 2) -> str:
-    return json.dumps(trace_to_dict(trace), indent=indent, sort_keys=True, allow_nan=False)
+    """Raises:
+        RenderError: a fact holds a value JSON cannot hold (it names the fact)."""
+    doc = trace_to_dict(trace)
+    try:
+        return json.dumps(doc, indent=indent, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise RenderError(f"cannot write the trace as JSON: {_unwritable(doc, trace) or e}") from e
+
+
+def _unwritable(doc: dict[str, Any], trace: Trace) -> str | None:
+    """Which fact of ``doc`` JSON cannot hold, said with its probe and call."""
+    places = [("the trace", doc.get("facts") or {})]
+    places += [(f"call {c.get('path') or '<root>'!r}", c)  # NB: its facts are its keys
+               for c in doc.get("calls") or []]
+    for where, facts in places:
+        for name, value in facts.items():
+            try:
+                json.dumps(value, allow_nan=False)
+            except (TypeError, ValueError) as e:
+                spec = REGISTRY.call_facts.get(name) or REGISTRY.trace_facts.get(name)
+                owner = f" of probe {spec.probe!r}" if spec is not None and spec.probe else ""
+                return (f"fact {name!r}{owner} of {where} holds {type(value).__name__} "
+                        f"({e}); store a plain value (float, int, str, list, dict), or give "
+                        "the Fact an encode= that makes one")
+    return None
 
 
 def trace_from_json(text: str) -> Trace:

@@ -335,11 +335,14 @@ class Tracer:
         for probe in self.probes:
             try:
                 installed = probe.install(self)
+                if not isinstance(installed, (list, tuple)):
+                    raise TypeError(f"install() must return a list of handles to remove "
+                                    f"([] for none), not {type(installed).__name__}")
+                handles.extend(installed)
             except _CONTROL:
                 raise
             except Exception as e:
                 raise _probe_error(probe, "install", None, e) from e
-            handles.extend(installed)
         self._plan_starts()
         self._register_module_hooks(
             table.members, table.scan if self._installs_keep_modules else None
