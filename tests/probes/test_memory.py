@@ -230,3 +230,35 @@ def test_a_raising_model_is_left_unchanged_with_every_probe() -> None:
     assert count_hooks(model) == hooks
     assert_state_unchanged(before, model)
     assert torch._C._autograd._top_saved_tensors_default_hooks(False) is None
+
+
+class _DifferentiableNorm(hookscope.Probe):
+    """A probe that takes a norm with grad on, in both events: autograd saves tensors."""
+
+    name = "qa12_norm"
+    facts = (hookscope.Fact("qa12_norm", "norm of the output"),)
+
+    def on_enter(self, call: Any, module: Any, args: Any, kwargs: Any) -> None:
+        if args and isinstance(args[0], torch.Tensor):
+            (args[0] * 2).norm()
+
+    def on_exit(self, call: Any, module: Any, args: Any, kwargs: Any, output: Any,
+                failed: bool) -> None:
+        if isinstance(output, torch.Tensor):
+            call.facts["qa12_norm"] = output.norm().item()
+
+
+def test_tensors_another_probe_makes_autograd_save_are_not_the_model_s() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 4))
+    x = torch.randn(3, 4)
+    alone = hookscope.trace(model, x, memory=True, backward=True)
+    probed = hookscope.trace(model, x, memory=True, backward=True, probes=[_DifferentiableNorm()])
+    saved = [c.memory.saved_bytes for c in alone.calls]
+    assert [c.memory.saved_bytes for c in probed.calls] == saved
+    assert saved[1] > 0  # the oracle: the model's own saved tensors are still counted
+    with hookscope.Tracer(model, memory=True, probes=[_DifferentiableNorm()]) as tracer:
+        model(x).sum().backward()
+    assert tracer.trace is not None
+    assert [c.memory.saved_bytes for c in tracer.trace.calls] == saved
+    model.zero_grad(set_to_none=True)

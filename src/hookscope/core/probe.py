@@ -99,6 +99,10 @@ class Probe:
     #: tracer mark the other probes' callbacks as internal work, and note which call
     #: owns each autograd node (``Tracer.node_owner``).
     watches_ops: ClassVar[bool] = False
+    #: True for a probe that observes tensor work by its own means without needing the
+    #: ops (memory: saved-tensor hooks): the tracer marks the other probes' callbacks as
+    #: internal work (``core.internal.is_internal``) so that it can leave them out.
+    watches_tensor_work: ClassVar[bool] = False
     #: True for a probe that reads ``tracer.backward_end(call)`` (the gradient probe's
     #: backward times): only then does the tracer hook the autograd nodes of each call.
     uses_backward_end: ClassVar[bool] = False

@@ -213,7 +213,7 @@ class Tracer:
         # each backward event goes to the probes that override it; hooks on the calls'
         # tensors only when one wants a call's backward, on parameters for on_param_grad
         handlers: dict[str, list[Callable[..., Any]]] = {e: [] for e in BACKWARD_EVENTS}
-        records_starts = clocked = guarded = False
+        records_starts = clocked = guarded = marks_work = False
         keeps_modules = True
         for p in self.probes:
             keeps_modules = keeps_modules and (
@@ -240,6 +240,7 @@ class Tracer:
             # is nested in.
             clocked = clocked or p.uses_overhead_clock
             guarded = guarded or p.watches_ops
+            marks_work = marks_work or p.watches_ops or p.watches_tensor_work
         self._enter_replacers, self._exit_replacers = enter_replacers, exit_replacers
         self._exits, self._backward_probes = exits, backward_probes
         self._backward_handlers = handlers
@@ -251,6 +252,8 @@ class Tracer:
         )
         self._needs_start = False
         self._clocked, self._guarded = clocked, guarded
+        #: some probe must tell probe work from the model's: the dispatch marks it
+        self._marks_work = marks_work
         #: no probe's install changes the modules: what the table's check read of them
         #: on entry holds for the plan (``core/fast_path.py``)
         self._installs_keep_modules = keeps_modules
@@ -347,7 +350,7 @@ class Tracer:
         self._register_module_hooks(
             table.members, table.scan if self._installs_keep_modules else None
         )
-        if self._guarded:
+        if self._marks_work:
             _shared.watchers[0] += 1
             handles.add(CallbackHandle(_unwatch))
         handles.add(PROCESS.acquire(table.depth + 1))

@@ -49,7 +49,7 @@ from hookscope.core.handles import CallbackHandle
 from hookscope.core.probe import Probe, register_probe
 from hookscope.core.records import Call, MemoryRecord, Trace
 from hookscope.core.tensors import iter_tensors
-from hookscope.core.tracer import internal_work
+from hookscope.core.tracer import internal_work, is_internal
 from hookscope.core.value_json import memory_in, memory_out
 
 if TYPE_CHECKING:
@@ -139,6 +139,7 @@ class MemoryProbe(Probe):
     name = "memory"
     install_touches_modules = False
     reads_inputs_on_enter = False
+    watches_tensor_work = True  # the saved-tensor hook leaves the other probes' work out
     order = 80
     column_rank = 40
     facts = (
@@ -238,9 +239,12 @@ class MemoryProbe(Probe):
             return (t.detach(), t._version) if keep else None
         start = perf_counter_ns()
         try:
+            # NB: a tensor another probe's work saves (a norm taken with grad on) is not
+            # the model's (the tracer marks probe work: watches_tensor_work)
+            probe_work = is_internal()
             with internal_work():  # detach() is an aten op, not the model's
                 call = tracer.current_call
-                if call is not None:
+                if call is not None and not probe_work:
                     counter = self._saved.get(call.index)
                     if counter is None:
                         counter = self._saved[call.index] = ByteCounter()
