@@ -391,3 +391,17 @@ def test_torch_jit_trace_can_be_paused_inside_a_traced_forward() -> None:
     traced = torch.jit.trace(Probe(), torch.randn(2), check_trace=False)
     assert seen[0] is None and seen[1] is not None  # paused, then tracing again
     assert "aten::abs" not in str(traced.graph) and "aten::add" in str(traced.graph)
+
+
+def test_a_tensor_hook_can_tell_whether_the_pass_accumulates_into_the_leaf() -> None:
+    p, x = nn.Parameter(torch.randn(3)), nn.Parameter(torch.randn(3))
+    seen: list[bool | None] = []
+    handle = p.register_hook(lambda g: seen.append(torch_private.accumulates_now(p)))
+    try:
+        (p * x).sum().backward()
+        torch.autograd.grad((p * x).sum(), [p])
+        torch.autograd.grad((p * x).sum(), [x, p])
+        (p * x).sum().backward(inputs=[p])
+    finally:
+        handle.remove()
+    assert seen == [True, False, False, True]

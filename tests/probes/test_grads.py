@@ -420,3 +420,35 @@ def test_a_failing_backward_is_said_to_be_the_backward_and_names_its_module() ->
     assert "in the backward of module '1' (_BadBackward, call 0)" in text
     assert "boom in backward" in text and info.value.path == "1"
     assert total_hooks(model) == 0
+
+
+def test_recording_parameter_gradients_makes_autograd_copy_none() -> None:
+    """A gradient kept by a hook is one autograd cannot steal: it copied every one."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Copies(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.count = 0
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                               kwargs: Any = None) -> Any:
+            if func in (torch.ops.aten.copy_.default, torch.ops.aten.new_empty_strided.default):
+                self.count += 1
+            return func(*args, **(kwargs or {}))
+
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)), torch.randn(3, 4)
+    counts = []
+    for grads in (False, True):
+        with hookscope.Tracer(model, grads=grads) as tracer:
+            loss = model(x).sum()
+            with Copies() as copies:
+                loss.backward()
+        counts.append(copies.count)
+        if grads:
+            assert tracer.trace is not None
+            norms = [s.norm for s in tracer.trace.param_grads]
+            assert norms == pytest.approx([p.grad.norm().item() for p in model.parameters()])
+        model.zero_grad(set_to_none=True)
+    assert counts[1] == counts[0]

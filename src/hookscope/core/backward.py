@@ -268,7 +268,11 @@ class BackwardWatch:
     def _grad_hook(self, path: str, p: torch.Tensor) -> Callable[[torch.Tensor], None]:
         def hook(grad: torch.Tensor) -> None:
             self._queue_end()
-            self._pending[id(p)] = ParamGrad(path, p, grad, False)
+            # NB: a gradient kept here costs autograd a copy when it accumulates it (it
+            # steals only a gradient nobody else holds): kept only when no accumulation
+            # follows (``torch.autograd.grad``), delivered at the end of the pass then
+            if torch_private.accumulates_now(p) is not True:
+                self._pending[id(p)] = ParamGrad(path, p, grad, False)
 
         return hook
 

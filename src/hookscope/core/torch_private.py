@@ -34,6 +34,7 @@ from torch.utils import _pytree as pytree
 
 __all__ = [
     "HookscopeTorchWarning",
+    "accumulates_now",
     "batched",
     "call_impl_replaceable",
     "call_impl_shortcut",
@@ -356,6 +357,33 @@ def jit_trace_scopes() -> Any:
 
 
 # -- global module hooks ---------------------------------------------------------------
+
+
+def accumulates_now(p: torch.Tensor) -> bool | None:
+    """Read in a tensor hook on the leaf ``p`` during a backward pass: whether this pass
+    accumulates into ``p.grad`` (its ``AccumulateGrad`` node runs: ``.backward()``),
+    False when it does not (``torch.autograd.grad``, ``backward(inputs=...)`` without
+    ``p``); ``None`` when this torch cannot tell (the caller keeps the gradient, which
+    costs autograd a copy of it, and warns once). Uses
+    ``torch._C._will_engine_execute_node``, which refuses a leaf's node inside
+    ``autograd.grad`` (that refusal is the answer: it never accumulates)."""
+    try:
+        from torch.autograd.graph import get_gradient_edge
+
+        node = get_gradient_edge(p).node
+        will_run = torch._C._will_engine_execute_node
+    except (ImportError, AttributeError, RuntimeError) as e:
+        _warn_once("the memory of gradient recording (grads=True, on_param_grad)",
+                   f"cannot tell whether a backward accumulates a gradient ({e})")
+        return None
+    try:
+        return bool(will_run(node))
+    except RuntimeError as e:
+        if "autograd.grad" in str(e):
+            return False
+        _warn_once("the memory of gradient recording (grads=True, on_param_grad)",
+                   f"cannot tell whether a backward accumulates a gradient ({e})")
+        return None
 
 
 def global_module_hooks_present() -> bool:
