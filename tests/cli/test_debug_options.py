@@ -86,6 +86,20 @@ def test_break_at_and_break_on_open_the_breakpointhook(
     assert code == 0 and seen == ["0"]
 
 
+def test_break_at_leaves_the_pause_out_of_the_times(
+    models: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second in pdb was timed as the layer's forward time."""
+    monkeypatch.setattr(sys, "breakpointhook", lambda: None)
+    code, out, _ = run_cli(capsys, "trace", f"{models}:clean", "-i", "3,4", "--break-at", "2",
+                           "-f", "json")
+    assert code == 0
+    assert all(c.get("time_ns") is None for c in json.loads(out)["calls"])
+    code, _, err = run_cli(capsys, "trace", f"{models}:clean", "-i", "3,4", "--break-at", "2",
+                           "--sort", "time")
+    assert_one_error_line(code, err, "--break-at/--break-on pause the run in the debugger")
+
+
 def test_break_at_matching_no_module_names_the_option(
     models: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

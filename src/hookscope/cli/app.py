@@ -179,9 +179,11 @@ def trace_command(
     target = OutputTarget(output, no_color, width)
     view = TraceView(split_names(columns), sort, top, depth, ops, fold=not no_fold)
     with failure_boundary(debug=debug):
+        breaks = bool(break_at or break_on)
         off = unmeasured(time=time, stats=stats, memory=memory, ops=ops, device=device,
-                         backward=backward)
+                         backward=backward, breaks=breaks)
         check_trace_view(view, fmt.value, unmeasured=off)
+        time = time and not breaks  # the debugger's pause is not the model's time
         debug_options.check_debug_options(find_anomaly=find_anomaly, break_at=break_at,
                                           break_on=break_on, repeat=repeat, fmt=fmt.value,
                                           view=view)

@@ -58,14 +58,18 @@ every call in call order (``--columns`` picks CSV fields)."""
 
 def unmeasured(
     *, time: bool, stats: bool, memory: bool, ops: bool, device: str | None,
-    backward: bool = False,
+    backward: bool = False, breaks: bool = False,
 ) -> dict[str, str]:
-    """Probe name -> why a ``trace`` run with these options leaves its columns empty."""
+    """Probe name -> why a ``trace`` run with these options leaves its columns empty
+    (``breaks``: ``--break-at``/``--break-on`` stop the run in the debugger)."""
     on_meta = (device or "").strip().partition(":")[0] == "meta"
     off: dict[str, str] = {}
     if on_meta:
         off["time"] = "nothing is timed on --device meta"
         off["stats"] = "tensors on --device meta hold no values"
+    if breaks:
+        off["time"] = ("--break-at/--break-on pause the run in the debugger, and the pause "
+                       "would be timed as the model's")
     if not time:
         off["time"] = "--no-time turns timing off"
     if not stats:
