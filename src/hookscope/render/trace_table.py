@@ -107,7 +107,7 @@ def trace_table(
                     hint="widen with --width {width}, or pick them with --columns")
         visible = sum(1 for c in trace.calls if depth is None or c.depth <= depth)
         grid.caption = _caption(trace, shown=shown, total=rows, calls=visible, order=order,
-                                ascii=ascii, unsorted=unsorted)
+                                ascii=ascii, unsorted=unsorted, depth=depth)
         if depth_hint and order is None:
             grid.caption.extend(depth_caption(trace, depth, fold=fold))
         return grid
@@ -186,12 +186,14 @@ def _check_limit(name: str, value: int | None, *, minimum: int) -> None:
 
 def _caption(
     trace: Trace, *, shown: Sequence[Row], total: Sequence[Row], calls: int,
-    order: Column | None, ascii: bool, unsorted: bool = False,
+    order: Column | None, ascii: bool, unsorted: bool = False, depth: int | None = None,
 ) -> list[str]:
-    n = calls
+    n = len(trace.calls)
     noun = "call" if n == 1 else "calls"
     rows = f"{len(shown)} of {len(total)} rows" if len(shown) != len(total) else ""
-    rows = f"{n:,} {noun}" + (f", {rows}" if rows else "")
+    # NB: every call of the run is counted; those ``depth`` leaves out are said so
+    within = f", {calls:,} to depth {depth}" if calls < n else ""
+    rows = f"{n:,} {noun}{within}" + (f", {rows}" if rows else "")
     if order is not None and unsorted:
         rows += f", in call order: no call has a {order.name!r} value to sort by"
     elif order is not None:
