@@ -477,6 +477,11 @@ def test_trace_repeat_shows_progress_on_a_terminal(
     assert code == 0
     assert "times are medians of 4 runs" in out
     assert "tracing" in stderr.getvalue() and "4/4" in stderr.getvalue()
+    stderr = FakeTTY()  # --no-color asks for plain output: no bar, no escape codes
+    monkeypatch.setattr("sys.stderr", stderr)
+    code, out, _ = run_cli(capsys, "trace", SEED, "-i", "2,2", "--repeat", "4", "--no-color")
+    assert code == 0 and "times are medians of 4 runs" in out
+    assert "tracing" not in stderr.getvalue() and "\x1b[" not in stderr.getvalue()
 
 
 def test_median_times_takes_the_median_per_call() -> None:

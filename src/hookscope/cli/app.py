@@ -47,7 +47,7 @@ from hookscope.cli.options import (
     WidthOpt,
     split_names,
 )
-from hookscope.cli.output import OutputTarget, Rendered
+from hookscope.cli.output import OutputTarget, Rendered, color_choice
 
 if TYPE_CHECKING:
     from hookscope.core.records import Trace
@@ -201,8 +201,8 @@ def trace_command(
               model_prints_to_stderr(), dtype_hints(prepared),
               debug_options.breaking(prepared.loaded.model, break_at, break_on)):
             result = run_traces(
-                prepared, repeat=repeat, time=time, stats=stats, memory=memory, ops=ops,
-                backward=backward,
+                prepared, repeat=repeat, progress=color_choice(no_color) is not False,
+                time=time, stats=stats, memory=memory, ops=ops, backward=backward,
             )
         target.write(trace_view(result, fmt.value, view))
     return 0

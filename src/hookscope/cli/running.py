@@ -170,12 +170,15 @@ def dtype_hints(prepared: Prepared) -> Iterator[None]:
         ) from e
 
 
-def run_traces(prepared: Prepared, *, repeat: int, **options: Any) -> Trace:
+def run_traces(prepared: Prepared, *, repeat: int, progress: bool = True,
+               **options: Any) -> Trace:
     """Trace the model ``repeat`` times and return the trace with median times.
 
     Args:
         prepared: model and inputs.
         repeat: number of runs (at least 1).
+        progress: a progress bar on a terminal (``--no-color`` asks for plain output:
+            none).
         **options: keyword options of :func:`hookscope.trace` (``time``, ``ops``, ...).
 
     Raises:
@@ -184,7 +187,7 @@ def run_traces(prepared: Prepared, *, repeat: int, **options: Any) -> Trace:
     import hookscope
 
     traces: list[Trace] = []
-    with _progress(repeat, enabled=repeat > 1 and sys.stderr.isatty()) as advance:
+    with _progress(repeat, enabled=progress and repeat > 1 and sys.stderr.isatty()) as advance:
         for _ in range(repeat):
             traces.append(
                 hookscope.trace(prepared.loaded.model, *prepared.args, kwargs=prepared.kwargs,
