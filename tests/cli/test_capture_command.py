@@ -58,8 +58,25 @@ def test_capture_of_nothing_is_one_error_line(
 ) -> None:
     code, _, err = run_cli(capsys, "capture", model_file, "--input", "3,4", "--select",
                            "nope", "-o", str(tmp_path / "none"))
-    assert_one_error_line(code, err, "matches no module")
-    assert not (tmp_path / "none" / "index.json").exists()
+    line = assert_one_error_line(code, err, "--select 'nope' matches no module")
+    assert "select=" not in line  # the command's own words, not the library's
+    assert not (tmp_path / "none").exists()
+
+
+def test_the_command_s_own_options_are_named_in_its_errors(
+    capsys: pytest.CaptureFixture[str], model_file: str, tmp_path: Path
+) -> None:
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "keep.txt").write_text("mine")
+    code, _, err = run_cli(capsys, "capture", model_file, "--input", "3,4", "--select", "0",
+                           "-o", str(full))
+    assert_one_error_line(code, err, "--output", "is a directory that is not empty")
+    assert [p.name for p in full.iterdir()] == ["keep.txt"]
+    code, _, err = run_cli(capsys, "capture", model_file, "--input", "3,4", "--select", "0",
+                           "-o", str(tmp_path / "new"), "--what", "bogus")
+    assert code == 2 and "'--what'" in err and "output" in err and "Traceback" not in err
+    assert not (tmp_path / "new").exists()
 
 
 def test_a_model_that_raises_is_one_error_line_naming_the_module(

@@ -9,6 +9,7 @@ registered on the app of ``cli/app.py`` when that module is imported.
 from __future__ import annotations
 
 import contextlib
+from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -25,6 +26,14 @@ from hookscope.cli.options import (
 )
 
 
+class What(str, Enum):
+    """``--what``: what the capture saves of each call."""
+
+    OUTPUT = "output"
+    INPUT = "input"
+    BOTH = "both"
+
+
 @app.command("capture")
 def capture_command(
     model: ModelArg,
@@ -35,7 +44,7 @@ def capture_command(
     output: Annotated[Path, typer.Option(
         "--output", "-o", metavar="DIR", help="A new directory for the activations.")],
     inputs: InputOpt = None,
-    what: Annotated[str, typer.Option(help="output, input or both.")] = "output",
+    what: Annotated[What, typer.Option(help="What to save of each call.")] = What.OUTPUT,
     shard_mib: Annotated[float, typer.Option(help="Write a shard every N MiB.")] = 64.0,
     device: DeviceOpt = None,
     config: ConfigOpt = None,
@@ -44,13 +53,23 @@ def capture_command(
     """Save the activations of chosen modules (safetensors + a JSON index)."""
     import hookscope
     from hookscope.cli.running import prepare
+    from hookscope.core.selectors import compile_selector, require_match
+    from hookscope.errors import SpecError
 
     with failure_boundary(debug=debug):
-        with model_prints_to_stderr():
-            prepared = prepare(model, inputs=inputs or [], config=config, device=device)
-        globs = [g.strip() for g in select.split(",") if g.strip()]
         made = not output.exists()
         fresh = made or (output.is_dir() and not any(output.iterdir()))
+        if not fresh:  # NB: said before the model is built, in the command's own words
+            kind = "a file" if not output.is_dir() else "a directory that is not empty"
+            raise SpecError(f"--output {str(output)!r} is {kind}; give a new directory "
+                            "(or an empty one)")
+        globs = [g.strip() for g in select.split(",") if g.strip()]
+        with model_prints_to_stderr():
+            prepared = prepare(model, inputs=inputs or [], config=config, device=device)
+        net = prepared.loaded.model
+        require_match(select, compile_selector(globs),
+                      [p for p, _ in net.named_modules(remove_duplicate=False)],
+                      type(net).__name__, option="--select")
         top = output  # the outermost directory the capture will make
         while made and not top.parent.exists():
             top = top.parent
@@ -58,7 +77,7 @@ def capture_command(
             with model_prints_to_stderr():
                 acts = hookscope.capture(
                     prepared.loaded.model, *prepared.args, kwargs=prepared.kwargs,
-                    select=globs, what=what, save_to=output, shard_mib=shard_mib,
+                    select=globs, what=what.value, save_to=output, shard_mib=shard_mib,
                 )
         except BaseException:
             if fresh:  # a failed command leaves nothing behind (the library keeps a
@@ -67,7 +86,8 @@ def capture_command(
         for name in acts:
             info = acts.info(name) if hasattr(acts, "info") else {}
             typer.echo(f"{name or '<root>'}\t{info.get('module_class', '')}")
-        typer.echo(f"{len(acts)} calls saved to {output}", err=True)
+        calls = "call" if len(acts) == 1 else "calls"
+        typer.echo(f"{len(acts)} {calls} saved to {output}", err=True)
 
 
 def _empty(directory: Path, *, made: bool, top: Path) -> None:
