@@ -101,7 +101,8 @@ class Probe:
     watches_ops: ClassVar[bool] = False
     #: True for a probe that observes tensor work by its own means without needing the
     #: ops (memory: saved-tensor hooks): the tracer marks the other probes' callbacks as
-    #: internal work (``core.internal.is_internal``) so that it can leave them out.
+    #: internal work (``core.internal.is_internal``) so that it can leave them out
+    #: (not in a ``trace()`` under ``torch.no_grad()``, where autograd saves nothing).
     watches_tensor_work: ClassVar[bool] = False
     #: True for a probe that reads ``tracer.backward_end(call)`` (the gradient probe's
     #: backward times): only then does the tracer hook the autograd nodes of each call.

@@ -170,6 +170,10 @@ class Tracer:
         #: ``capture()``, which run the forward for their caller. A ``Tracer`` around the
         #: user's own training loop keeps what that loop did to them.
         self._restore_buffers = False
+        #: Set by ``trace()``/``summary()`` for a forward under ``torch.no_grad()``:
+        #: autograd saves no tensor, so probe work need not be told apart for a probe
+        #: that watches saved tensors only (``Probe.watches_tensor_work``).
+        self._saves_nothing = False
         self._state: ModelState | None = None
         self._lazy = False
         self._failures = FailureTracker([])
@@ -350,7 +354,7 @@ class Tracer:
         self._register_module_hooks(
             table.members, table.scan if self._installs_keep_modules else None
         )
-        if self._marks_work:
+        if self._guarded or (self._marks_work and not self._saves_nothing):
             _shared.watchers[0] += 1
             handles.add(CallbackHandle(_unwatch))
         handles.add(PROCESS.acquire(table.depth + 1))
