@@ -708,3 +708,42 @@ def test_a_probe_s_own_mistakes_are_named_with_the_probe() -> None:
     with pytest.raises(hookscope.RenderError, match=r"fact 'qa11_out' of probe 'qa11_tensor' "
                                                     r"of call '<root>' holds Tensor"):
         trace.to_json()
+
+
+class _ShiftOut(Probe):
+    name = "qa12_shift_out"
+    replaces = True
+
+    def on_exit(self, call: Any, module: Any, args: Any, kwargs: Any, output: Any,
+                failed: bool) -> Any:
+        return output + 100 if call.path == "0" else None
+
+
+class _ShiftIn(Probe):
+    name = "qa12_shift_in"
+    replaces = True
+
+    def on_enter(self, call: Any, module: Any, args: Any, kwargs: Any) -> Any:
+        return ((args[0] + 1000,), kwargs) if call.path == "2" else None
+
+
+def test_an_outer_tracer_records_what_an_inner_replacing_and_recording_tracer_replaced() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    x = torch.randn(3, 4)
+    seen: dict[str, torch.Tensor] = {}  # the oracle: what each call's caller received
+    handles = [model[0].register_forward_hook(lambda m, a, o: seen.update(out0=o.clone())),
+               model[2].register_forward_pre_hook(lambda m, a: seen.update(in2=a[0].clone()))]
+    with (hookscope.Tracer(model, stats=True, shapes=False) as outer,
+          hookscope.Tracer(model, stats=True, shapes=False,
+                           probes=[_ShiftOut(), _ShiftIn()]) as inner):
+        model(x)
+    for h in handles:
+        h.remove()
+    assert outer.trace is not None and inner.trace is not None
+    for trace in (outer.trace, inner.trace):
+        assert trace["0"].stats[0].mean == pytest.approx(seen["out0"].mean().item() + 100)
+        assert trace["1"].stats[0].mean == pytest.approx(
+            (seen["out0"] + 100).relu().mean().item())
+    assert outer.trace["2"].stats[0].mean == pytest.approx(inner.trace["2"].stats[0].mean)
+    assert total_hooks(model) == 0

@@ -44,7 +44,9 @@ def make_module_pre_hook(
         tracer._enters or tracer._enter_replacers or tracer._watches_calls
     ) else None
     count = 0  # calls of this module so far (a module is registered once)
-    replaces_only = tracer._replaces_only
+    # NB: a tracer that replaces values, only or besides recording, runs before every
+    # other recording tracer's hooks: they record what the caller receives
+    replaces = bool(tracer._enter_replacers or tracer._exit_replacers)
     get_ident, thread = threading.get_ident, tracer._thread
     graph_task = torch_private.graph_task_id_function()
     # torch.jit.trace recording: the probes' work is paused out of its graph, unless a
@@ -62,7 +64,7 @@ def make_module_pre_hook(
         if clocked:
             tracer.chain_start_ns = start
         hooks = module._forward_hooks
-        if replaces_only:
+        if replaces:
             before_recorders(hooks, post_id)
         elif next(reversed(hooks), post_id) != post_id and post_id in hooks:
             # A forward hook registered after ours (inside the ``with`` block) may
@@ -141,10 +143,11 @@ RECORDING_PRE_HOOKS: set[int] = set()
 def before_recorders(
     hooks: dict[int, Any], post_id: int, recorders: set[int] = RECORDING_HOOKS
 ) -> None:
-    """Put a replacing-only tracer's hook just before the first recording tracer's, so
-    that every tracer that records, entered before or after it, sees the replaced
-    output (the trace records what the caller receives); with ``RECORDING_PRE_HOOKS``,
-    its pre-hook before theirs: they see the replaced inputs."""
+    """Put a replacing tracer's hook just before the first recording tracer's (its
+    own, when it records too, may be that one), so that every tracer that records,
+    entered before or after it, sees the replaced output (the trace records what the
+    caller receives); with ``RECORDING_PRE_HOOKS``, its pre-hook before theirs: they see
+    the replaced inputs."""
     if not recorders:
         return
     keys = list(hooks)

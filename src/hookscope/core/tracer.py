@@ -642,11 +642,11 @@ class Tracer:
             pre_hook = make_module_pre_hook(self, path, type(module).__name__, post.id)
             pre = module.register_forward_pre_hook(pre_hook, with_kwargs=True)
             add(pre)
-            if self._replaces_only:  # a patch of inputs entered inside a recording block
-                before_recorders(module._forward_pre_hooks, pre.id, RECORDING_PRE_HOOKS)
-            else:
+            if not self._replaces_only:
                 RECORDING_PRE_HOOKS.add(pre.id)
                 add(CallbackHandle(functools.partial(RECORDING_PRE_HOOKS.discard, pre.id)))
+            if self._enter_replacers:  # inputs replaced inside a recording block: first
+                before_recorders(module._forward_pre_hooks, pre.id, RECORDING_PRE_HOOKS)
 
     def _unwind(self, module: nn.Module) -> _Frame | None:
         """The frame of ``module``'s call when it is not on top of the stack: a pre-hook
