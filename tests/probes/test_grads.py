@@ -452,3 +452,21 @@ def test_recording_parameter_gradients_makes_autograd_copy_none() -> None:
             assert norms == pytest.approx([p.grad.norm().item() for p in model.parameters()])
         model.zero_grad(set_to_none=True)
     assert counts[1] == counts[0]
+
+
+def test_a_second_pass_over_a_retained_graph_gets_its_own_input_gradients() -> None:
+    """The hooks on a leaf input went with the first pass: the second one's calls got no
+    input gradient, and their norms were the first pass's."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.Tanh())
+    x = torch.randn(3, 4, requires_grad=True)
+    with hookscope.Tracer(model, grads=True) as tracer:
+        out = model(x)
+        (out.sum() * 0).backward(retain_graph=True)  # a first pass of zero gradients
+        out.sum().backward()
+    assert tracer.trace is not None
+    (oracle,) = torch.autograd.grad(model(x).sum(), [x])  # what the second pass gave x
+    by_path = {c.path: c for c in tracer.trace.calls}
+    assert by_path[""].grad_input_norm == pytest.approx(oracle.norm().item(), rel=1e-5)
+    assert by_path["0"].grad_input_norm == pytest.approx(oracle.norm().item(), rel=1e-5)
+    assert total_hooks(model) == 0 and not x._backward_hooks

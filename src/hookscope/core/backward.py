@@ -37,6 +37,7 @@ every probe.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Iterable
 from itertools import pairwise
 from time import perf_counter_ns
@@ -96,6 +97,8 @@ class BackwardWatch:
         self._early: dict[int, tuple[Any, ...]] = {}  # exits that came before their enter
         self._leaf_inputs: dict[int, list[torch.Tensor]] = {}  # call index -> leaf inputs
         self._spent: list[Any] = []  # hooks on leaves whose call ended: removed at the end
+        # call index -> hooks its leaf inputs again (``_watch_leaves``)
+        self._rearm: dict[int, Callable[[], None]] = {}
 
     # -- module calls ----------------------------------------------------------------
 
@@ -214,28 +217,51 @@ class BackwardWatch:
     def _watch_leaves(self, call: Call, leaves: list[torch.Tensor]) -> None:
         """A hook on each leaf input of ``call``; the last gradient to arrive ends its
         backward. Hooked when the call ends, so an inner call's hooks on the same leaf
-        (registered earlier) run first and the inner call ends first, as it should."""
-        grads: dict[int, torch.Tensor] = {}
-        handles: list[Any] = []
+        (registered earlier) run first and the inner call ends first, as it should.
 
-        def arrived(i: int, grad: torch.Tensor) -> None:
-            if handles and handles[0] is None:
-                return  # ended already: removed at the end of the pass
-            grads[i] = grad
-            if len(grads) == len(leaves):
-                self._exit(call, tuple(grads[j] for j in range(len(leaves))))
-                self._spent += handles  # a leaf is the user's tensor: its hooks must not
-                handles.insert(0, None)  # pile up over the steps of a long Tracer block
+        The hooks go once the call's backward ended (a leaf is the user's tensor: its
+        hooks must not pile up over the steps of a long ``Tracer`` block), and come back
+        when a later pass over a retained graph enters the call again
+        (``backward(retain_graph=True)`` twice): the leaves are held weakly meanwhile.
+        NB: hooked again as each call is entered, the outer call's hook comes first in
+        that pass, and it ends a moment before the inner one."""
+        refs = [weakref.ref(t) for t in leaves]
+        count = len(leaves)
+        armed = [False]
 
-        for i, leaf in enumerate(leaves):
-            handle = leaf.register_hook(  # type: ignore[no-untyped-call]
-                lambda g, i=i: arrived(i, g))  # returns None: the gradient is unchanged
-            handles.append(handle)
-            self._handles.add(handle)
+        def arm() -> None:
+            found = [r() for r in refs]
+            tensors = [t for t in found if t is not None]
+            if armed[0] or len(tensors) < count:
+                return
+            armed[0] = True
+            grads: dict[int, torch.Tensor] = {}
+            handles: list[Any] = []
+
+            def arrived(i: int, grad: torch.Tensor) -> None:
+                if not armed[0]:
+                    return  # ended already: removed at the end of the pass
+                grads[i] = grad
+                if len(grads) == count:
+                    armed[0] = False
+                    self._exit(call, tuple(grads[j] for j in range(count)))
+                    self._spent += handles
+
+            for i, leaf in enumerate(tensors):
+                handle = leaf.register_hook(  # type: ignore[no-untyped-call]
+                    lambda g, i=i: arrived(i, g))  # returns None: the gradient is unchanged
+                handles.append(handle)
+                self._handles.add(handle)
+
+        arm()
+        self._rearm[call.index] = arm
 
     def _enter(self, call: Call, grads: tuple[Any, ...]) -> None:
         self._queue_end()
         self._open[call.index] = call
+        rearm = self._rearm.get(call.index)
+        if rearm is not None:  # a later pass over a retained graph: its leaves again
+            rearm()
         self._dispatch("on_backward_enter", call, grads)
         early = self._early.pop(call.index, None)
         if early is not None:  # a call that returned its input: both hooks on one tensor
