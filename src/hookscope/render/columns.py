@@ -15,6 +15,7 @@ some call has a value other than ``None`` and 0), probes ordered by ``column_ran
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -239,8 +240,10 @@ def column(name: str) -> Column:
         field = REGISTRY.fields.get(name)
         found = columns().get(field.column) if field and field.column else None
     if found is None:
+        close = difflib.get_close_matches(str(name), list(columns()), n=3, cutoff=0.6)
+        hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
         raise RenderError(
-            f"unknown trace column {name!r}; valid columns: {', '.join(columns())}"
+            f"unknown trace column {name!r}{hint}; valid columns: {', '.join(columns())}"
         )
     return found
 
