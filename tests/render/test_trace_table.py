@@ -153,8 +153,8 @@ def test_unknown_column_or_sort_lists_the_valid_names() -> None:
     with pytest.raises(hookscope.RenderError, match="unknown trace column 'speed'") as info:
         trace_table(trace, columns=["layer", "speed"])
     assert all(name in str(info.value) for name in COLUMNS)
-    with pytest.raises(hookscope.RenderError, match=r"'tme' \(did you mean 'time'\?\)"):
-        trace_table(trace, sort="tme")
+    with pytest.raises(hookscope.RenderError, match=r"'parms' \(did you mean 'params'\?\)"):
+        trace_table(trace, sort="parms")
     with pytest.raises(hookscope.RenderError, match="'slowest'"):
         trace_table(trace, sort="slowest")
     with pytest.raises(hookscope.RenderError, match="top must be an integer >= 1"):
