@@ -470,3 +470,34 @@ def test_a_second_pass_over_a_retained_graph_gets_its_own_input_gradients() -> N
     assert by_path[""].grad_input_norm == pytest.approx(oracle.norm().item(), rel=1e-5)
     assert by_path["0"].grad_input_norm == pytest.approx(oracle.norm().item(), rel=1e-5)
     assert total_hooks(model) == 0 and not x._backward_hooks
+
+
+class _TwiceIn(nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a * 2 + b * 3
+
+
+class _SelfAttention(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj, self.mix = nn.Linear(4, 4), _TwiceIn()
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.proj(x)
+        y = self.mix(h, h)  # one tensor passed twice
+        return y, y  # and returned twice
+
+
+def test_a_tensor_passed_or_returned_several_times_counts_once_in_the_norms() -> None:
+    """Each copy got the whole gradient: the norms were sqrt(2) too large."""
+    torch.manual_seed(0)
+    model, x = _SelfAttention(), torch.randn(2, 4)
+    trace = hookscope.trace(model, x, backward=True)
+    h = model.proj(x).detach().requires_grad_()
+    y = model.mix(h, h)
+    (g_h,) = torch.autograd.grad(2 * y.sum(), h)  # the oracle: the loss sums both outputs
+    assert trace["mix"].grad_input_norm == pytest.approx(g_h.norm().item(), rel=1e-6)
+    assert trace["mix"].grad_output_norm == pytest.approx(
+        torch.full_like(y, 2.0).norm().item(), rel=1e-6)
+    assert trace[""].grad_output_norm == pytest.approx(
+        torch.full_like(y, 2.0).norm().item(), rel=1e-6)

@@ -63,12 +63,21 @@ def _needing_grad(tensors: Iterable[tuple[str, torch.Tensor]]) -> list[torch.Ten
     ``torch.autograd.grad`` runs (torch raises). A call whose inputs needing grad are all
     leaves (the model's own input with ``requires_grad=True``) is watched by a tensor
     hook on each instead (:meth:`BackwardWatch.watch_outputs`).
+
+    Each tensor once: one passed or returned several times (``mha(x, x, x)``) gets the
+    whole gradient in each of its hooks, and the norm of them all was sqrt(k) too large.
     """
-    return [t for _, t in tensors if t.requires_grad and t.grad_fn is not None]
+    return _once([t for _, t in tensors if t.requires_grad and t.grad_fn is not None])
 
 
 def _leaves(tensors: Iterable[tuple[str, torch.Tensor]]) -> list[torch.Tensor]:
-    return [t for _, t in tensors if t.requires_grad and t.grad_fn is None]
+    return _once([t for _, t in tensors if t.requires_grad and t.grad_fn is None])
+
+
+def _once(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """``tensors`` without repeats (by identity, in order)."""
+    seen: set[int] = set()
+    return [t for t in tensors if not (id(t) in seen or seen.add(id(t)))]  # type: ignore[func-returns-value]
 
 
 class BackwardWatch:
