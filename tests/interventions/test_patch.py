@@ -85,6 +85,21 @@ def test_none_keeps_the_output_and_inputs_can_be_patched() -> None:
         assert torch.equal(model(x), x - 1)
 
 
+@pytest.mark.parametrize("ready_made", [patches.zero(), patches.clamp(-0.1, 0.1),
+                                        patches.scale_grad(2.0)])
+def test_patch_inputs_refuses_a_ready_made_patch_of_outputs(ready_made: Any) -> None:
+    """It was called with (module, args, kwargs), mapped over the kwargs and replaced the
+    input with {}: silently wrong, or a TypeError deep in the model."""
+    model = nn.Sequential(nn.Identity(), nn.Linear(2, 2))
+    with pytest.raises(hookscope.SpecError, match=r"ready-made patch of outputs"):
+        hookscope.patch_inputs(model, {"0": ready_made})
+    assert total_hooks(model) == 0
+    with pytest.raises(hookscope.ProbeError, match=r"returned a dict"), \
+            hookscope.patch_inputs(model, {"1": lambda m, args, kwargs: {}}):
+        model(torch.ones(2))
+    assert total_hooks(model) == 0
+
+
 def test_ready_made_functions_against_oracles() -> None:
     model = nn.Sequential(nn.Identity())
     x = torch.randn(2, 4, 3, 3)

@@ -25,7 +25,7 @@ from hookscope.core.records import Call
 from hookscope.core.tensors import map_tensors
 from hookscope.errors import SpecError
 from hookscope.interventions.capture import CapturedActivations
-from hookscope.interventions.patch import PatchFn, call_aware
+from hookscope.interventions.patch import PatchFn, call_aware, output_only
 from hookscope.interventions.storage import Activations, Fields, _Unrestorable
 
 Index = int | Sequence[int] | None
@@ -35,7 +35,7 @@ def _on_floats(fn: Callable[[torch.Tensor], torch.Tensor]) -> PatchFn:
     def patch_fn(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> Any:
         return map_tensors(lambda t: fn(t) if t.is_floating_point() else t, output)
 
-    return patch_fn
+    return output_only(patch_fn)
 
 
 def _mask(t: torch.Tensor, indices: list[int] | None, dim: int) -> torch.Tensor | None:
@@ -182,7 +182,7 @@ def replace_with(source: Any) -> PatchFn:
             value = source[call.name]
         return _like(value, output, call.name)
 
-    return call_aware(patch_fn)
+    return output_only(call_aware(patch_fn))
 
 
 def _like(value: Any, output: Any, name: str) -> Any:

@@ -44,6 +44,13 @@ def call_aware(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
+def output_only(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark a ready-made patch of outputs (``fn(module, inputs, output)``):
+    ``patch_inputs``, which calls ``fn(module, args, kwargs)``, refuses it."""
+    fn.hookscope_output_only = True  # type: ignore[attr-defined]
+    return fn
+
+
 def _plan(model: nn.Module, fns: Mapping[ModuleSelector, Callable[..., Any]],
           api: str) -> dict[str, list[Callable[..., Any]]]:
     """Path -> the functions that patch it, in mapping order."""
@@ -59,6 +66,13 @@ def _plan(model: nn.Module, fns: Mapping[ModuleSelector, Callable[..., Any]],
     for select, fn in fns.items():
         if not callable(fn):
             raise SpecError(f"{api}: the value for {select!r} must be a function, got {fn!r}")
+        if api == "patch_inputs" and getattr(fn, "hookscope_output_only", False):
+            raise SpecError(
+                f"patch_inputs: the value for {select!r} is a ready-made patch of outputs "
+                "(hookscope.patches.*); patch_inputs takes fn(module, args, kwargs) "
+                "returning new args, e.g. lambda m, args, kwargs: (args[0] * 0,), or use "
+                "hookscope.patch on the module before it"
+            )
         matches = compile_module_selector(select)
         hit = [path for path, module in modules if matches(path, module)]
         if not hit:
@@ -114,6 +128,12 @@ class _InputPatch(Probe):
             if isinstance(new, tuple) and len(new) == 2 and isinstance(new[0], tuple) \
                     and isinstance(new[1], dict):
                 args, kwargs = new
+            elif isinstance(new, dict):
+                raise TypeError(
+                    f"a patch_inputs function returned a dict ({type(new).__name__}) for "
+                    f"{call.path or '<root>'!r}; return None, new positional arguments "
+                    "(a tuple or one value), or (args, kwargs)"
+                )
             else:
                 args = new if isinstance(new, tuple) else (new,)
             replaced = True
