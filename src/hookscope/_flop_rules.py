@@ -235,9 +235,20 @@ def _tensor_returns(func: torch._ops.OpOverload) -> list[Any]:
 
 
 def is_floating_op(tensors: Sequence[torch.Tensor]) -> bool:
-    """Whether any of an op's tensors is floating or complex: ops on integer and bool
-    tensors only (an int64 ``floor_divide`` in a router) are not floating-point work."""
-    return any(t.dtype.is_floating_point or t.dtype.is_complex for t in tensors)
+    """Whether any of an op's tensors is floating, complex or quantized (real values
+    stored as integers: ``quantized.linear`` is arithmetic, counted or said uncounted):
+    ops on integer and bool tensors only (an int64 ``floor_divide`` in a router) are not
+    floating-point work."""
+    return any(
+        t.dtype.is_floating_point or t.dtype.is_complex or t.dtype in _QUANTIZED
+        for t in tensors
+    )
+
+
+_QUANTIZED = frozenset(
+    d for d in (getattr(torch, n, None) for n in (
+        "quint8", "qint8", "qint32", "quint4x2", "quint2x4")) if d is not None
+)
 
 
 # -- formulas for the fused attention kernels flop_counter's registry lacks ----------

@@ -502,3 +502,33 @@ def test_the_first_trace_of_a_process_records_only_the_model_s_ops() -> None:
     done = subprocess.run([sys.executable, "-c", _FIRST_RUN], capture_output=True,
                           text=True, timeout=120, check=True)
     assert done.stdout.startswith("True"), done.stdout + done.stderr
+
+
+def test_a_statically_quantized_layer_is_uncounted_not_free() -> None:
+    """quint8 tensors are not floating: quantized.linear was 0 FLOPs, 'free', and the
+    total looked exact."""
+    import warnings
+
+    import torch.ao.quantization as tq
+
+    class Quantized(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.quant, self.fc, self.dequant = tq.QuantStub(), nn.Linear(64, 64), tq.DeQuantStub()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.dequant(self.fc(self.quant(x)))
+
+    if "fbgemm" not in torch.backends.quantized.supported_engines:
+        pytest.skip("no fbgemm quantized engine in this torch")
+    x = torch.randn(8, 64)
+    model = Quantized().eval()
+    model.qconfig = tq.get_default_qconfig("fbgemm")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prepared = tq.prepare(model)
+        prepared(x)
+        quantized = tq.convert(prepared)
+    trace = hookscope.trace(quantized, x, **OPS_ONLY)
+    assert any(name.startswith("quantized.linear") for name in trace.uncounted_ops)
+    assert trace.find("fc").flops.partial and trace.totals_flops.partial
