@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 import hookscope
-from helpers import count_hooks
+from helpers import count_hooks, total_hooks
 from hookscope.monitor import GradientAnomalyWarning
 
 
@@ -561,3 +561,26 @@ def test_a_tied_weight_is_selected_and_clipped_by_any_of_its_paths() -> None:
     assert mon.names == ["embed.weight"]  # watched once, by its first path
     assert mon.history.norms[0] == pytest.approx([before], rel=1e-6)
     assert model.embed.weight.grad.norm().item() == pytest.approx(1.0, rel=1e-4)
+
+
+def test_value_clipping_a_sparse_gradient_is_a_spec_error_not_a_dispatch_error() -> None:
+    class Sparse(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.e, self.out = nn.Embedding(10, 4, sparse=True), nn.Linear(4, 1)
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return self.out(self.e(ids))
+
+    torch.manual_seed(0)
+    model = Sparse()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    before = model.e.weight.detach().clone()
+    with pytest.raises(hookscope.SpecError, match=r"cannot clamp the sparse gradient of "
+                                                  r"'e.weight'.*clip_mode='norm'"), \
+            hookscope.GradientMonitor(model, optimizer=opt, clip={"e.weight": 0.01},
+                                      clip_mode="value"):
+        model(torch.tensor([1, 2, 3])).sum().backward()
+        opt.step()
+    assert torch.equal(model.e.weight, before)  # refused before the optimizer stepped
+    assert total_hooks(model) == 0
