@@ -302,3 +302,31 @@ def test_a_layer_inside_a_torchscript_submodule_is_not_a_forgotten_one() -> None
 
     found = [(f.code, f.path, f.attribute) for f in hookscope.lint(Net(), torch.randn(2, 4))]
     assert found == [("HS502", "", "unused")]
+
+
+class _FailsBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x * 1
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("boom in backward")
+
+
+class _BadBackward(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _FailsBackward.apply(self.fc(x))
+
+
+def test_a_backward_that_raises_is_a_model_run_error() -> None:
+    model = _BadBackward()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(hookscope.ModelRunError, match=r"backward pass raised .*boom in backward"):
+        hookscope.lint(model, torch.randn(3, 4), backward=True)
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+    assert all(p.grad is None for p in model.parameters())

@@ -112,8 +112,14 @@ def observe(
         assert tracer.trace is not None
         facts = ForwardFacts(tracer.trace.calls, list(watch.found.values()))
         if backward:
-            with torch.enable_grad():  # also when the caller is in torch.no_grad()
-                facts.no_grad, facts.backward_skipped = _missing_gradients(ctx, output)
+            try:
+                with torch.enable_grad():  # also when the caller is in torch.no_grad()
+                    facts.no_grad, facts.backward_skipped = _missing_gradients(ctx, output)
+            except Exception as e:  # the model's own backward raised
+                raise ModelRunError(
+                    f"the model's backward pass raised during hookscope.lint: "
+                    f"{type(e).__name__}: {e}", trace=tracer.trace, path=None,
+                ) from e
     finally:
         handles.remove()
         restore_buffers(saved)  # values, and the versions the forward did not move
