@@ -495,3 +495,34 @@ def test_a_range_is_an_index_and_a_fraction_is_not_a_factor() -> None:
     assert [i for i in range(6) if not out[0, i].any()] == [0, 1, 2]
     with pytest.raises(hookscope.SpecError, match="factor must be a number"):
         patches.scale(Fraction(1, 2))
+
+
+class _SharedAtTwoPaths(nn.Module):
+    """One Linear registered as ``a`` and as ``blocks.0`` and ``blocks.2``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        shared = nn.Linear(4, 4)
+        self.a = shared
+        self.blocks = nn.ModuleList([shared, nn.ReLU(), shared])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return self.a(x)
+
+
+def test_a_module_registered_at_several_paths_is_chosen_by_any_of_them() -> None:
+    """Only its first path matched: select='blocks.0' was 'matches no module', and
+    'blocks.*' silently left out the shared Linear."""
+    torch.manual_seed(0)
+    model, x = _SharedAtTwoPaths(), torch.randn(3, 4)
+    assert model.get_submodule("blocks.0") is model.a
+    trace = hookscope.trace(model, x, select="blocks.0")
+    assert [c.name for c in trace.calls] == ["a", "a#1", "a#2"]  # the module, by its name
+    assert sorted(hookscope.capture(model, x, select="blocks.*")) == ["a", "a#1", "a#2",
+                                                                     "blocks.1"]
+    with torch.no_grad(), hookscope.patch(model, {"blocks.2": patches.zero()}):
+        patched = model(x)
+    assert torch.equal(patched, torch.zeros_like(patched))  # its last call: zeros
+    assert total_hooks(model) == 0

@@ -127,6 +127,18 @@ class ModuleTable:
     scan: table_reuse.ModelScan | None = None
 
 
+def module_paths(model: nn.Module) -> dict[str, tuple[str, ...]]:
+    """Each module's first path (``named_modules`` order) -> every path it is
+    registered at, the first one first (a module shared by ``self.a`` and
+    ``self.blocks[0]`` has both): what a selector matches a module by."""
+    first: dict[int, str] = {}
+    paths: dict[str, list[str]] = {}
+    for path, module in _walk(model):
+        key = first.setdefault(id(module), path)
+        paths.setdefault(key, []).append(path)
+    return {k: tuple(v) for k, v in paths.items()}
+
+
 def _walk(model: nn.Module) -> Walk:
     """``list(model.named_modules(remove_duplicate=False))``, without a generator per
     module: every path of every module, parents before children, in registration order.

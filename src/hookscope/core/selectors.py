@@ -19,7 +19,7 @@ the modules (capture, patch) accept it, through :func:`compile_module_selector`.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from torch import nn
@@ -124,6 +124,33 @@ def glob_to_regex(pattern: str) -> str:
     # alone (any number of segments, also none) match it; not ``*``, nor ``**.*``
     nonempty = "" if pattern in ("", "**") else "(?=.)"
     return "(?:" + nonempty + "".join(out) + r")\Z"
+
+
+def chosen_modules(
+    select: object, matches: Callable[[str], bool], table: Any, model: str, *, option: str,
+) -> Callable[[str], bool]:
+    """What a tracer's ``select=`` chooses among the modules of ``table`` (a
+    ``ModuleTable``): ``matches`` of a module's first path, or of any other path it is
+    registered at.
+
+    Raises:
+        SpecError: it matches no module (:func:`require_match`).
+    """
+    aliased = {p: (p, *i.aliases) for p, i in table.modules.items() if i.aliases}
+    chosen = by_any_path(matches, aliased) if aliased else matches
+    require_match(select, chosen, [p for p, _ in table.members], model, option=option)
+    return chosen
+
+
+def by_any_path(
+    matches: Callable[[str], bool], paths: Mapping[str, Sequence[str]]
+) -> Callable[[str], bool]:
+    """``matches`` of a module's first path, or of any other path it has in ``paths``
+    (first path -> every path)."""
+    def any_path(path: str) -> bool:
+        return matches(path) or any(map(matches, paths.get(path, ())))
+
+    return any_path
 
 
 def require_match(

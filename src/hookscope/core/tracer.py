@@ -66,7 +66,7 @@ from hookscope.core.probe import (
 from hookscope.core.process import PROCESS
 from hookscope.core.records import Call, StopRecord, Trace
 from hookscope.core.run_facts import ModelState, cuda_devices, run_facts
-from hookscope.core.selectors import Selector, compile_selector, require_match
+from hookscope.core.selectors import Selector, chosen_modules, compile_selector
 from hookscope.core.table_reuse import ModelScan
 from hookscope.core.torch_private import call_impl_replaceable, global_module_hooks_present
 from hookscope.errors import HookscopeError, ProbeError, RunStopped, SpecError
@@ -156,6 +156,7 @@ class Tracer:
         self.model = model
         self.probes: list[Probe] = build_probes(flags, probes)
         self._matches = compile_selector(select) if select is not None else None
+        self._selects = self._matches  # the same, by any path of a module (on entry)
         self._select = select
         self._select_option = "select"  # how the caller named it (breakpoint: at=)
         self._plan_dispatch()
@@ -283,9 +284,9 @@ class Tracer:
         if self._active:
             raise HookscopeError("this Tracer is already active; create a new Tracer instead")
         table = module_table(self.model, extra_repr=False)
-        if self._matches is not None:
-            require_match(self._select, self._matches, [p for p, _ in table.members],
-                          type(self.model).__name__, option=self._select_option)
+        self._selects = None if self._matches is None else chosen_modules(
+            self._select, self._matches, table, type(self.model).__name__,
+            option=self._select_option)
         # A lazy module's parameters have no shape until the first forward (counted as
         # 0 elements): count them again on exit, once materialised (before a run for
         # the caller makes them lazy again: ModelState).
@@ -294,8 +295,8 @@ class Tracer:
             model=table.summary, modules=table.modules, probes=[p.name for p in self.probes],
             meta=run_facts(table),
         )
-        if self._matches is not None:  # what a view may call unobserved, not "not called"
-            self.trace.meta["selected"] = [p for p, _ in table.members if self._matches(p)]
+        if self._selects is not None:  # what a view may call unobserved, not "not called"
+            self.trace.meta["selected"] = [p for p, _ in table.members if self._selects(p)]
         self._stack.clear()
         self._overhead_at_start.clear()
         self._failures = FailureTracker(self.trace.calls)
@@ -622,12 +623,12 @@ class Tracer:
             and not self._exit_replacers and not global_module_hooks_present()
             and call_impl_replaceable()
         )
-        plan = plan_calls(members, self._matches, fast, not self._needs_start, scan)
+        plan = plan_calls(members, self._selects, fast, not self._needs_start, scan)
         hooked = plan.hooked
         if plan.entries:  # the stand-in reads them (core/fast_path.py)
             fast_handle = install_call_path(self, plan)
             if fast_handle is None:  # another tracer's stand-in is there: plain hooks
-                hooked = plan_calls(members, self._matches, False, False).hooked
+                hooked = plan_calls(members, self._selects, False, False).hooked
             else:
                 add(fast_handle)
         if not hooked:

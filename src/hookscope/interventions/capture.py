@@ -30,6 +30,7 @@ from torch.utils._pytree import tree_leaves
 from hookscope.core.failures import describe_failure
 from hookscope.core.inputs import parse_device
 from hookscope.core.meta import is_on_meta
+from hookscope.core.module_table import module_paths
 from hookscope.core.probe import Probe
 from hookscope.core.records import Call
 from hookscope.core.selectors import ModuleSelector, compile_module_selector
@@ -54,7 +55,9 @@ def selected_paths(model: nn.Module, select: ModuleSelector, *, api: str) -> set
         SpecError: a bad selector, or one that matches no module.
     """
     matches = compile_module_selector(select)
-    chosen = {path for path, module in model.named_modules() if matches(path, module)}
+    paths = module_paths(model)  # a module registered at several paths: by any of them
+    chosen = {path for path, module in model.named_modules()
+              if any(matches(p, module) for p in paths.get(path, (path,)))}
     if not chosen:
         examples = [p for p, _ in model.named_modules() if p][:4]
         raise SpecError(

@@ -25,6 +25,7 @@ from typing import Any
 
 from torch import nn
 
+from hookscope.core.module_table import module_paths
 from hookscope.core.probe import Probe
 from hookscope.core.records import Call
 from hookscope.core.selectors import ModuleSelector, compile_module_selector
@@ -63,6 +64,7 @@ def _plan(model: nn.Module, fns: Mapping[ModuleSelector, Callable[..., Any]],
         )
     plan: dict[str, list[Callable[..., Any]]] = {}
     modules = list(model.named_modules())
+    paths = module_paths(model)
     for select, fn in fns.items():
         if not callable(fn):
             raise SpecError(f"{api}: the value for {select!r} must be a function, got {fn!r}")
@@ -74,7 +76,8 @@ def _plan(model: nn.Module, fns: Mapping[ModuleSelector, Callable[..., Any]],
                 "hookscope.patch on the module before it"
             )
         matches = compile_module_selector(select)
-        hit = [path for path, module in modules if matches(path, module)]
+        hit = [path for path, module in modules  # a shared module: by any of its paths
+               if any(matches(p, module) for p in paths.get(path, (path,)))]
         if not hit:
             examples = [p for p, _ in modules if p][:4]
             raise SpecError(
