@@ -720,3 +720,49 @@ def test_load_model_leaves_the_caller_s_random_stream_alone() -> None:
     torch.manual_seed(123)
     load_model("torchvision:resnet18", device="meta")
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_error_transformers_unknown_sub_config_override() -> None:
+    """A typo under text_config. was dropped silently: the full default CLIP was built."""
+    spec_error("transformers:clip", "CLIPTextConfig (text_config) has no setting "
+               "'num_hiden_layers'", "close matches: num_hidden_layers",
+               config={"text_config.num_hiden_layers": 1}, device="meta")
+
+
+TINY_BERT = ("num_hidden_layers=1,hidden_size=32,num_attention_heads=4,intermediate_size=64,"
+             "vocab_size=100")
+TINY_T5 = "num_layers=1,d_model=32,d_kv=8,d_ff=64,num_heads=4,vocab_size=100"
+
+
+def test_named_index_and_mask_inputs_are_integers_as_transformers_expects() -> None:
+    """attention_mask=1,8 was a float32 random normal mask, decoder_input_ids=1,4 floats."""
+    from hookscope.cli.running import prepare
+
+    bert = prepare("transformers:bert",
+                   inputs=["1,8", "attention_mask=1,8", "token_type_ids=1,8"],
+                   config=TINY_BERT, device=None)
+    assert torch.equal(bert.kwargs["attention_mask"], torch.ones(1, 8, dtype=torch.int64))
+    types = bert.kwargs["token_type_ids"]
+    assert types.dtype == torch.int64 and set(types.flatten().tolist()) <= {0, 1}
+    t5 = prepare("transformers:t5", inputs=["1,8", "decoder_input_ids=1,4"], config=TINY_T5,
+                 device=None)
+    ids = t5.kwargs["decoder_input_ids"]
+    assert ids.dtype == torch.int64 and int(ids.min()) >= 0 and int(ids.max()) < 100
+
+
+@pytest.mark.parametrize(("spec", "config"), [
+    # positions counted from padding_idx + 1: two fewer tokens fit than the table has rows
+    ("transformers:roberta", TINY_BERT + ",max_position_embeddings=16"),
+    # a decoder vocabulary of its own, smaller than the encoder's
+    ("transformers:marian/seq2seq-lm", "encoder_layers=1,decoder_layers=1,d_model=32,"
+     "encoder_attention_heads=4,decoder_attention_heads=4,encoder_ffn_dim=64,decoder_ffn_dim=64,"
+     "vocab_size=100,decoder_vocab_size=50,pad_token_id=0,decoder_start_token_id=0,"
+     "share_encoder_decoder_embeddings=false"),
+])
+def test_default_inputs_fit_the_model(spec: str, config: str) -> None:
+    import hookscope
+    from hookscope.cli.running import prepare
+
+    prepared = prepare(spec, inputs=[], config=config, device=None)
+    summary = hookscope.summary(prepared.loaded.model, *prepared.args, kwargs=prepared.kwargs)
+    assert summary.trace.error is None and summary.trace.calls

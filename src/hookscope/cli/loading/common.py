@@ -231,6 +231,8 @@ def complete_input_specs(loaded: LoadedModel, specs: list[InputSpec]) -> list[In
         if not spec.explicit_dtype:
             if main is not None and (spec.name == main.name or (spec.name is None and i == 0)):
                 spec = replace(spec, dtype=main.dtype)
+            elif _integer_input(spec.name):
+                spec = replace(spec, dtype=torch.int64)
             elif spec.dtype.is_floating_point:
                 spec = replace(spec, dtype=floating)
         out.append(spec)
@@ -242,6 +244,13 @@ def complete_input_specs(loaded: LoadedModel, specs: list[InputSpec]) -> list[In
         shape = first[:2] if len(first) >= 2 and out[0].dtype == torch.int64 else None
         out.append(replace(companion, shape=shape or (first[:1] + companion.shape[1:])))
     return out
+
+
+def _integer_input(name: str | None) -> bool:
+    """An input that holds indices or a 0/1 mask by the transformers convention:
+    ``*_ids`` (``decoder_input_ids``, ``token_type_ids``, ``position_ids``) and
+    ``*attention_mask`` (``head_mask`` multiplies, and stays floating)."""
+    return name is not None and (name.endswith("_ids") or name.endswith("attention_mask"))
 
 
 def _embeds_given(name: str | None, given: set[str | None]) -> bool:

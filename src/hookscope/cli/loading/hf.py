@@ -178,6 +178,13 @@ def _nest(default: Any, overrides: dict[str, Any]) -> dict[str, Any]:
                 f"config override {key!r}: {type(default).__name__} has no sub-config "
                 f"{section!r}; write SECTION.KEY=VALUE only for sections such as text_config"
             )
+        if not hasattr(sub, field):  # NB: a sub-config keeps an unknown key, silently
+            known = [*sub.to_dict(), *getattr(sub, "attribute_map", {})]
+            raise SpecError(
+                f"{type(sub).__name__} ({section}) has no setting {field!r}"
+                f"{suggest(field, known)}; see transformers' {type(sub).__name__} for its "
+                "settings"
+            )
         if section not in out:
             out[section] = sub.to_dict()
         out[section][field] = _coerce(value, getattr(sub, field, None))

@@ -132,8 +132,26 @@ def _seq_len(config: Any) -> int:
         for attr in ("max_position_embeddings", "n_positions", "max_target_positions"):
             value = getattr(section, attr, None)
             if isinstance(value, int) and value > 0:
-                limits.append(value)
-    return min([DEFAULT_SEQ_LEN, *limits])
+                limits.append(value - _position_offset(section)
+                              if attr == "max_position_embeddings" else value)
+    return max(1, min([DEFAULT_SEQ_LEN, *limits]))
+
+
+#: Model types whose position ids start after the padding index (``padding_idx + 1``,
+#: transformers' ``create_position_ids_from_input_ids``): fewer tokens fit their
+#: position table than it has rows.
+_OFFSET_POSITIONS = frozenset({
+    "roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "roberta-prelayernorm",
+    "data2vec-text", "longformer", "ibert", "luke", "mpnet", "markuplm", "xmod",
+    "layoutlmv3", "esm",
+})
+
+
+def _position_offset(config: Any) -> int:
+    if getattr(config, "model_type", None) not in _OFFSET_POSITIONS:
+        return 0
+    pad = getattr(config, "pad_token_id", None)
+    return pad + 1 if isinstance(pad, int) and pad >= 0 else 0
 
 
 def _text_config(config: Any) -> Any:
@@ -142,6 +160,10 @@ def _text_config(config: Any) -> Any:
 
 
 def vocab_size(config: Any) -> int | None:
-    """The vocabulary size of the model's text part, ``None`` if it has none."""
+    """The vocabulary size of the model's text part, ``None`` if it has none; with a
+    decoder vocabulary of its own (Marian's ``decoder_vocab_size``), the smaller one:
+    every token id drawn is valid on both sides."""
     vocab = getattr(_text_config(config), "vocab_size", getattr(config, "vocab_size", None))
-    return vocab if isinstance(vocab, int) and vocab > 0 else None
+    decoder = getattr(config, "decoder_vocab_size", None)
+    sizes = [v for v in (vocab, decoder) if isinstance(v, int) and v > 0]
+    return min(sizes) if sizes else None
