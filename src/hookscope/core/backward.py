@@ -234,12 +234,14 @@ class BackwardWatch:
         (``backward(retain_graph=True)`` twice): the leaves are held weakly meanwhile.
         NB: hooked again as each call is entered, the outer call's hook comes first in
         that pass, and it ends a moment before the inner one."""
-        refs = [weakref.ref(t) for t in leaves]
+        # NB: a parameter (the model's own, alive as long as it) is held as it is: a weak
+        # reference would make torch.utils.swap_tensors refuse it (``Module._apply``)
+        refs = [t if isinstance(t, torch.nn.Parameter) else weakref.ref(t) for t in leaves]
         count = len(leaves)
         armed = [False]
 
         def arm() -> None:
-            found = [r() for r in refs]
+            found = [r if isinstance(r, torch.Tensor) else r() for r in refs]
             tensors = [t for t in found if t is not None]
             if armed[0] or len(tensors) < count:
                 return
