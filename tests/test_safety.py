@@ -1058,3 +1058,23 @@ def test_a_tensor_attribute_a_pre_hook_sets_is_put_back(run: str) -> None:
         getattr(hookscope, run)(model, x)
     assert model[2].weight is weight
     assert torch.equal(model[2].weight_u, u)
+
+
+def test_a_tracer_around_the_user_s_own_loop_keeps_what_the_loop_set() -> None:
+    """restore_state puts back flags, not what the user's own forward set: spectral
+    norm's weight was put back while its weight_u kept the loop's updates."""
+    def steps(model: nn.Module, tracer: bool) -> torch.Tensor:
+        torch.manual_seed(1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with (hookscope.Tracer(model, restore_state=True) if tracer
+              else contextlib.nullcontext()):
+            for _ in range(3):
+                model(torch.randn(3, 4)).sum().backward()
+                opt.step()
+                opt.zero_grad()
+        return model.weight.detach().clone()
+
+    torch.manual_seed(0)
+    plain = nn.utils.spectral_norm(nn.Linear(4, 2)).train()
+    traced = copy.deepcopy(plain)
+    assert torch.equal(steps(traced, True), steps(plain, False))

@@ -94,10 +94,19 @@ def test_patch_inputs_refuses_a_ready_made_patch_of_outputs(ready_made: Any) -> 
     with pytest.raises(hookscope.SpecError, match=r"ready-made patch of outputs"):
         hookscope.patch_inputs(model, {"0": ready_made})
     assert total_hooks(model) == 0
-    with pytest.raises(hookscope.ProbeError, match=r"returned a dict"), \
-            hookscope.patch_inputs(model, {"1": lambda m, args, kwargs: {}}):
-        model(torch.ones(2))
-    assert total_hooks(model) == 0
+
+
+class _TakesADict(nn.Module):
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return batch["x"] * 2
+
+
+def test_patch_inputs_may_return_one_dict_as_the_new_first_argument() -> None:
+    model = nn.Sequential(_TakesADict())
+    x = torch.ones(3)
+    with hookscope.patch_inputs(model, {"0": lambda m, args, kwargs: {"x": args[0]["x"] * 0}}):
+        assert torch.equal(model({"x": x}), torch.zeros(3))
+    assert torch.equal(model({"x": x}), x * 2) and total_hooks(model) == 0
 
 
 def test_ready_made_functions_against_oracles() -> None:

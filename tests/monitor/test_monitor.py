@@ -567,7 +567,8 @@ def test_value_clipping_a_sparse_gradient_is_a_spec_error_not_a_dispatch_error()
     class Sparse(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.e, self.out = nn.Embedding(10, 4, sparse=True), nn.Linear(4, 1)
+            # NB: the dense one first: clipped before the sparse one is met
+            self.out, self.e = nn.Linear(4, 1), nn.Embedding(10, 4, sparse=True)
 
         def forward(self, ids: torch.Tensor) -> torch.Tensor:
             return self.out(self.e(ids))
@@ -576,11 +577,15 @@ def test_value_clipping_a_sparse_gradient_is_a_spec_error_not_a_dispatch_error()
     model = Sparse()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     before = model.e.weight.detach().clone()
+    grads: dict[str, torch.Tensor] = {}
     with pytest.raises(hookscope.SpecError, match=r"cannot clamp the sparse gradient of "
                                                   r"'e.weight'.*clip_mode='norm'"), \
-            hookscope.GradientMonitor(model, optimizer=opt, clip={"e.weight": 0.01},
+            hookscope.GradientMonitor(model, optimizer=opt, clip={"**": 0.01},
                                       clip_mode="value"):
         model(torch.tensor([1, 2, 3])).sum().backward()
+        assert model.out.weight.grad is not None
+        grads["out"] = model.out.weight.grad.clone()
         opt.step()
     assert torch.equal(model.e.weight, before)  # refused before the optimizer stepped
+    assert torch.equal(model.out.weight.grad, grads["out"])  # and before any clamp
     assert total_hooks(model) == 0

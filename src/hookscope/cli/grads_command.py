@@ -116,6 +116,7 @@ def _train(prepared: Any, *, steps: int, lr: float, **thresholds: Any) -> Any:
     import torch
 
     import hookscope
+    from hookscope.core.failures import message
     from hookscope.core.tensors import iter_tensors
 
     net = prepared.loaded.model
@@ -140,7 +141,8 @@ def _train(prepared: Any, *, steps: int, lr: float, **thresholds: Any) -> Any:
                 torch.stack([t.sum() for t in roots]).sum().backward()  # type: ignore[no-untyped-call]
             except Exception as e:  # the model's own backward (the forward was checked)
                 raise hookscope.HookscopeError(
-                    f"the model's backward raised {type(e).__name__} at step {step}: {e}"
+                    f"the model's backward raised {type(e).__name__} at step {step}: "
+                    f"{message(e)}"
                 ) from e
             opt.step()
             opt.zero_grad()

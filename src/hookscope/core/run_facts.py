@@ -117,8 +117,10 @@ class ModelState:
         # the plain tensor attributes of modules with forward pre-hooks, which such a
         # hook may set anew on every forward (``nn.utils.spectral_norm``'s ``weight``,
         # weight norm's): put back by identity (NB: a scan without hooks has none)
+        # (only for a forward run for the caller, as the buffers: a user's own loop in
+        # a Tracer block keeps what it did, weight_u and weight alike)
         self.attributes: list[tuple[dict[str, Any], str, torch.Tensor]] = [] \
-            if scan is not None and scan.plain else [
+            if not buffers or (scan is not None and scan.plain) else [
                 (vars(m), k, v) for m in self.modules if m._forward_pre_hooks
                 for k, v in vars(m).items() if isinstance(v, torch.Tensor)
             ]

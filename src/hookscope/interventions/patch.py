@@ -131,12 +131,6 @@ class _InputPatch(Probe):
             if isinstance(new, tuple) and len(new) == 2 and isinstance(new[0], tuple) \
                     and isinstance(new[1], dict):
                 args, kwargs = new
-            elif isinstance(new, dict):
-                raise TypeError(
-                    f"a patch_inputs function returned a dict ({type(new).__name__}) for "
-                    f"{call.path or '<root>'!r}; return None, new positional arguments "
-                    "(a tuple or one value), or (args, kwargs)"
-                )
             else:
                 args = new if isinstance(new, tuple) else (new,)
             replaced = True

@@ -252,13 +252,15 @@ class GradientMonitor:
             return
         targets = [grads[j] for j, _ in chosen]
         if self._clip_mode == "value":
-            for g, (j, limit) in zip(targets, chosen, strict=True):
-                if g.layout != torch.strided:  # NB: torch has no clamp_ of a sparse tensor
+            # NB: every one checked before any is clamped: a refusal changes no .grad
+            for g, (j, _) in zip(targets, chosen, strict=True):
+                if g.layout != torch.strided:  # torch has no clamp_ of a sparse tensor
                     raise SpecError(
                         f"clip_mode='value' cannot clamp the sparse gradient of "
                         f"{self.names[index[j]]!r} (an nn.Embedding(sparse=True)?); use "
                         "clip_mode='norm' for it, or leave it out of clip="
                     )
+            for g, (_, limit) in zip(targets, chosen, strict=True):
                 g.clamp_(-limit, limit)
             return
         coefs = [(limit / (norms[j] + _EPS)).clamp(max=1.0) for j, limit in chosen]
