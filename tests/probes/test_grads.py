@@ -501,3 +501,26 @@ def test_a_tensor_passed_or_returned_several_times_counts_once_in_the_norms() ->
         torch.full_like(y, 2.0).norm().item(), rel=1e-6)
     assert trace[""].grad_output_norm == pytest.approx(
         torch.full_like(y, 2.0).norm().item(), rel=1e-6)
+
+
+class _TwoHeads(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body, self.h1, self.h2 = nn.Linear(4, 4), nn.Linear(4, 1), nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        z = self.body(x)
+        return self.h1(z), self.h2(z)
+
+
+def test_a_head_the_loss_ignores_is_unused_as_ddp_says() -> None:
+    torch.manual_seed(0)
+    model, x = _TwoHeads(), torch.randn(3, 4)
+    trace = hookscope.trace(model, x, backward=True, loss=lambda out: out[0].sum())
+    assert {s.path: s.status for s in trace.param_grads}["h2.weight"] == "unused"
+    with hookscope.Tracer(model, grads=True) as tracer:
+        model(x)[0].sum().backward()
+    assert tracer.trace is not None
+    status = {s.path: s.status for s in tracer.trace.param_grads}
+    assert status["h2.weight"] == "unused" and status["h1.weight"] == "ok"
+    model.zero_grad(set_to_none=True)

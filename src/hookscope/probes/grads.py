@@ -24,11 +24,11 @@ sparse gradient's statistics cover all its elements, implicit zeros too; a compl
 one's are of its magnitudes (the mean is the mean magnitude). The
 parameter list (``trace.param_grads``) also holds parameters that got no gradient:
 ``frozen`` (``requires_grad=False``: no gradient, said so, not zero), ``unused``
-(``requires_grad=True``, no gradient arrived although a backward ran, and the outputs
-of the model's outermost calls do not depend on it: what DDP's
-``find_unused_parameters`` error is about) and ``no_backward`` (no backward asked for
-its gradient). A tied parameter is one entry, at its
-first path, with the other paths as ``aliases``.
+(``requires_grad=True``, no gradient arrived although a backward that asked for every
+parameter ran: what DDP's ``find_unused_parameters`` error is about) and
+``no_backward`` (no backward asked for its gradient: none ran, or only
+``torch.autograd.grad`` for other tensors, and the model's outputs depend on it). A
+tied parameter is one entry, at its first path, with the other paths as ``aliases``.
 
 NB: backward times are host times (``perf_counter_ns``): exact on the CPU; on CUDA
 they time kernel launches, not the GPU's work. The probes' work in backward events
@@ -184,10 +184,11 @@ class GradsProbe(Probe):
         # call index -> (start ns, the engine's backward overhead clock then)
         self._open: dict[int, tuple[int, int]] = {}
         self._backward_seen = False
-        # which parameters the outputs of the outermost calls depend on (``_reachable``,
-        # walked when such a call ends: no graph is kept), for those that get no
-        # gradient; ``None`` until a call's output requires grad
+        # which parameters the model's outputs depend on (``_reachable``, walked when its
+        # root call ends: no graph is kept), for those that get no gradient from a
+        # backward that asked for some parameters only; ``None`` until such an output
         self._reached: set[int] | None = None
+        self._accumulated = False  # a backward accumulated into .grad (``.backward()``)
         self._tracer: Tracer | None = None
         self._timed = True  # not on the meta device, where nothing runs to be timed
 
@@ -207,7 +208,9 @@ class GradsProbe(Probe):
         self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
         output: Any, failed: bool,
     ) -> None:
-        if call.parent is None and not failed and torch.is_grad_enabled():
+        # NB: the model's own root call only: with select= there are many outermost
+        # calls, and a walk below each was quadratic
+        if not call.path and call.parent is None and not failed and torch.is_grad_enabled():
             roots = [t.grad_fn if t.grad_fn is not None else t for t in backward_roots(output)]
             if roots:
                 self._reached = _reachable(roots) | (self._reached or set())
@@ -243,6 +246,7 @@ class GradsProbe(Probe):
 
     def on_param_grad(self, grad: ParamGrad) -> None:
         self._backward_seen = True
+        self._accumulated = self._accumulated or grad.accumulated
         slot = self._params.get(id(grad.param))
         if slot is not None and isinstance(grad.grad, torch.Tensor):
             # NB: a gradient on the meta device has a shape but no values to measure, and
@@ -260,10 +264,14 @@ class GradsProbe(Probe):
         host = iter(_to_host(values))
         for call, name, _ in self._norms:
             call.facts[name] = next(host)[0]
-        # a parameter that got no gradient although a backward ran: unused if the
-        # outputs do not depend on it, else the backward did not ask for it
-        # (``torch.autograd.grad(loss, [some parameters])``)
-        reached = self._reached
+        # a parameter that got no gradient although a backward ran is unused (what DDP
+        # means: not used to produce the loss) when that backward asked for every
+        # parameter: ``.backward()``, or ``trace(backward=True)`` (the tracer runs
+        # nothing but the model and its backward). Where only torch.autograd.grad ran
+        # in the user's block, one the outputs depend on was not asked for
+        tracer = self._tracer
+        asked_all = self._accumulated or (tracer is not None and tracer._exclusive)
+        reached = None if asked_all else self._reached
         records: list[ParamGradStats] = []
         for key, slot in self._params.items():
             stats = next(host) if slot.values is not None else None
@@ -272,6 +280,7 @@ class GradsProbe(Probe):
         trace.facts["param_grads"] = records
         _set_self_times(trace)
         self._norms, self._params, self._reached = [], {}, None
+        self._accumulated = False
         self._tracer = None
 
 
