@@ -747,3 +747,25 @@ def test_an_outer_tracer_records_what_an_inner_replacing_and_recording_tracer_re
             (seen["out0"] + 100).relu().mean().item())
     assert outer.trace["2"].stats[0].mean == pytest.approx(inner.trace["2"].stats[0].mean)
     assert total_hooks(model) == 0
+
+
+class _KeepsOutputs(Probe):
+    name = "qa12_keeps"
+    replaces = True
+
+    def on_exit(self, call: Any, module: Any, args: Any, kwargs: Any, output: Any,
+                failed: bool) -> Any:
+        return None
+
+
+def test_a_replacing_tracer_records_what_a_hook_added_in_its_block_returned() -> None:
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Linear(4, 4), nn.ReLU()), torch.randn(2, 4)
+    with hookscope.Tracer(model, stats=True, shapes=False, probes=[_KeepsOutputs()]) as tracer:
+        handle = model[0].register_forward_hook(lambda m, a, out: out * 0 + 5)
+        out = model(x)
+        handle.remove()
+    assert tracer.trace is not None
+    assert tracer.trace["0"].stats[0].mean == pytest.approx(5.0)  # what the caller got
+    assert torch.equal(out, torch.full((2, 4), 5.0))
+    assert total_hooks(model) == 0

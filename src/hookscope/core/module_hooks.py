@@ -44,8 +44,11 @@ def make_module_pre_hook(
         tracer._enters or tracer._enter_replacers or tracer._watches_calls
     ) else None
     count = 0  # calls of this module so far (a module is registered once)
-    # NB: a tracer that replaces values, only or besides recording, runs before every
-    # other recording tracer's hooks: they record what the caller receives
+    # NB: a tracer that only replaces values (a patch) runs before every recording
+    # tracer's hooks; one that replaces and records, after every other hook (a user's
+    # may replace the output) but before other recording tracers': they all record
+    # what the caller receives
+    replaces_only = tracer._replaces_only
     replaces = bool(tracer._enter_replacers or tracer._exit_replacers)
     get_ident, thread = threading.get_ident, tracer._thread
     graph_task = torch_private.graph_task_id_function()
@@ -64,8 +67,10 @@ def make_module_pre_hook(
         if clocked:
             tracer.chain_start_ns = start
         hooks = module._forward_hooks
-        if replaces:
+        if replaces_only:
             before_recorders(hooks, post_id)
+        elif replaces:
+            after_hooks_before_recorders(hooks, post_id)
         elif next(reversed(hooks), post_id) != post_id and post_id in hooks:
             # A forward hook registered after ours (inside the ``with`` block) may
             # replace the output: run ours last, to record what the caller receives.
@@ -158,6 +163,23 @@ def before_recorders(
     items.insert(first, (post_id, hooks[post_id]))
     hooks.clear()
     hooks.update(items)
+
+
+def after_hooks_before_recorders(hooks: dict[int, Any], post_id: int) -> None:
+    """Put the hook of a tracer that replaces values and records after every hook
+    that is not a recording tracer's (a user's, a patch's: they may replace the output)
+    and before the other recording tracers' that follow them."""
+    if post_id not in hooks:
+        return
+    keys = [k for k in hooks if k != post_id]
+    last_plain = max((i for i, k in enumerate(keys) if k not in RECORDING_HOOKS), default=-1)
+    at = next((i for i, k in enumerate(keys) if i > last_plain and k in RECORDING_HOOKS),
+              len(keys))
+    order = [*keys[:at], post_id, *keys[at:]]
+    if order != list(hooks):
+        items = [(k, hooks[k]) for k in order]
+        hooks.clear()
+        hooks.update(items)
 
 
 def make_module_post_hook(tracer: Tracer) -> Callable[..., Any]:
