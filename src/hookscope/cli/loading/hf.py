@@ -178,7 +178,7 @@ def _nest(default: Any, overrides: dict[str, Any]) -> dict[str, Any]:
                 f"config override {key!r}: {type(default).__name__} has no sub-config "
                 f"{section!r}; write SECTION.KEY=VALUE only for sections such as text_config"
             )
-        if not hasattr(sub, field):  # NB: a sub-config keeps an unknown key, silently
+        if not hasattr(sub, field) and _kept_as_unknown(sub, field, value):
             known = [*sub.to_dict(), *getattr(sub, "attribute_map", {})]
             raise SpecError(
                 f"{type(sub).__name__} ({section}) has no setting {field!r}"
@@ -189,6 +189,17 @@ def _nest(default: Any, overrides: dict[str, Any]) -> dict[str, Any]:
             out[section] = sub.to_dict()
         out[section][field] = _coerce(value, getattr(sub, field, None))
     return out
+
+
+def _kept_as_unknown(sub: Any, field: str, value: object) -> bool:
+    """Whether ``sub``'s class keeps ``field=value`` as a new attribute (a typo: it is
+    silently dropped) rather than consume it (llama's ``rope_theta``, moved into
+    ``rope_parameters``), as the top level tells them apart."""
+    try:
+        built = type(sub)(**{**sub.to_dict(), field: value})
+    except Exception:  # invalid: the model's own config says so when it is built
+        return False
+    return hasattr(built, field)
 
 
 def _coerce(value: object, default: object) -> object:
