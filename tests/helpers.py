@@ -476,3 +476,16 @@ def tensors_in(value: Any) -> list[torch.Tensor]:
     if hasattr(value, "__dataclass_fields__"):
         return [t for f in value.__dataclass_fields__ for t in tensors_in(getattr(value, f))]
     return []
+
+
+class FailsInBackward(torch.autograd.Function):
+    """The identity, whose backward raises ``RuntimeError("boom in backward")``: a model
+    that fails in its backward pass only."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x * 1
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("boom in backward")

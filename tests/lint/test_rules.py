@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 import hookscope
+from helpers import FailsInBackward
 from hookscope.lint import Severity
 from hookscope.lint.rules import load_rules
 
@@ -304,23 +305,13 @@ def test_a_layer_inside_a_torchscript_submodule_is_not_a_forgotten_one() -> None
     assert found == [("HS502", "", "unused")]
 
 
-class _FailsBackward(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
-        return x * 1
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
-        raise RuntimeError("boom in backward")
-
-
 class _BadBackward(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.fc = nn.Linear(4, 4)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _FailsBackward.apply(self.fc(x))
+        return FailsInBackward.apply(self.fc(x))
 
 
 def test_a_backward_that_raises_is_a_model_run_error() -> None:

@@ -14,7 +14,13 @@ import torch
 from torch import nn
 
 import hookscope
-from helpers import assert_state_unchanged, count_hooks, snapshot_state, total_hooks
+from helpers import (
+    FailsInBackward,
+    assert_state_unchanged,
+    count_hooks,
+    snapshot_state,
+    total_hooks,
+)
 from hookscope.render.trace_table import render_trace
 
 
@@ -396,19 +402,9 @@ def test_a_parent_returning_its_child_s_output_has_at_least_the_child_s_backward
         assert inner.backward_self_ns == max(0, inner.backward_ns - children)
 
 
-class _FailsBackward(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
-        return x * 1
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
-        raise RuntimeError("boom in backward")
-
-
 class _BadBackward(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _FailsBackward.apply(x)
+        return FailsInBackward.apply(x)
 
 
 def test_a_failing_backward_is_said_to_be_the_backward_and_names_its_module() -> None:
