@@ -546,11 +546,25 @@ def test_parse_config_overrides_values() -> None:
         "eps": -1.5e-6,
     }
     assert parse_config_overrides("") == {}
+    # lists (Swin's depths, ConvNeXt's hidden_sizes) keep their commas
+    assert parse_config_overrides("image_size=32,depths=[1, 1],sizes=[[8,16],[]],x=2") == {
+        "image_size": 32, "depths": [1, 1], "sizes": [[8, 16], []], "x": 2,
+    }
+
+
+def test_a_list_override_builds_a_small_swin() -> None:
+    loaded = load_model("transformers:swin", config=parse_config_overrides(
+        "image_size=32,patch_size=4,embed_dim=16,depths=[1,1],num_heads=[2,2],window_size=2"),
+        device="meta")
+    model: Any = loaded.model
+    assert list(model.config.depths) == [1, 1] and len(model.encoder.layers) == 2
 
 
 @pytest.mark.parametrize(
     ("text", "fragment"),
     [
+        ("depths=[1,1", "a '[' is not closed"),
+        ("a=1]", "a ']' closes no '['"),
         ("hidden_size", "'hidden_size' is not of the form KEY=VALUE"),
         ("hidden_size=", "'hidden_size=' is not of the form KEY=VALUE"),
         ("=3", "'=3' is not of the form KEY=VALUE"),

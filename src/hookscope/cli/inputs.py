@@ -112,19 +112,21 @@ def suggest(name: str, choices: Sequence[str]) -> str:
 def parse_config_overrides(text: str) -> dict[str, object]:
     """Parse ``KEY=VALUE,KEY=VALUE`` config overrides.
 
-    Values are read as int, float, ``true``/``false``/``none`` (any case), or else a
-    string; quote a value (``'1'``) to keep it a string. ``SECTION.KEY`` sets a value of
-    a sub-config (``vision_config.image_size=32``).
+    Values are read as int, float, ``true``/``false``/``none`` (any case), a list in
+    brackets (``depths=[1,1]``, its items read the same way), or else a string; quote a
+    value (``'1'``) to keep it a string. ``SECTION.KEY`` sets a value of a sub-config
+    (``vision_config.image_size=32``).
 
     Raises:
-        SpecError: an item is not ``KEY=VALUE``, a key is not an identifier or repeats.
+        SpecError: an item is not ``KEY=VALUE``, a key is not an identifier or repeats,
+            or a bracket is not closed.
 
     Example:
         >>> parse_config_overrides("num_hidden_layers=2,rope_theta=1e4,tie_word_embeddings=false")
         {'num_hidden_layers': 2, 'rope_theta': 10000.0, 'tie_word_embeddings': False}
     """
     overrides: dict[str, object] = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
+    for item in filter(None, (part.strip() for part in _split_items(text))):
         key, sep, value = (s.strip() for s in item.partition("="))
         if not sep or not all(part.isidentifier() for part in key.split(".")) or not value:
             raise SpecError(
@@ -137,7 +139,30 @@ def parse_config_overrides(text: str) -> dict[str, object]:
     return overrides
 
 
+def _split_items(text: str) -> list[str]:
+    """``text`` split at the commas outside brackets (``depths=[1,1],x=2``)."""
+    items, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        if char == "[":
+            depth += 1
+        elif char == "]":
+            depth -= 1
+            if depth < 0:
+                raise SpecError(f"config overrides {text!r}: a ']' closes no '['")
+        elif char == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    if depth:
+        raise SpecError(f"config overrides {text!r}: a '[' is not closed; write lists "
+                        "as depths=[1,1]")
+    items.append(text[start:])
+    return items
+
+
 def _parse_value(text: str) -> object:
+    if text.startswith("[") and text.endswith("]"):
+        inner = text[1:-1].strip()
+        return [_parse_value(part.strip()) for part in _split_items(inner)] if inner else []
     constants: dict[str, object] = {"true": True, "false": False, "none": None}
     if text.lower() in constants:
         return constants[text.lower()]
