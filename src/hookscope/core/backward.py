@@ -76,8 +76,7 @@ def _leaves(tensors: Iterable[tuple[str, torch.Tensor]]) -> list[torch.Tensor]:
 
 def _once(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     """``tensors`` without repeats (by identity, in order)."""
-    seen: set[int] = set()
-    return [t for t in tensors if not (id(t) in seen or seen.add(id(t)))]  # type: ignore[func-returns-value]
+    return list({id(t): t for t in tensors}.values())  # NB: a dict keeps the first order
 
 
 class BackwardWatch:
