@@ -215,10 +215,10 @@ def test_a_run_that_stands_in_for_nn_module_never_hides_another_threads_stand_in
 ) -> None:
     # thread A stands in for nn.Linear while thread B, whose model holds a plain
     # nn.Module, is between its plan and its install: B must see A's stand-in there
-    import hookscope.core.tracer as tracer_module
+    import hookscope.core.observe as observe_module
 
     running, planned = threading.Event(), threading.Event()
-    install = tracer_module.install_call_path
+    install = observe_module.install_call_path
 
     def install_later(tracer: Any, plan: Any) -> Any:
         if threading.current_thread().name == "B":
@@ -226,7 +226,7 @@ def test_a_run_that_stands_in_for_nn_module_never_hides_another_threads_stand_in
             running.wait(5)
         return install(tracer, plan)
 
-    monkeypatch.setattr(tracer_module, "install_call_path", install_later)
+    monkeypatch.setattr(observe_module, "install_call_path", install_later)
     x, found = torch.randn(2, 3), {}
 
     def run_a() -> None:

@@ -27,7 +27,6 @@ Failure attribution is in ``core/failures.py``, process-wide settings in
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections.abc import Callable, Iterable
 from time import perf_counter_ns
@@ -40,35 +39,19 @@ from torch.nn.parameter import is_lazy
 
 from hookscope.core import torch_private
 from hookscope.core.backward import BackwardWatch
+from hookscope.core.dispatch_plan import plan_dispatch, plan_starts, probe_error
 from hookscope.core.failures import FailureTracker, add_note, describe_failure
-from hookscope.core.fast_path import install_call_path, plan_calls
 from hookscope.core.handles import CallbackHandle, HandleGroup
 from hookscope.core.internal import internal_work, is_internal
 from hookscope.core.internal import shared as _shared
-from hookscope.core.module_hooks import (
-    RECORDING_HOOKS,
-    RECORDING_PRE_HOOKS,
-    before_recorders,
-    make_module_post_hook,
-    make_module_pre_hook,
-)
 from hookscope.core.module_table import ModuleTable, module_table
 from hookscope.core.node_owners import NodeOwners
-from hookscope.core.probe import (
-    BACKWARD_EVENTS,
-    PROBES,
-    Probe,
-    ProbeSpec,
-    build_probes,
-    exit_callback,
-    overrides,
-)
+from hookscope.core.observe import observe_module_calls
+from hookscope.core.probe import BACKWARD_EVENTS, PROBES, Probe, ProbeSpec, build_probes
 from hookscope.core.process import PROCESS
 from hookscope.core.records import Call, StopRecord, Trace
 from hookscope.core.run_facts import ModelState, cuda_devices, run_facts
 from hookscope.core.selectors import Selector, chosen_modules, compile_selector
-from hookscope.core.table_reuse import ModelScan
-from hookscope.core.torch_private import call_impl_replaceable, global_module_hooks_present
 from hookscope.errors import HookscopeError, ProbeError, RunStopped, SpecError
 
 __all__ = ["ProbeSpec", "Tracer", "describe_failure", "internal_work", "is_internal"]
@@ -159,7 +142,16 @@ class Tracer:
         self._selects = self._matches  # the same, by any path of a module (on entry)
         self._select = select
         self._select_option = "select"  # how the caller named it (breakpoint: at=)
-        self._plan_dispatch()
+        plan = plan_dispatch(self.probes)
+        self._enters: list[Callable[..., Any]] = []  # set on entry (plan_starts)
+        self._enter_replacers, self._exit_replacers = plan.enter_replacers, plan.exit_replacers
+        self._exits, self._backward_probes = plan.exits, plan.backward_probes
+        self._backward_handlers, self._watches_calls = plan.backward_handlers, plan.watches_calls
+        self._replaces_only, self._installs_keep_modules = (
+            plan.replaces_only, plan.installs_keep_modules)
+        self._clocked, self._guarded, self._marks_work = (
+            plan.clocked, plan.guarded, plan.marks_work)
+        self._needs_start = False
         self._handles = HandleGroup()
         self._stack: list[_Frame] = []
         self._restore_state = restore_state
@@ -205,78 +197,6 @@ class Tracer:
         #: from the one walk of the model the tracer makes).
         self.cuda_devices: list[torch.device] = []
         self.trace: Trace | None = None
-
-    def _plan_dispatch(self) -> None:
-        """Which probe callbacks run for which event, from what the probes declare.
-
-        NB: one loop over the probes (a tracer is made on every run)."""
-        self._enters: list[Callable[..., Any]] = []  # set on entry: see _plan_starts
-        enter_replacers: list[Callable[..., Any]] = []
-        exit_replacers: list[Callable[..., Any]] = []
-        exits: list[Callable[..., Any]] = []
-        backward_probes: list[Probe] = []
-        # each backward event goes to the probes that override it; hooks on the calls'
-        # tensors only when one wants a call's backward, on parameters for on_param_grad
-        handlers: dict[str, list[Callable[..., Any]]] = {e: [] for e in BACKWARD_EVENTS}
-        records_starts = clocked = guarded = marks_work = False
-        keeps_modules = True
-        for p in self.probes:
-            keeps_modules = keeps_modules and (
-                type(p).install is Probe.install or not p.install_touches_modules
-            )
-            enters, leaves = overrides(p, "on_enter"), overrides(p, "on_exit")
-            if p.replaces:
-                if enters:
-                    enter_replacers.append(p.on_enter)
-                if leaves:
-                    exit_replacers.append(exit_callback(p))
-            else:
-                records_starts = records_starts or enters
-                if leaves:
-                    exits.insert(0, exit_callback(p))  # in reverse probe order
-            if type(p).needs_backward():
-                backward_probes.append(p)
-                for event in BACKWARD_EVENTS:
-                    if overrides(p, event):
-                        handlers[event].append(getattr(p, event))
-            # Hot-path switches: keep the overhead clock only for probes that subtract
-            # it (timing), and mark probe work as internal only while a probe that
-            # watches the dispatched ops (ops) is active, in this tracer or in one it
-            # is nested in.
-            clocked = clocked or p.uses_overhead_clock
-            guarded = guarded or p.watches_ops
-            marks_work = marks_work or p.watches_ops or p.watches_tensor_work
-        self._enter_replacers, self._exit_replacers = enter_replacers, exit_replacers
-        self._exits, self._backward_probes = exits, backward_probes
-        self._backward_handlers = handlers
-        self._watches_calls = bool(handlers["on_backward_enter"] or handlers["on_backward_exit"])
-        # a tracer of patches alone (``patch``, ``patch_inputs``): its hooks go before
-        # every recording tracer's (core/module_hooks.py)
-        self._replaces_only = bool(exit_replacers or enter_replacers) and not (
-            exits or records_starts
-        )
-        self._needs_start = False
-        self._clocked, self._guarded = clocked, guarded
-        #: some probe must tell probe work from the model's: the dispatch marks it
-        self._marks_work = marks_work
-        #: no probe's install changes the modules: what the table's check read of them
-        #: on entry holds for the plan (``core/fast_path.py``)
-        self._installs_keep_modules = keeps_modules
-
-    def _plan_starts(self) -> None:
-        """Which probes see calls start, from what they need once installed (the timing
-        probe needs a start event only for CUDA events)."""
-        starting: list[Probe] = []
-        for p in self.probes:
-            try:
-                if p.needs_start() or p.replaces or p.watches_ops:
-                    starting.append(p)
-            except Exception as e:
-                raise _probe_error(p, "needs_start", None, e) from e
-        self._enters = [
-            p.on_enter for p in starting if overrides(p, "on_enter") and not p.replaces
-        ]
-        self._needs_start = bool(starting)
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -350,10 +270,10 @@ class Tracer:
             except _CONTROL:
                 raise
             except Exception as e:
-                raise _probe_error(probe, "install", None, e) from e
-        self._plan_starts()
-        self._register_module_hooks(
-            table.members, table.scan if self._installs_keep_modules else None
+                raise probe_error(probe, "install", None, e) from e
+        self._enters, self._needs_start = plan_starts(self.probes)
+        observe_module_calls(
+            self, table.members, table.scan if self._installs_keep_modules else None
         )
         if self._guarded or (self._marks_work and not self._saves_nothing):
             _shared.watchers[0] += 1
@@ -395,11 +315,11 @@ class Tracer:
         try:
             self._finalize_probes(trace)
             self._overhead_at_start.clear()
-        except ProbeError as probe_error:
+        except ProbeError as also:
             if exc is None or isinstance(exc, _CONTROL):
                 raise
             # the model's own exception is the one to report; say what else went wrong
-            add_note(exc, f"hookscope: also, {probe_error}")
+            add_note(exc, f"hookscope: also, {also}")
         if isinstance(control, (ProbeError, RunStopped)):
             control.trace = trace
             # the model swallowed one: the run still stopped (but one that left the model
@@ -417,7 +337,7 @@ class Tracer:
             try:
                 probe.finalize(trace)
             except Exception as e:  # finalise the others, then report the first
-                error = error or _probe_error(probe, "finalize", None, e)
+                error = error or probe_error(probe, "finalize", None, e)
         if error is not None:
             error.trace = trace
             raise error
@@ -592,7 +512,7 @@ class Tracer:
         elif isinstance(error, ProbeError):
             return error
         else:
-            found = _probe_error(probe, event, call, error)
+            found = probe_error(probe, event, call, error)
         self._control = found
         # raised out of a backward, or out of the model's own root call: the code in the
         # block gets it (and may handle it); anywhere else, the model may swallow it
@@ -611,43 +531,6 @@ class Tracer:
             self._undelivered = None
 
     # -- hooks -------------------------------------------------------------------
-
-    def _register_module_hooks(
-        self, members: list[tuple[str, nn.Module]], scan: ModelScan | None = None
-    ) -> None:
-        add = self._handles.add
-        # Exclusive runs observe hook-free modules in a stand-in for Module._call_impl,
-        # and record torch.nn leaves whole at their end when no probe needs a start.
-        fast = (
-            self._exclusive and not self._watches_calls and not self._enter_replacers
-            and not self._exit_replacers and not global_module_hooks_present()
-            and call_impl_replaceable()
-        )
-        plan = plan_calls(members, self._selects, fast, not self._needs_start, scan)
-        hooked = plan.hooked
-        if plan.entries:  # the stand-in reads them (core/fast_path.py)
-            fast_handle = install_call_path(self, plan)
-            if fast_handle is None:  # another tracer's stand-in is there: plain hooks
-                hooked = plan_calls(members, self._selects, False, False).hooked
-            else:
-                add(fast_handle)
-        if not hooked:
-            return
-        post_hook = make_module_post_hook(self)  # one function: it finds its call on the stack
-        for path, module in hooked:
-            post = module.register_forward_hook(post_hook, with_kwargs=True, always_call=True)
-            add(post)
-            if not self._replaces_only:
-                RECORDING_HOOKS.add(post.id)
-                add(CallbackHandle(functools.partial(RECORDING_HOOKS.discard, post.id)))
-            pre_hook = make_module_pre_hook(self, path, type(module).__name__, post.id)
-            pre = module.register_forward_pre_hook(pre_hook, with_kwargs=True)
-            add(pre)
-            if not self._replaces_only:
-                RECORDING_PRE_HOOKS.add(pre.id)
-                add(CallbackHandle(functools.partial(RECORDING_PRE_HOOKS.discard, pre.id)))
-            if self._enter_replacers:  # inputs replaced inside a recording block: first
-                before_recorders(module._forward_pre_hooks, pre.id, RECORDING_PRE_HOOKS)
 
     def _unwind(self, module: nn.Module) -> _Frame | None:
         """The frame of ``module``'s call when it is not on top of the stack: a pre-hook
@@ -688,15 +571,6 @@ def _as_inputs(result: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
     raise TypeError(
         f"on_enter must return None or (args, kwargs) with args a tuple and kwargs a dict, "
         f"got {type(result).__name__}"
-    )
-
-
-def _probe_error(probe: Any, event: str, call: Call | None, error: BaseException) -> ProbeError:
-    name = probe.name if isinstance(probe, Probe) else "?"
-    cls = type(probe).__name__ if probe is not None else "unknown probe"
-    return ProbeError(
-        probe=name, probe_class=cls, event=event, path=None if call is None else call.path,
-        call_index=None if call is None else call.call_index, error=error,
     )
 
 
