@@ -262,6 +262,31 @@ def test_a_probe_stops_the_run_early_and_the_caller_gets_the_partial_trace() -> 
     assert_state_unchanged(state, model)
 
 
+@pytest.mark.parametrize("in_tracer", [False, True])
+def test_the_call_a_probe_stopped_in_is_recorded_by_every_other_probe(in_tracer: bool) -> None:
+    """The stop takes effect once the call's exit event reached every recording probe:
+    the stopped call keeps its shapes (the shapes probe runs after a later probe's
+    exit), and the caption says who stopped the run, where and why."""
+    model = Counting()
+    x = torch.randn(2, 4)
+    expected = model.layers[1](model.layers[0](x))  # the real output, the oracle
+    with pytest.raises(hookscope.RunStopped) as info:
+        if in_tracer:
+            with hookscope.Tracer(model, stats=True, probes=[StopAtProbe("layers.1")]):
+                model(x)
+        else:
+            hookscope.trace(model, x, probes=[StopAtProbe("layers.1")])
+    trace = info.value.trace
+    assert trace is not None
+    stopped = trace["layers.1"]
+    assert [m.shape for m in stopped.outputs] == [tuple(expected.shape)]
+    assert [m.shape for m in stopped.inputs] == [tuple(x.shape)]
+    assert stopped.stats and stopped.stats[0].numel == expected.numel()
+    caption = str(trace).splitlines()[-1]
+    assert "STOPPED in 'layers.1' by probe 'stop_at_test': found what it was looking for" \
+        in caption
+
+
 class BrokenProbe(Probe):
     name = "broken_test"
 

@@ -328,7 +328,7 @@ def make_traced_call(
                 for fn in exits:
                     fn(call, module, args, kwargs, output, False)
             except Exception as e:
-                raise exit_failed(e, fn, call) from e
+                raise exit_failed(e, fn, call, module, args, kwargs, output, False) from e
         now = perf_counter_ns()
         clock[0] = now - origin
         if clocked:

@@ -27,6 +27,7 @@ Failure attribution is in ``core/failures.py``, process-wide settings in
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterable
 from time import perf_counter_ns
@@ -462,7 +463,7 @@ class Tracer:
             for fn in self._exits:
                 fn(call, module, args, kwargs, output, failed)
         except Exception as e:
-            raise self._exit_failed(e, fn, call) from e
+            raise self._exit_failed(e, fn, call, module, args, kwargs, output, failed) from e
         finally:
             if guarded:
                 shared.internal -= 1
@@ -473,8 +474,23 @@ class Tracer:
                 self._backward.watch_outputs(call, output)
         return replaced
 
-    def _exit_failed(self, error: Exception, fn: Any, call: Call) -> Exception:
-        """The exception to raise when the exit callback ``fn`` raised ``error``."""
+    def _exit_failed(
+        self, error: Exception, fn: Any, call: Call, module: nn.Module,
+        args: tuple[Any, ...], kwargs: dict[str, Any], output: Any, failed: bool,
+    ) -> Exception:
+        """The exception to raise when the exit callback ``fn`` raised ``error``. A stop
+        takes effect once every recording probe has seen the call end: the call it
+        stopped in is recorded whole (its shapes too)."""
+        if isinstance(error, RunStopped):
+            exits = self._exits
+            rest = exits[exits.index(fn) + 1:] if fn in exits else exits
+            other: Any = None
+            try:
+                for other in rest:
+                    with contextlib.suppress(RunStopped):  # stopping already
+                        other(call, module, args, kwargs, output, failed)
+            except Exception as e:  # a probe that fails is reported, as ever
+                fn, error = other, e
         if self._backward is not None:
             self._backward.forget(call)
         return self._failed(error, fn, "on_exit", call)

@@ -27,6 +27,19 @@ def path_text(path: str | None) -> str:
     return ROOT if path == "" else str(path)
 
 
+def ended_early(trace: Trace) -> list[str]:
+    """The caption's word on a run that did not end normally: where the model raised
+    (``FAILED in 'x': ...``), or which probe stopped it, where and why."""
+    err, stop = trace.error, trace.stop
+    if err is not None:
+        where = "outside any module" if err.path is None else f"in {path_text(err.path)!r}"
+        return [f"FAILED {where}: {err.exception_type}: {err.message}"]
+    if stop is not None:
+        where = "outside any module" if stop.path is None else f"in {path_text(stop.path)!r}"
+        return [f"STOPPED {where} by probe {stop.probe!r}: {stop.reason}"]
+    return []
+
+
 def short_name(path: str) -> str:
     """The last part of ``path``, with its list when that part is an index (``h.0``)."""
     parts = path.split(".")

@@ -19,8 +19,8 @@ from hookscope.core.records import Call, FlopCount, TensorMeta, Trace
 from hookscope.render.fold import Folded, Row, folded_rows, tree_rows
 from hookscope.render.grid import Grid, GridColumn, labelled_min, shorten_labelled
 from hookscope.render.labels import (
+    ended_early,
     fold_text,
-    path_text,
     shapes_cell,
     tied_here,
     tied_names,
@@ -110,10 +110,7 @@ class Summary:
             from hookscope.render.trace_table import depth_caption
 
             parts.extend(depth_caption(trace, self.depth, fold=self.fold))
-        if trace.error is not None:
-            err = trace.error
-            parts.append(f"FAILED in {path_text(err.path)!r}: {err.exception_type}: "
-                         f"{err.message}")
+        parts.extend(ended_early(trace))
         return parts
 
     def notes(self, rows: Sequence[Row]) -> list[str]:

@@ -32,7 +32,7 @@ from hookscope.render.columns import (
 )
 from hookscope.render.fold import Folded, Row, folded_rows, hidden_deeper, tree_rows
 from hookscope.render.grid import Grid, GridColumn, labelled_min, shorten_labelled
-from hookscope.render.labels import fold_text, path_text, tree_text
+from hookscope.render.labels import ended_early, fold_text, tree_text
 from hookscope.render.table import DEFAULT_WIDTH, GridTable, tree_column
 from hookscope.render.units import format_stat, format_time
 
@@ -206,10 +206,7 @@ def _caption(
     parts.append(f"params: {trace.model.params_total:,}")
     if trace.total_time_ns is not None:
         parts.append(f"time: {format_time(trace.total_time_ns, ascii=ascii)}")
-    err = trace.error
-    if err is not None:
-        where = "outside any module" if err.path is None else f"in {path_text(err.path)!r}"
-        parts.append(f"FAILED {where}: {err.exception_type}: {err.message}")
+    parts.extend(ended_early(trace))
     return parts
 
 
