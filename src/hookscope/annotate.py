@@ -19,12 +19,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from hookscope.core.records import Trace
+from hookscope.core.tracer import check_model
+from hookscope.errors import SpecError
 from hookscope.render.annotate import NOT_CALLED, module_notes
 
 if TYPE_CHECKING:
     from torch import nn
 
-    from hookscope.core.records import Trace
 
 __all__ = ["annotated_repr"]
 
@@ -51,10 +53,17 @@ def annotated_repr(
 
     Raises:
         RenderError: an unknown field name.
+        SpecError: ``model`` is not a module, or ``trace`` not a trace.
 
     Example:
         >>> print(hookscope.annotated_repr(model, hookscope.trace(model, x)))
     """
+    check_model(model)
+    if not isinstance(trace, Trace):
+        raise SpecError(
+            f"annotated_repr(model, trace) takes the trace of the model second, got "
+            f"{type(trace).__name__}; pass hookscope.trace(model, x)"
+        )
     notes = module_notes(trace, fields)  # NB: raises before the model is touched
     saved: list[tuple[nn.Module, object]] = []
     try:

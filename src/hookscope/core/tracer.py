@@ -121,7 +121,7 @@ class Tracer:
         restore_state: bool = False,
         **options: bool,
     ) -> None:
-        _check_model(model)
+        check_model(model)
         flags = {"shapes": shapes, "time": time, "stats": stats, "memory": memory, "ops": ops}
         # NB: the built-in probes register themselves when hookscope.probes is imported,
         # which hookscope.api (behind hookscope.Tracer and hookscope.trace) does: the
@@ -564,7 +564,9 @@ class Tracer:
 # -- helpers --------------------------------------------------------------------------
 
 
-def _check_model(model: Any) -> None:
+def check_model(model: Any) -> None:
+    """Raise :class:`~hookscope.errors.SpecError` unless ``model`` is an ``nn.Module``
+    hookscope can observe (not a TorchScript module)."""
     if not isinstance(model, nn.Module):
         raise SpecError(
             f"hookscope expects a torch.nn.Module, got {type(model).__name__}; "

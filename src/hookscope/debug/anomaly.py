@@ -20,6 +20,7 @@ from torch.utils._pytree import tree_leaves
 
 from hookscope.api import trace as _trace
 from hookscope.core.meta import is_on_meta
+from hookscope.core.tracer import check_model
 from hookscope.debug.nonfinite import NonFiniteError, NonFiniteGradProbe, NonFiniteProbe
 from hookscope.debug.records import AnomalyReport
 from hookscope.errors import SpecError
@@ -68,6 +69,7 @@ def find_anomaly(
         >>> report = hookscope.find_anomaly(model, x)
         >>> print(report)  # the layer, the output, the inputs, the op
     """
+    check_model(model)
     _check_flags(backward=backward, collect_all=collect_all, ops=ops)
     if _on_meta(model, inputs, kwargs):
         raise SpecError(
