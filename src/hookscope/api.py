@@ -29,7 +29,7 @@ from hookscope.core.meta import inputs_to_meta, is_meta_request, is_on_meta, met
 from hookscope.core.probe import Probe, register_probe
 from hookscope.core.records import Call, Trace
 from hookscope.core.run_backward import run_backward
-from hookscope.core.selectors import Selector
+from hookscope.core.selectors import ModuleSelector
 from hookscope.core.tensors import call_input_metas, metas
 from hookscope.core.tracer import ProbeSpec, Tracer, describe_failure
 from hookscope.errors import ModelRunError, ProbeError, RunStopped, SpecError
@@ -57,7 +57,7 @@ def trace(
     memory: bool = True,
     ops: bool = False,
     probes: Iterable[ProbeSpec] = (),
-    select: Selector | None = None,
+    select: ModuleSelector | None = None,
 ) -> Trace:
     """Run one forward pass (and optionally a backward pass) and record every call.
 
@@ -90,7 +90,8 @@ def trace(
         shapes, time, stats, memory, ops: which built-in probes to run.
         probes: more probes: instances, probe classes or registered names, exactly as
             :class:`~hookscope.Tracer` takes them.
-        select: observe only the modules whose path matches.
+        select: observe only the modules whose path matches (a glob, a list of globs,
+            ``fn(path) -> bool``), or the instances of a module class.
 
     Returns:
         The :class:`~hookscope.Trace`.

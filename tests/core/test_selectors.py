@@ -67,3 +67,28 @@ def test_module_class_selects_instances() -> None:
 def test_bad_selectors_are_spec_errors(bad: Any) -> None:
     with pytest.raises(hookscope.SpecError, match="selector"):
         compile_module_selector(bad)
+
+
+def test_a_module_class_selects_its_instances_in_trace_and_tracer() -> None:
+    """``select=nn.ReLU`` was called as ``fn(path)``: ``nn.ReLU("0")`` is a truthy
+    module, so every module was selected (and ``nn.Linear`` raised a TypeError)."""
+    import torch
+
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Sequential(nn.Linear(8, 8), nn.ReLU()))
+    expected = [p for p, m in model.named_modules() if isinstance(m, nn.ReLU)]  # the oracle
+    x = torch.randn(2, 4)
+    traced = hookscope.trace(model, x, select=nn.ReLU)
+    assert [c.path for c in traced.calls] == expected == ["1", "2.1"]
+    with hookscope.Tracer(model, select=(nn.Linear,)) as tracer:
+        model(x)
+    assert tracer.trace is not None
+    assert [c.path for c in tracer.trace.calls] == ["0", "2.0"]
+    with pytest.raises(hookscope.SpecError, match="matches no module"):
+        hookscope.trace(model, x, select=nn.Conv2d)
+    with pytest.raises(hookscope.SpecError, match="nn.Module subclass"):
+        hookscope.trace(model, x, select=int)  # type: ignore[arg-type]
+
+
+def test_a_path_only_selector_refuses_a_class_in_one_line() -> None:
+    with pytest.raises(hookscope.SpecError, match="is a class"):
+        compile_selector(nn.ReLU)  # type: ignore[arg-type]

@@ -186,3 +186,10 @@ def test_a_backward_breakpoint_lets_go_of_calls_that_need_no_gradient() -> None:
         gc.collect()
         assert [r() for r in refs] == [None] * 5
         assert kept_ref() is not None
+
+
+def test_at_a_module_class_stops_in_its_instances_only(recorder: Recorder) -> None:
+    model = _model()
+    with hookscope.breakpoint(model, at=nn.Linear):
+        model(torch.randn(3, 4))
+    assert [s["path"] for s in recorder.seen] == ["0", "2"]

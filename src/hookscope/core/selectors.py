@@ -12,8 +12,10 @@ across dots, any number of segments, also none
 (``**.conv1`` selects ``conv1`` and ``layer1.0.conv1``; ``layer1.**`` selects
 ``layer1`` and everything below it).
 
-:data:`ModuleSelector` adds a module class (or a tuple of classes): the APIs that hold
-the modules (capture, patch) accept it, through :func:`compile_module_selector`.
+:data:`ModuleSelector` adds a module class (or a tuple of classes), which selects its
+instances, subclasses included: the APIs that hold the modules (capture, patch) accept
+it through :func:`compile_module_selector`, a tracer's ``select=`` (``trace``,
+``Tracer``, ``breakpoint``'s ``at=``) through :func:`module_classes`.
 """
 
 from __future__ import annotations
@@ -36,6 +38,12 @@ def compile_selector(select: Selector) -> Callable[[str], bool]:
     Raises:
         SpecError: when ``select`` is not a string, a sequence of strings or a callable.
     """
+    if isinstance(select, type) or module_classes(select):
+        raise SpecError(
+            f"select={select!r} is a class: a module class chooses modules in trace(), "
+            "Tracer(), breakpoint(), capture() and patch(); here give a glob of paths "
+            "('layer1.*') or a function of the path"
+        )
     if callable(select):
         return select
     regex = re.compile("|".join(glob_to_regex(p) for p in _patterns(select)))
@@ -51,21 +59,32 @@ def compile_module_selector(select: ModuleSelector) -> Callable[[str, nn.Module]
     Raises:
         SpecError: when ``select`` is none of these.
     """
-    if isinstance(select, type) and issubclass(select, nn.Module):
-        cls: Any = select
-        return lambda path, module: isinstance(module, cls)
+    classes = module_classes(select)
+    if classes:
+        return lambda path, module: isinstance(module, classes)
+    by_path = compile_selector(select)  # type: ignore[arg-type]
+    return lambda path, module: by_path(path)
+
+
+def module_classes(select: object) -> tuple[type[nn.Module], ...]:
+    """The module classes ``select`` names (a class, or a tuple of them); ``()`` when
+    it names none (a glob, a function).
+
+    Raises:
+        SpecError: a class that is not an ``nn.Module`` subclass.
+    """
+    if isinstance(select, type):
+        if not issubclass(select, nn.Module):
+            raise SpecError(
+                f"a module selector class must be an nn.Module subclass, got {select!r}"
+            )
+        return (select,)
     if (
         isinstance(select, tuple) and select
         and all(isinstance(c, type) and issubclass(c, nn.Module) for c in select)
     ):
-        classes = select
-        return lambda path, module: isinstance(module, classes)
-    if isinstance(select, type):
-        raise SpecError(
-            f"a module selector class must be an nn.Module subclass, got {select!r}"
-        )
-    by_path = compile_selector(select)  # type: ignore[arg-type]
-    return lambda path, module: by_path(path)
+        return select
+    return ()
 
 
 def _patterns(select: object) -> list[str]:

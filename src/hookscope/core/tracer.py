@@ -52,7 +52,12 @@ from hookscope.core.probe import BACKWARD_EVENTS, PROBES, Probe, ProbeSpec, buil
 from hookscope.core.process import PROCESS
 from hookscope.core.records import Call, StopRecord, Trace
 from hookscope.core.run_facts import ModelState, cuda_devices, run_facts
-from hookscope.core.selectors import Selector, chosen_modules, compile_selector
+from hookscope.core.selectors import (
+    ModuleSelector,
+    chosen_modules,
+    compile_selector,
+    module_classes,
+)
 from hookscope.errors import HookscopeError, ProbeError, RunStopped, SpecError
 
 __all__ = ["ProbeSpec", "Tracer", "describe_failure", "internal_work", "is_internal"]
@@ -80,7 +85,8 @@ class Tracer:
         ops: record every aten op with its FLOPs.
         probes: more probes: instances, probe classes, or names of registered probes.
         select: only observe modules whose path matches (glob string, list of globs,
-            or ``fn(path: str) -> bool``); ``None`` observes every module.
+            or ``fn(path: str) -> bool``), or the instances of a module class (or a
+            tuple of classes); ``None`` observes every module.
         restore_state: on exit, put every module's ``training`` flag and every
             parameter's ``requires_grad`` back as they were on entry. Off by default:
             hookscope itself changes neither, and what your own code inside the
@@ -117,7 +123,7 @@ class Tracer:
         memory: bool = False,
         ops: bool = False,
         probes: Iterable[ProbeSpec] = (),
-        select: Selector | None = None,
+        select: ModuleSelector | None = None,
         restore_state: bool = False,
         **options: bool,
     ) -> None:
@@ -139,7 +145,10 @@ class Tracer:
                 )
         self.model = model
         self.probes: list[Probe] = build_probes(flags, probes)
-        self._matches = compile_selector(select) if select is not None else None
+        #: a module class selects its instances, found in the table on entry
+        self._classes = module_classes(select) if select is not None else ()
+        self._matches = None if select is None else (
+            _no_path if self._classes else compile_selector(select))  # type: ignore[arg-type]
         self._selects = self._matches  # the same, by any path of a module (on entry)
         self._select = select
         self._select_option = "select"  # how the caller named it (breakpoint: at=)
@@ -205,6 +214,9 @@ class Tracer:
         if self._active:
             raise HookscopeError("this Tracer is already active; create a new Tracer instead")
         table = module_table(self.model, extra_repr=False)
+        if self._classes:
+            classes = self._classes
+            self._matches = {p for p, m in table.members if isinstance(m, classes)}.__contains__
         self._selects = None if self._matches is None else chosen_modules(
             self._select, self._matches, table, type(self.model).__name__,
             option=self._select_option)
@@ -606,6 +618,10 @@ def _named_parameters(table: ModuleTable) -> list[tuple[str, nn.Parameter]]:
                 seen.add(id(p))
                 out.append((f"{path}.{name}" if path else name, p))
     return out
+
+
+def _no_path(path: str) -> bool:
+    return False
 
 
 def _unwatch() -> None:

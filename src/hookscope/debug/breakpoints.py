@@ -34,7 +34,7 @@ from hookscope.errors import SpecError
 if TYPE_CHECKING:
     from hookscope.core.handles import Removable
     from hookscope.core.records import Call
-    from hookscope.core.selectors import Selector
+    from hookscope.core.selectors import ModuleSelector
     from hookscope.core.tracer import Tracer
 
 Condition = Callable[[nn.Module, Any], bool]
@@ -170,7 +170,7 @@ _CLASSES: dict[str, type[_BreakProbe]] = {
 def breakpoint(
     model: nn.Module,
     *,
-    at: Selector | None = None,
+    at: ModuleSelector | None = None,
     when: str | Condition | None = None,
     phase: str = "forward",
 ) -> Iterator[None]:
@@ -185,8 +185,9 @@ def breakpoint(
 
     Args:
         model: the model to watch; every hook is removed when the block ends.
-        at: which modules (a glob over module paths, a list of globs, or
-            ``fn(path: str) -> bool``); ``None``: every module.
+        at: which modules (a glob over module paths, a list of globs,
+            ``fn(path: str) -> bool``, or a module class such as ``nn.ReLU``);
+            ``None``: every module.
         when: ``None`` (every matching call), ``"nonfinite"``, ``"nan"``, ``"inf"``
             (a tensor the phase sees holds one), or ``fn(module, value) -> bool``
             where ``value`` is ``(args, kwargs)`` for ``pre``, the output for
