@@ -420,3 +420,24 @@ def test_batch_norm_writing_its_statistics_is_marked_in_place() -> None:
     assert report is not None and report.first.op is not None
     assert "batch_norm" in report.first.op.name and report.first.op.inplace
     assert torch.isfinite(model[0].running_mean).all()  # and the model is put back
+
+
+@pytest.mark.parametrize("made_inside", [False, True])
+def test_inside_inference_mode_the_anomaly_is_found_as_under_no_grad(made_inside: bool) -> None:
+    """Inference tensors keep no version counter: reading one raised, which made
+    find_anomaly and detect_anomaly fail with a ProbeError inside evaluation code."""
+    torch.manual_seed(0)
+    model = Counted()
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        expected = hookscope.find_anomaly(model, x)
+    assert expected is not None
+    with torch.inference_mode():
+        inputs = torch.randn(3, 4).copy_(x) if made_inside else x
+        report = hookscope.find_anomaly(model, inputs)
+        with pytest.raises(hookscope.NonFiniteError) as info, hookscope.detect_anomaly(model):
+            model(inputs)
+    assert report is not None
+    for found in (report.first, info.value.report.first):
+        assert (found.path, found.nan_count) == (expected.first.path, expected.first.nan_count)
+    assert total_hooks(model) == 0

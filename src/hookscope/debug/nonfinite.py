@@ -81,7 +81,7 @@ class NonFiniteProbe(Probe):
         self.findings = OpFindings()
         self._mode: OpCheckMode | None = None
         self._tracer: Tracer | None = None
-        self._versions: dict[int, tuple[int, ...]] = {}
+        self._versions: dict[int, tuple[int | None, ...]] = {}
         #: The last tensors found finite, each with the version it had then.
         self._finite: list[tuple[weakref.ref[torch.Tensor], int, int]] = []
 
@@ -99,10 +99,10 @@ class NonFiniteProbe(Probe):
         self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> None:
         if len(args) == 1 and not kwargs and isinstance(args[0], torch.Tensor):
-            self._versions[call.index] = (args[0]._version,)
+            self._versions[call.index] = (_version(args[0]),)
         else:
             tensors = iter_call_inputs(args, kwargs)
-            self._versions[call.index] = tuple(t._version for _, t in tensors)
+            self._versions[call.index] = tuple(_version(t) for _, t in tensors)
 
     def on_exit(
         self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -115,7 +115,7 @@ class NonFiniteProbe(Probe):
                 mode.ended_finite(call.index)  # no output to blame its ops for
             return
         for path, t in iter_tensors(output, "out"):
-            if self._checked(t, t._version) or _kept_finite(module, args, t, versions, self):
+            if self._checked(t, _version(t)) or _kept_finite(module, args, t, versions, self):
                 continue
             if not all_finite(t):
                 if mode is not None:
@@ -126,13 +126,13 @@ class NonFiniteProbe(Probe):
         if mode is not None:
             mode.ended_finite(call.index)
 
-    def _checked(self, t: torch.Tensor, version: int, writes_since: int = 0) -> bool:
+    def _checked(self, t: torch.Tensor, version: int | None, writes_since: int = 0) -> bool:
         """Whether ``t`` was found finite when it was at ``version``, with exactly
         ``writes_since`` ops writing into any tensor since: a container's output is
         usually its last child's, checked already. Only with the op check on: it
         counts the writes (a write through ``.data`` bumps no version)."""
         mode = self._mode
-        if mode is None:
+        if mode is None or version is None:
             return False
         writes = mode.writes - writes_since
         return any(
@@ -140,13 +140,13 @@ class NonFiniteProbe(Probe):
         )
 
     def _remember(self, t: torch.Tensor) -> None:
-        mode = self._mode
-        if mode is None:
+        mode, version = self._mode, _version(t)
+        if mode is None or version is None:
             return
         finite = self._finite
         if len(finite) >= _REMEMBERED:
             del finite[0]
-        finite.append((weakref.ref(t), t._version, mode.writes))
+        finite.append((weakref.ref(t), version, mode.writes))
 
     def _found(self, anomaly: Anomaly) -> None:
         self.anomalies.append(anomaly)
@@ -206,7 +206,7 @@ _KEEPS_FINITE: frozenset[type[nn.Module]] = frozenset({nn.ReLU, nn.ReLU6, nn.Har
 
 def _kept_finite(
     module: nn.Module, args: tuple[Any, ...], t: torch.Tensor,
-    versions: tuple[int, ...] | None, probe: NonFiniteProbe,
+    versions: tuple[int | None, ...] | None, probe: NonFiniteProbe,
 ) -> bool:
     """Whether ``t`` is finite without reading it: ``module`` (an exact
     :data:`_KEEPS_FINITE` type, not a subclass, no ``forward`` patched on the instance)
@@ -221,7 +221,7 @@ def _kept_finite(
     if versions is None or len(versions) != 1 or len(args) != 1 or args[0] is not t:
         return False
     before = versions[0]
-    if t._version != before + 1 or not probe._checked(t, before, writes_since=1):
+    if before is None or _version(t) != before + 1 or not probe._checked(t, before, writes_since=1):
         return False
     probe._remember(t)
     return True
@@ -229,12 +229,13 @@ def _kept_finite(
 
 def _output_anomaly(
     call: Call, path: str, t: torch.Tensor, args: tuple[Any, ...], kwargs: dict[str, Any],
-    versions: tuple[int, ...] | None, findings: OpFindings,
+    versions: tuple[int | None, ...] | None, findings: OpFindings,
 ) -> Anomaly:
     nans, infs = counts(t)
     inputs = []
     for i, (in_path, x) in enumerate(iter_call_inputs(args, kwargs)):
-        changed = versions is not None and i < len(versions) and versions[i] != x._version
+        before = versions[i] if versions is not None and i < len(versions) else None
+        changed = before is not None and before != _version(x)
         inputs.append(InputCheck(_stats(in_path, x), changed))
     op = findings.inside(call.index)
     # the value came in with the inputs: name what made it before the call
@@ -244,6 +245,12 @@ def _output_anomaly(
         call.index, path, t.numel(), nans or 0, infs or 0, tuple(inputs),
         op=op, origin=findings.before(call.index) if came_in else None,
     )
+
+
+def _version(t: torch.Tensor) -> int | None:
+    """``t._version``; ``None`` for an inference tensor (``torch.inference_mode``),
+    which keeps no version counter: what it held is then read, never assumed."""
+    return None if t.is_inference() else t._version
 
 
 def _stats(path: str, t: torch.Tensor) -> TensorStats:
