@@ -441,3 +441,23 @@ def test_inside_inference_mode_the_anomaly_is_found_as_under_no_grad(made_inside
     for found in (report.first, info.value.report.first):
         assert (found.path, found.nan_count) == (expected.first.path, expected.first.nan_count)
     assert total_hooks(model) == 0
+
+
+class Tagged(torch.Tensor):
+    """A tensor subclass that keeps its own data (as MONAI's MetaTensor does)."""
+
+
+def test_a_nan_in_a_tensor_subclass_that_holds_its_data_is_found() -> None:
+    """Only exact ``torch.Tensor``/``Parameter`` values were read: a model fed a
+    metadata-carrying subclass was reported clean with a NaN in its output."""
+    torch.manual_seed(0)
+    model = Counted()
+    x = torch.randn(3, 4)
+    plain = hookscope.find_anomaly(model, x)
+    tagged = hookscope.find_anomaly(model, x.as_subclass(Tagged))
+    assert plain is not None and tagged is not None
+    assert type(model(x.as_subclass(Tagged))) is Tagged  # the subclass flows through
+    assert (tagged.first.path, tagged.first.nan_count) == (plain.first.path, plain.first.nan_count)
+    with pytest.raises(hookscope.NonFiniteError) as info, hookscope.detect_anomaly(model):
+        model(x.as_subclass(Tagged))
+    assert info.value.report.first.path == plain.first.path

@@ -30,6 +30,7 @@ from hookscope.core import torch_private
 from hookscope.core.tensors import dtype_str
 from hookscope.core.tracer import is_internal
 from hookscope.debug.records import OpFinding, TensorCheck
+from hookscope.probes.moments import readable
 
 if TYPE_CHECKING:
     from hookscope.core.tracer import Tracer
@@ -46,11 +47,14 @@ _REDUCED = (torch.float16, torch.bfloat16)
 
 
 def checkable(t: torch.Tensor) -> bool:
-    """A dense floating (or complex) tensor with readable values."""
+    """A dense floating (or complex) tensor with readable values: a plain tensor, a
+    parameter, or a subclass that keeps its own data (a tensor carrying metadata, as
+    MONAI's ``MetaTensor``), not a wrapper with a ``__torch_dispatch__`` of its own
+    (``FakeTensor``, ``DTensor``), whose values are not its storage's (the rule the
+    statistics follow: ``probes/moments.readable``)."""
     return (
-        (t.is_floating_point() or t.is_complex()) and t.layout == torch.strided
-        and not t.is_meta and not t.is_nested and t.numel() > 0
-        and (type(t) is torch.Tensor or isinstance(t, torch.nn.Parameter))
+        (t.is_floating_point() or t.is_complex()) and not t.is_meta and not t.is_nested
+        and readable(t) and t.numel() > 0
     )
 
 
