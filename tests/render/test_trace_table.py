@@ -286,6 +286,42 @@ def test_selected_rows_of_two_lists_are_told_apart_and_the_total_is_theirs() -> 
         "enc (_Enc)", "  layers.1 (Linear)", "dec.layers.1 (Linear)"]
 
 
+class _TiedHeads(nn.Module):
+    """An embedding, a body, and two heads sharing the embedding's weight, one of them
+    holding it twice: every way a tied tensor spans selected rows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(10, 4)
+        self.body = nn.Linear(4, 4)
+        self.head = nn.Linear(4, 10, bias=False)
+        self.head.weight = self.emb.weight
+        self.aux = nn.Module()
+        self.aux.a, self.aux.b = nn.Linear(4, 10), nn.Linear(4, 10)
+        self.aux.a.weight = self.aux.b.weight = self.emb.weight
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.body(self.emb(ids))
+        return self.head(h) + self.aux.a(h) + self.aux.b(h)
+
+
+@pytest.mark.parametrize("select", [
+    ["emb", "head"], ["head", "aux.*"], ["emb", "body", "head", "aux"], ["head"],
+])
+def test_the_total_of_selected_rows_counts_a_tied_weight_once(select: list[str]) -> None:
+    """GPT-2's ``select=["transformer", "lm_head"]`` showed 33,920 params where the
+    model has 30,720: the tied embedding was counted in both rows."""
+    model = _TiedHeads()
+    trace = hookscope.trace(model, torch.tensor([[1, 2]]), select=select, time=False,
+                            stats=False, memory=False)
+    top = [c.path for c in trace.calls if c.parent is None]
+    unique = {id(p): p.numel() for path in top  # the oracle: each tensor once
+              for p in model.get_submodule(path).parameters()}
+    (total,) = [line for line in render_trace(trace, columns=["layer", "params"]).splitlines()
+                if line.startswith("Total")]
+    assert int(total.split()[-1].replace(",", "")) == sum(unique.values())
+
+
 def test_a_fold_of_the_root_called_again_is_named_by_the_model() -> None:
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
     with torch.no_grad(), hookscope.Tracer(model, time=False, stats=False,

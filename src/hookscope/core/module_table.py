@@ -111,6 +111,7 @@ class ModuleTable:
             as 0).
         tied: each later path of a parameter registered twice -> its first path
             (empty when nothing is tied: found only then, at no cost otherwise).
+        tied_numel: the element count of each such parameter, by its first path.
         depth: the depth of the deepest module (0: the root alone).
         scan: for a table reused from the model's last run (``core/table_reuse.py``),
             what this run's check read of every module on the way; ``None`` otherwise.
@@ -125,6 +126,7 @@ class ModuleTable:
     tied: dict[str, str] = field(default_factory=dict)
     depth: int = 0
     scan: table_reuse.ModelScan | None = None
+    tied_numel: dict[str, int] = field(default_factory=dict)
 
 
 def module_paths(model: nn.Module) -> dict[str, tuple[str, ...]]:
@@ -322,11 +324,16 @@ def module_table(model: nn.Module, *, extra_repr: bool = True) -> ModuleTable:
     summary = ModelSummary(
         type(model).__name__, p_total, p_trainable, b_total, p_bytes, b_bytes
     )
-    tied_paths = first_paths(walk, "_parameters")[1] if tied else {}
+    tied_paths: dict[str, str] = {}
+    tied_numel: dict[str, int] = {}
+    if tied:
+        found, tied_paths = first_paths(walk, "_parameters")
+        firsts = set(tied_paths.values())
+        tied_numel = {path: param_numel(t) for path, _, _, t in found if path in firsts}
     if reusable:
         table_reuse.remember(model, summary, modules, walk, deepest)
     return ModuleTable(summary, dict(modules) if reusable else modules, walk, members,
-                       parameters, lazy, tied_paths, deepest)
+                       parameters, lazy, tied_paths, deepest, tied_numel=tied_numel)
 
 
 def _safe_extra_repr(module: nn.Module) -> str:

@@ -37,6 +37,8 @@ def run_facts(table: ModuleTable) -> dict[str, Any]:
     }
     if table.tied:  # later path -> first path, for renderers to name tied rows
         facts["tied"] = dict(table.tied)
+        # first path -> elements: what counting a selection's parameters once needs
+        facts["tied_numel"] = dict(table.tied_numel)
     first = table.parameters[0] if table.parameters else None
     # NB: a CPU tensor's device without making a device object and its string
     facts["device"] = "cpu" if first is None or first.is_cpu else str(first.device)

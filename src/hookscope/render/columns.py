@@ -183,11 +183,29 @@ def _params(call: Call, trace: Trace) -> int | None:
 
 def _params_total(trace: Trace) -> int:
     """The Total row's parameters: the model's, or with ``select=`` those of the
-    top-level rows (each module once)."""
+    top-level rows, each module and each tensor once (a weight tied between two of
+    them, GPT-2's ``lm_head`` and ``transformer``, counts once: ``meta["tied"]``)."""
     top = {c.path for c in trace.calls if c.parent is None}
     if "" in top or not top:
         return trace.model.params_total
-    return sum(info.total_params for p in top if (info := trace.modules.get(p)) is not None)
+    total = sum(info.total_params for p in top if (info := trace.modules.get(p)) is not None)
+    tied, sizes = trace.meta.get("tied") or {}, trace.meta.get("tied_numel") or {}
+    holders: dict[str, set[str]] = {}  # a tied tensor (its first path) -> tops holding it
+    for later, first in tied.items():
+        for path in (later, first):
+            owner = _top_of(path, top)
+            if owner is not None:
+                holders.setdefault(first, set()).add(owner)
+    return total - sum((len(t) - 1) * int(sizes.get(f, 0)) for f, t in holders.items())
+
+
+def _top_of(tensor_path: str, top: set[str]) -> str | None:
+    """The top-level row whose module holds the tensor at ``tensor_path``."""
+    parts = tensor_path.split(".")[:-1]
+    for i in range(len(parts), 0, -1):
+        if (prefix := ".".join(parts[:i])) in top:
+            return prefix
+    return None
 
 
 def _params_text(call: Call, trace: Trace) -> str:
