@@ -70,7 +70,8 @@ def test_csv_fields_follow_the_probes_that_ran() -> None:
                       "outputs", "params", "start_ns", "error"]
     full = trace_to_csv(cnn_trace()).splitlines()[0].split(",")
     ran = {"", "shapes", "time", "stats", "memory"}  # "": the trace's own fields
-    assert set(full) == {name for name in FIELDS if FIELDS[name].probe in ran}
+    assert set(full) == {name for name in FIELDS if FIELDS[name].probe in ran
+                         and FIELDS[name].default}
     assert full[:8] == ["index", "path", "class", "call_index", "depth", "parent", "inputs",
                         "outputs"]
 
@@ -177,3 +178,24 @@ def test_one_name_selects_one_fact_in_the_table_and_the_exports() -> None:
     by_field = render_trace(trace, columns=["layer", "time_ns", "zero_fraction"])
     by_column = render_trace(trace, columns=["layer", "time", "zeros"])
     assert by_field == by_column
+
+
+def test_every_table_column_name_selects_a_field_in_the_exports() -> None:
+    """``--columns layer,output,time`` drew the table and was refused by ``--format
+    csv`` (``layer``), and ``time_pct`` had no field at all."""
+    from hookscope.render.columns import columns
+
+    trace = cnn_trace()
+    built_in = {"", "shapes", "time", "stats", "memory", "ops", "grads"}
+    for name, column in columns().items():  # every column hookscope's table knows
+        if column.probe in built_in:
+            assert trace.to_csv(columns=[name]).splitlines()[0]
+    rows = list(csv.DictReader(io.StringIO(trace.to_csv(columns=["layer", "time_pct"]))))
+    assert list(rows[0]) == ["path", "time_share"]
+    total = trace.total_time_ns
+    assert total
+    for row, call in zip(rows, trace.calls, strict=True):
+        assert row["path"] == call.path
+        assert float(row["time_share"]) == pytest.approx(call.time_ns / total)
+    # derived: not in an export that names no columns
+    assert "time_share" not in trace.to_csv().splitlines()[0]

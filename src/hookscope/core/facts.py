@@ -170,6 +170,8 @@ class Field:
             ``time_ns``): either name selects it in ``to_csv(columns=...)``, the
             table's ``columns=``/``sort=`` and the command line.
         probe: the probe that declared it.
+        default: in an export that names no columns (like a table column's
+            ``default``); ``False`` for a value derived from others (``time_share``).
     """
 
     name: str
@@ -177,6 +179,7 @@ class Field:
     dtype: str | None = None
     column: str | None = None
     probe: str = ""
+    default: bool = True
 
 
 class RawValue:

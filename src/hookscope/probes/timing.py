@@ -72,6 +72,8 @@ class TimingProbe(Probe):
         Field("time_ns", lambda c, t: c.facts.get("time_ns"), "Int64", column="time"),
         Field("self_time_ns", lambda c, t: c.facts.get("self_time_ns"), "Int64",
               column="self_time"),
+        Field("time_share", lambda c, t: _share(c, t), "Float64", column="time_pct",
+              default=False),  # a fraction of the trace's time (0.25: the table's 25%)
     )
 
     def __init__(self, *, cuda: bool | None = None) -> None:

@@ -39,7 +39,7 @@ def _params(call: Call, trace: Trace) -> int | None:
 #: The trace's own fields, before the probes'.
 TRACE_FIELDS: tuple[Field, ...] = (
     Field("index", lambda c, t: c.index, "int64"),
-    Field("path", lambda c, t: c.path),
+    Field("path", lambda c, t: c.path, column="layer"),
     Field("class", lambda c, t: c.module_class),
     Field("call_index", lambda c, t: c.call_index, "int64"),
     Field("depth", lambda c, t: c.depth, "int64"),
@@ -87,7 +87,8 @@ def export_fields(trace: Trace, columns: Sequence[str] | None = None) -> list[st
     """
     if columns is None:
         own = [f.name for f in TRACE_FIELDS if f.name not in _AFTER_PROBES]
-        probes = [f.name for p in sorted(trace.probes, key=_order) for f in probe_fields(p)]
+        probes = [f.name for p in sorted(trace.probes, key=_order) for f in probe_fields(p)
+                  if f.default]
         return own + probes + list(_AFTER_PROBES)
     if isinstance(columns, str):
         raise RenderError(f"columns= needs a list of field names, got the string {columns!r}")
