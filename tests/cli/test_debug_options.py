@@ -119,3 +119,40 @@ def test_find_anomaly_refuses_options_of_the_trace_table(
     code, _, err = run_cli(capsys, "trace", f"{models}:nan", "-i", "3,4", "--find-anomaly",
                            *option)
     assert_one_error_line(code, err, f"drop {option[0]}")
+
+
+@pytest.mark.parametrize("option", ["--ops", "--no-stats", "--no-memory", "--no-time"])
+def test_find_anomaly_refuses_probe_switches_it_would_ignore(
+    models: str, capsys: pytest.CaptureFixture[str], option: str
+) -> None:
+    """``--find-anomaly --ops`` ran the NaN check alone and exited 1, the FLOPs never
+    counted."""
+    code, _, err = run_cli(capsys, "trace", f"{models}:nan", "-i", "3,4", "--find-anomaly",
+                           option)
+    assert_one_error_line(code, err, f"drop {option}")
+
+
+@pytest.mark.parametrize("option", [["--break-at", "1"], ["--no-time"], ["--device", "meta"]])
+def test_repeat_in_a_run_that_is_not_timed_is_refused(
+    models: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    option: list[str],
+) -> None:
+    """``--break-at 1 --repeat 3`` ran three times, untimed, and said "times are medians
+    of 3 runs"."""
+    monkeypatch.setattr(sys, "breakpointhook", lambda: None)
+    code, _, err = run_cli(capsys, "trace", f"{models}:clean", "-i", "3,4", "--repeat", "3",
+                           *option)
+    assert_one_error_line(code, err, "drop --repeat")
+
+
+def test_a_clean_find_anomaly_json_has_the_report_s_keys(
+    models: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, found, _ = run_cli(capsys, "trace", f"{models}:nan", "-i", "3,4", "--find-anomaly",
+                          "-f", "json")
+    code, clean, _ = run_cli(capsys, "trace", f"{models}:clean", "-i", "3,4",
+                             "--find-anomaly", "-f", "json")
+    assert code == 0
+    doc = json.loads(clean)
+    assert sorted(doc) == sorted(json.loads(found))
+    assert doc["anomalies"] == [] and doc["stopped"] is False

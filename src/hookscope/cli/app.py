@@ -183,10 +183,12 @@ def trace_command(
         off = unmeasured(time=time, stats=stats, memory=memory, ops=ops, device=device,
                          backward=backward, breaks=breaks)
         check_trace_view(view, fmt.value, unmeasured=off)
+        debug_options.check_debug_options(
+            find_anomaly=find_anomaly, break_at=break_at, break_on=break_on, repeat=repeat,
+            fmt=fmt.value, view=view,
+            probes={"time": time, "stats": stats, "memory": memory, "ops": ops},
+            untimed=off.get("time"))
         time = time and not breaks  # the debugger's pause is not the model's time
-        debug_options.check_debug_options(find_anomaly=find_anomaly, break_at=break_at,
-                                          break_on=break_on, repeat=repeat, fmt=fmt.value,
-                                          view=view)
         check_output(output)
         too_large = "stop" if time or stats or memory else "meta"  # values need memory
         with model_prints_to_stderr():

@@ -49,16 +49,32 @@ BreakOnOpt = Annotated[BreakOn | None, typer.Option(
 
 def check_debug_options(
     *, find_anomaly: bool, break_at: str | None, break_on: BreakOn | None, repeat: int,
-    fmt: str, view: Any = None,
+    fmt: str, view: Any = None, probes: dict[str, bool] | None = None,
+    untimed: str | None = None,
 ) -> None:
     """Reject combinations that would silently ignore an option.
 
+    ``probes``: the trace's probe switches as given (``time``, ``stats``, ``memory``,
+    ``ops``); ``untimed``: why the run is not timed, if it is not.
+
     Raises:
-        SpecError: ``--find-anomaly`` with ``--break-*``, ``--repeat``, ``--format csv``
-            or an option of the trace table (``view``: ``--sort``, ``--top``,
-            ``--columns``, ``--depth``), which its report does not have.
+        SpecError: ``--find-anomaly`` with ``--break-*``, ``--repeat``, ``--format csv``,
+            a probe switch other than its default (``--ops``, ``--no-stats``: its run
+            has no probe but the NaN check) or an option of the trace table (``view``:
+            ``--sort``, ``--top``, ``--columns``, ``--depth``), which its report does not
+            have; ``--repeat`` in a run that is not timed (its point is median times).
     """
     from hookscope.errors import SpecError
+
+    if find_anomaly and probes:
+        given = [f"--{name}" if on else f"--no-{name}" for name, on in probes.items()
+                 if on != (name != "ops")]  # every probe is on by default, but ops
+        if given:
+            raise SpecError(f"--find-anomaly runs the NaN/Inf check alone; drop "
+                            f"{', '.join(given)}")
+    if not find_anomaly and repeat != 1 and untimed:
+        raise SpecError(f"--repeat {repeat} reports median times, and this run is not "
+                        f"timed ({untimed}); drop --repeat")
 
     if find_anomaly and view is not None:
         given = [flag for flag, value in (("--sort", view.sort), ("--top", view.top),
@@ -86,7 +102,9 @@ def find(prepared: Prepared, *, backward: bool, fmt: str) -> tuple[Rendered, int
     report = hookscope.find_anomaly(model, *prepared.args, kwargs=prepared.kwargs,
                                     backward=backward)
     if fmt == "json":
-        text = report.to_json() if report is not None else '{"anomalies": [], "stopped": false}'
+        from hookscope.debug.records import AnomalyReport
+
+        text = (report or AnomalyReport((), trace=None, stopped=False)).to_json()
     else:
         text = str(report) if report is not None else "No NaN or Inf: every output is finite."
     return Rendered.of_text(text), 0 if report is None else EXIT_FOUND
