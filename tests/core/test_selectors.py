@@ -85,7 +85,7 @@ def test_a_module_class_selects_its_instances_in_trace_and_tracer() -> None:
     assert [c.path for c in tracer.trace.calls] == ["0", "2.0"]
     with pytest.raises(hookscope.SpecError, match="matches no module"):
         hookscope.trace(model, x, select=nn.Conv2d)
-    with pytest.raises(hookscope.SpecError, match="nn.Module subclass"):
+    with pytest.raises(hookscope.SpecError, match=r"nn\.Module subclass"):
         hookscope.trace(model, x, select=int)  # type: ignore[arg-type]
 
 
