@@ -331,3 +331,41 @@ def test_a_fold_of_the_root_called_again_is_named_by_the_model() -> None:
     assert tracer.trace is not None
     cells = _layer_cells(render_trace(tracer.trace, columns=["layer"]))
     assert cells[-1] == "Sequential#1 ... Sequential#2 x2"
+
+
+class _Deep(nn.Module):
+    """``encoder.layer.N.attention.self.query``: paths that differ in the middle."""
+
+    def __init__(self, n: int = 4) -> None:
+        super().__init__()
+        self.encoder = nn.Module()
+        self.encoder.layer = nn.ModuleList()
+        for _ in range(n):
+            block = nn.Module()
+            block.attention = nn.Module()
+            block.attention.self = nn.Module()
+            block.attention.self.query = nn.Linear(4, 4)
+            self.encoder.layer.append(block)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.encoder.layer:  # type: ignore[union-attr]
+            x = block.attention.self.query(x)
+        return x
+
+
+@pytest.mark.parametrize("width", [50, 60, 80])
+@pytest.mark.parametrize("how", ["select", "sort"])
+def test_rows_named_by_whole_paths_stay_apart_and_show_their_index(width: int, how: str) -> None:
+    """Under ``select=``/``sort=`` rows are named by their whole path, which a narrow
+    table cut in the middle, where the layer index is: every row read
+    ``encod…query (Li…r)``."""
+    model = _Deep()
+    trace = hookscope.trace(model, torch.randn(1, 4), select="**.query" if how == "select"
+                            else None, stats=False, memory=False)
+    text = render_trace(trace, width=width, columns=["layer", "output", "time"],
+                        **({"sort": "time"} if how == "sort" else {}))
+    assert max(map(len, text.splitlines())) <= width
+    cells = [line.split(")")[0] for line in text.splitlines() if "query" in line]
+    assert len(cells) == 4 and len(set(cells)) == 4
+    for i in range(4):  # each row still shows its layer index
+        assert sum(f"{i}." in c.split("(")[0] for c in cells) == 1

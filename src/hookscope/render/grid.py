@@ -295,7 +295,7 @@ def distinct_shortener(labels: Sequence[str]) -> Shorten:
     def shorten(cell: str, width: int) -> str:
         forms = chosen.get(width)
         if forms is None:
-            forms = chosen[width] = _distinct_forms(labels, width)[0]
+            forms = chosen[width] = distinct_forms(labels, width)[0]
         return forms.get(cell) or elide(cell, width)
 
     return shorten
@@ -306,12 +306,12 @@ def distinct_min(labels: Sequence[str], floor: int) -> int:
     label apart (at most the widest label)."""
     widest = max(map(len, labels), default=0)
     width = min(floor, widest)
-    while width < widest and not _distinct_forms(labels, width)[1]:
+    while width < widest and not distinct_forms(labels, width)[1]:
         width += 1
     return width
 
 
-def _distinct_forms(labels: Sequence[str], width: int) -> tuple[dict[str, str], bool]:
+def distinct_forms(labels: Sequence[str], width: int) -> tuple[dict[str, str], bool]:
     """Each label's form in ``width`` characters, and whether they are all distinct:
     labels that fit are themselves; the others get one of their elided forms, matched
     (augmenting paths) so that no two share one where that is possible."""

@@ -12,11 +12,12 @@ like the second.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 from hookscope.core.records import Call, ModuleInfo, TensorMeta, Trace
 from hookscope.core.tensors import shape_text
-from hookscope.render.grid import elide
+from hookscope.render.grid import Shorten, distinct_forms, elide
 
 ROOT = "<root>"
 """How the root module's path is written in captions and messages."""
@@ -177,6 +178,65 @@ def _elide_name(name: str, width: int) -> str:
                 return text
         break
     return elide(name, width)
+
+
+def tree_shortener(cells: Sequence[str]) -> Shorten:
+    """:func:`shorten_tree` for the labels of one table, kept apart: where two rows'
+    labels would read alike (rows named by their whole path, under ``select=`` or
+    ``sort=``, differ in the middle, where the layer index is: ``encoder.layer.0.
+    attention.self.query``), their names get other elisions, matched so that no two
+    rows look the same where the width allows (``render/grid.distinct_shortener``)."""
+    chosen: dict[int, dict[str, str]] = {}
+
+    def shorten(cell: str, width: int) -> str:
+        forms = chosen.get(width)
+        if forms is None:
+            forms = chosen[width] = _tree_forms(cells, width)
+        return forms.get(cell) or shorten_tree(cell, width)
+
+    return shorten
+
+
+def _tree_forms(cells: Sequence[str], width: int) -> dict[str, str]:
+    out = {cell: shorten_tree(cell, width) for cell in dict.fromkeys(cells)}
+    alike: dict[str, list[str]] = {}
+    for cell, form in out.items():
+        alike.setdefault(form, []).append(cell)
+    for form, group in alike.items():
+        if len(group) < 2:
+            continue
+        # the same form: the same indentation, class and markers, names cut alike
+        body = form.lstrip(" ")
+        indent = form[: len(form) - len(body)]
+        short, paren, rest = body.partition(" (")
+        names = [cell.lstrip(" ").partition(" (")[0] for cell in group]
+        forms = _apart(names, len(short))
+        for cell, name in zip(group, names, strict=True):
+            out[cell] = f"{indent}{forms.get(name, short)}{paren}{rest}"
+    return out
+
+
+def _apart(names: list[str], width: int) -> dict[str, str]:
+    """``names`` (distinct paths) in ``width`` characters each, showing where they
+    differ: the dotted prefix they share is cut to ``…``, then each keeps its first
+    differing segment and its end (``…0.…lf.query`` for ``encoder.layer.0.attention.
+    self.query``). Any that would still read alike get other elisions
+    (:func:`~hookscope.render.grid.distinct_forms`)."""
+    shared = os.path.commonprefix(names)
+    shared = shared[: shared.rfind(".") + 1]  # whole segments only
+    forms: dict[str, str] = {}
+    for name in names:
+        rest = name[len(shared):]
+        lead = "…" if shared else ""
+        head = len(rest.partition(".")[0]) + 1  # the differing segment and its dot
+        room = width - len(lead)
+        if len(rest) <= room:
+            forms[name] = lead + rest
+        elif room >= head + 3:  # the segment, an ellipsis and a character of the end
+            forms[name] = lead + elide(rest, room, head=head)
+    if len(set(forms.values())) == len(names):
+        return forms
+    return distinct_forms(names, width)[0]
 
 
 def tree_min(cells: Sequence[str]) -> int:

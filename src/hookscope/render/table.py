@@ -27,7 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hookscope.render.grid import Fitted, Grid, GridColumn, fit, wrap_header
-from hookscope.render.labels import shorten_tree, structure_text, tree_min
+from hookscope.render.labels import structure_text, tree_min, tree_shortener
 from hookscope.render.plain import GAP, draw
 from hookscope.render.units import format_bytes
 
@@ -165,7 +165,7 @@ def tree_column(cells: list[str], *, footer: str = "Total", header: str = "Layer
     """The first column of a tree table: never left out, shortened class first."""
     return GridColumn(
         "layer", header, cells, footer=footer, numeric=False, priority=1000,
-        shorten=shorten_tree, min_width=tree_min(cells), styles=styles or (),
+        shorten=tree_shortener(cells), min_width=tree_min(cells), styles=styles or (),
     )
 
 
