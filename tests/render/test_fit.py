@@ -115,6 +115,38 @@ def test_repeated_blocks_fold_with_summed_numbers() -> None:
     assert f"{flops:,}" in text
 
 
+class _Stack(torch.nn.Module):
+    """``layers.N`` blocks of two Linears: at ``depth=1`` each block is one row (the
+    ModuleList itself is never called)."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(
+            torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)) for _ in range(n))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.layers:
+            x = block(x)
+        return x
+
+
+def test_blocks_at_the_depth_limit_fold_too() -> None:
+    """At the depth where the blocks show no rows below them, nothing folded: an
+    80-layer Llama printed 80 layer rows at depth 2 and 4 at depth 3."""
+    from hookscope.render.fold import auto_depth, tree_rows
+
+    model = _Stack(80)
+    trace = hookscope.trace(model, torch.randn(1, 4), time=False, stats=False, memory=False)
+    text = hookscope.Summary(trace, depth=1).to_text(width=200)
+    block = sum(p.numel() for p in model.layers[1].parameters())  # the oracle
+    assert re.search(r"layers\.1 \.\.\. layers\.79 \(Sequential\) x79 .* "
+                     + f"{79 * block:,}", text)
+    assert "layers.40 (Sequential)" not in text
+    rows = [len(tree_rows(trace, depth=d)) for d in range(1, 4)]
+    assert rows == sorted(rows) and rows[0] == 3  # the root, layers.0, the fold
+    assert auto_depth(trace, max_rows=10) is None  # every depth fits once folded
+
+
 def test_the_70b_llama_summary_fits_on_a_screen() -> None:
     text = hookscope.Summary(traced("llama70b")).to_text(width=120)
     assert len(text.splitlines()) < 50

@@ -92,7 +92,9 @@ def _group(
         rest = kids[i + 1:j]
         hidden = sum(sizes[c.index] for c in rest)
         repeated = len(rest) > 1 or (len(rest) == 1 and sigs[rest[0].index] == sigs[first.index])
-        if repeated and hidden > len(rest):  # blocks, not leaves: rows are saved
+        # blocks, not leaves, and rows are saved: their rows below, or (at the depth
+        # limit, where a block is one row) the run itself
+        if repeated and (hidden > len(rest) or (len(rest) > 1 and bool(first.children))):
             out.append(Folded(tuple(rest), hidden))
             i = j
         else:
@@ -116,10 +118,9 @@ def auto_depth(trace: Trace, *, fold: bool = True, max_rows: int = DEFAULT_MAX_R
     if len(tree_rows(trace, fold=fold)) <= max_rows:
         return None
     best = 0
-    for d in range(1, deepest):
-        if len(tree_rows(trace, depth=d, fold=fold)) > max_rows:
-            break
-        best = d
+    for d in range(1, deepest):  # NB: not monotonic: a fold may hide more rows deeper
+        if len(tree_rows(trace, depth=d, fold=fold)) <= max_rows:
+            best = d
     return best
 
 
