@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import warnings
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -942,6 +943,7 @@ def test_a_run_for_the_caller_leaves_a_lazy_model_lazy() -> None:
         "summary": lambda m: hookscope.summary(m, *args),
         "capture": lambda m: hookscope.capture(m, *args, select="lazy"),
         "lint": lambda m: hookscope.lint(m, *args),
+        "find_anomaly": lambda m: hookscope.find_anomaly(m, *args),
     }
     for name, run in runs.items():
         model = zoo.build(zoo.LazyModel)
@@ -950,6 +952,9 @@ def test_a_run_for_the_caller_leaves_a_lazy_model_lazy() -> None:
         result = run(model)
         assert type(model.lazy) is nn.LazyLinear, name
         assert isinstance(model.lazy.weight, nn.parameter.UninitializedParameter), name
+        # its settings too: in_features was left at what the forward made it
+        assert vars(model.lazy)["in_features"] == 0, name
+        assert repr(model.lazy) == repr(zoo.build(zoo.LazyModel).lazy), name
         assert count_hooks(model) == hooks, name  # its own initialising hooks, no other
         assert_state_unchanged(before, model)
         if name == "trace":  # the trace counts the parameters the forward materialised
@@ -1078,3 +1083,49 @@ def test_a_tracer_around_the_user_s_own_loop_keeps_what_the_loop_set() -> None:
     plain = nn.utils.spectral_norm(nn.Linear(4, 2)).train()
     traced = copy.deepcopy(plain)
     assert torch.equal(steps(traced, True), steps(plain, False))
+
+
+# -- parameters the forward writes in place ----------------------------------------------------
+
+
+class _ClampsItsWeight(nn.Linear):
+    """A max-norm constraint applied in ``forward``: the weight is written in place."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            self.weight.clamp_(-0.1, 0.1)
+        return super().forward(x)
+
+
+@pytest.mark.parametrize("run", ["trace", "summary", "capture", "find_anomaly", "lint"])
+def test_an_embedding_s_max_norm_renormalisation_is_put_back(run: str) -> None:
+    """``nn.Embedding(max_norm=...)`` renormalises the rows it looks up, in place, in its
+    forward: a run for the caller left the weight changed."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(10, 4, max_norm=0.5), nn.Linear(4, 2))
+    ids = torch.tensor([[1, 2, 3]])
+    before = snapshot_state(model)
+    version = model[0].weight._version
+    with torch.no_grad():
+        twin = copy.deepcopy(model)
+        twin(ids)
+    assert not torch.equal(twin[0].weight, model[0].weight)  # the forward does write it
+    runs: dict[str, Callable[[], Any]] = {
+        "trace": lambda: hookscope.trace(model, ids),
+        "summary": lambda: hookscope.summary(model, ids),
+        "capture": lambda: hookscope.capture(model, ids, select="1"),
+        "find_anomaly": lambda: hookscope.find_anomaly(model, ids),
+        "lint": lambda: hookscope.lint(model, ids),
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # put back exactly: nothing to warn about
+        runs[run]()
+    assert_state_unchanged(before, model)
+    assert model[0].weight._version == version
+
+
+def test_a_parameter_written_in_place_by_a_forward_is_named_in_a_warning() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), _ClampsItsWeight(4, 2))
+    with pytest.warns(UserWarning, match=r"wrote into 1 parameter\(s\) in place \(1\.weight\)"):
+        hookscope.trace(model, torch.randn(2, 4))

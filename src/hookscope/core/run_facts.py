@@ -14,7 +14,7 @@ import functools
 import os
 import time as _time
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from operator import attrgetter, is_, itemgetter
 from typing import Any, TypeGuard
 
@@ -129,8 +129,19 @@ class ModelState:
         # a lazy module the forward would materialise (its class, parameters and hooks
         # changed for good): put back as it was, unless the block's forward is the user's
         self.lazy = [LazyState(m) for m in self.modules if _is_lazy(m)] if table.lazy else []
+        #: parameters a forward for the caller writes in place (a max-norm constraint):
+        #: their versions, and a copy of those of the known writers
+        self.param_versions: list[int] | None = None
+        self.param_copies: list[tuple[torch.Tensor, torch.Tensor, int]] = []
         if not buffers:
             return
+        self.param_versions = _versions(self.parameters)
+        self._members = table.members  # to name a parameter in a warning
+        self.param_copies = [
+            (w, w.detach().clone(), _version(w)) for m in self.modules
+            if type(m) in _RENORMS and m.max_norm is not None
+            and isinstance(w := m._parameters.get("weight"), torch.Tensor) and _has_values(w)
+        ] if types & _RENORMS else []
         # NB: per class, and C-level passes: an eval model without observers (what
         # summary() mostly sees) pays no loop over its modules
         recorders = {cls for cls in types if _records_statistics(cls)}
@@ -156,12 +167,52 @@ class ModelState:
                     p.requires_grad_(rg)
         if self.buffers:
             restore_buffers(self.buffers)
+        if self.param_versions is not None:
+            self._restore_parameters(self.param_versions)
         for attributes, name, value in self.attributes:
             if attributes.get(name) is not value:
                 attributes[name] = value
 
 
+    def _restore_parameters(self, before: list[int]) -> None:
+        """Put back the parameters the forward wrote in place where a copy was kept
+        (``nn.Embedding(max_norm=...)`` renormalises its rows in its forward); warn,
+        naming them, about any other (hookscope keeps no copy of every parameter)."""
+        now = _versions(self.parameters)
+        if now == before:
+            return
+        written = {id(p) for p, b, a in zip(self.parameters, before, now, strict=True)
+                   if b != a}
+        written -= {id(t) for lazy in self.lazy for t, *_ in lazy.tensors}  # put back
+        with torch.no_grad():
+            kept = [(p, v) for p, copy, v in self.param_copies if id(p) in written
+                    and p.shape == copy.shape and p.copy_(copy) is not None]
+        if kept:
+            torch_private.set_versions([p for p, _ in kept], [v for _, v in kept])
+        written -= {id(p) for p, _ in kept}
+        if written:
+            names = [f"{path}.{n}" if path else n for path, m in self._members
+                     for n, p in m._parameters.items() if id(p) in written]
+            warnings.warn(
+                f"hookscope: the forward wrote into {len(written)} parameter(s) in place "
+                f"({', '.join(names[:3])}); they keep the values it wrote",
+                UserWarning, stacklevel=5,
+            )
+
+
 _training, _requires_grad = itemgetter("training"), attrgetter("requires_grad")
+_version_of = attrgetter("_version")
+#: modules whose forward writes into their own weight (``max_norm``)
+_RENORMS: set[type] = {nn.Embedding, nn.EmbeddingBag}
+
+
+def _versions(tensors: Sequence[torch.Tensor]) -> list[int]:
+    """Each tensor's version counter, -1 for an inference tensor (NB: one C-level pass
+    where there is none)."""
+    try:
+        return list(map(_version_of, tensors))
+    except RuntimeError:
+        return list(map(_version, tensors))
 
 
 def _identical(now: list[Any] | None, before: list[Any]) -> bool:
@@ -192,9 +243,12 @@ class LazyState:
         self.module, self.cls = module, type(module)
         self.tables = {name: dict(getattr(module, name)) for name in _LAZY_TABLES
                        if isinstance(getattr(module, name, None), dict)}
+        # its hooks' handles, and the plain settings ``initialize_parameters`` fills
+        # in (``in_features``, ``in_channels``, ``num_features``: 0 until then)
         self.attributes: dict[str, Any] = {
-            name: module.__dict__[name] for name in ("_initialize_hook", "_load_hook")
-            if name in module.__dict__
+            name: value for name, value in module.__dict__.items()
+            if name in ("_initialize_hook", "_load_hook")
+            or (not name.startswith("_") and isinstance(value, _PLAIN))
         }
         self.tensors = [(t, type(t), t.device, t.dtype)
                         for table in (module._parameters, module._buffers)
@@ -216,6 +270,8 @@ class LazyState:
                 table.update(saved)
         module.__dict__.update(self.attributes)
 
+
+_PLAIN = (int, float, bool, str, tuple, type(None))
 
 #: The tables of a lazy module its first forward changes: its parameters and buffers
 #: (the same objects), the initialising pre-hook and the state-dict load hook.

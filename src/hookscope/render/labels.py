@@ -12,7 +12,6 @@ like the second.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
 from hookscope.core.records import Call, ModuleInfo, TensorMeta, Trace
@@ -222,8 +221,11 @@ def _apart(names: list[str], width: int) -> dict[str, str]:
     differing segment and its end (``…0.…lf.query`` for ``encoder.layer.0.attention.
     self.query``). Any that would still read alike get other elisions
     (:func:`~hookscope.render.grid.distinct_forms`)."""
-    shared = os.path.commonprefix(names)
-    shared = shared[: shared.rfind(".") + 1]  # whole segments only
+    split = [name.split(".") for name in names]
+    common = 0  # the whole segments every name starts with
+    while all(len(parts) > common + 1 and parts[common] == split[0][common] for parts in split):
+        common += 1
+    shared = ".".join(split[0][:common]) + "." if common else ""
     forms: dict[str, str] = {}
     for name in names:
         rest = name[len(shared):]

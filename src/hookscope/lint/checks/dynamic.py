@@ -92,6 +92,7 @@ def observe(
     """
     model = ctx.model
     tracer = hookscope.Tracer(model, shapes=True, restore_state=True)
+    tracer._restore_buffers = True  # its forward is run for the caller (parameters too)
     watch = _ForeignWatch(ctx, tracer)
     saved = saved_buffers(m for _, m in ctx.members)
     handles = HandleGroup()
