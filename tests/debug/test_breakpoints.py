@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import textwrap
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -193,3 +194,38 @@ def test_at_a_module_class_stops_in_its_instances_only(recorder: Recorder) -> No
     with hookscope.breakpoint(model, at=nn.Linear):
         model(torch.randn(3, 4))
     assert [s["path"] for s in recorder.seen] == ["0", "2"]
+
+
+def test_backward_phase_checks_every_backward_over_a_retained_graph(recorder: Recorder) -> None:
+    """The call's values were let go at its first backward: a second loss over a
+    retained graph (multi-loss training) never reached the condition."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    x = torch.randn(3, 4)
+    checked: list[bool] = []
+
+    def has_nan(module: nn.Module, grads: Any) -> bool:
+        checked.append(bool(torch.isnan(grads[0]).any()))
+        return checked[-1]
+
+    with hookscope.breakpoint(model, at="1", phase="backward", when=has_nan):
+        out = model(x)
+        out.sum().backward(retain_graph=True)
+        (out.sum() * float("nan")).backward()
+    assert checked == [False, True]
+    assert [s["path"] for s in recorder.seen] == ["1"]
+    assert torch.equal(recorder.seen[0]["output"], torch.tanh(model[0](x)))  # its locals
+    assert total_hooks(model) == 0
+
+
+def test_backward_phase_keeps_one_step_s_values_at_most(recorder: Recorder) -> None:
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    gone: list[Any] = []
+    with hookscope.breakpoint(model, phase="backward", when=lambda m, g: False):
+        for _ in range(3):
+            out = model(torch.randn(3, 4))
+            out.sum().backward()
+            gone.append(weakref.ref(out))
+            del out
+        # at most the last step's values are held (until the next forward)
+        assert all(ref() is None for ref in gone[:-1])

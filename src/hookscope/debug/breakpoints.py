@@ -125,8 +125,17 @@ class _ForwardBreak(_BreakProbe):
 
 
 class _BackwardBreak(_BreakProbe):
+    """Keeps each call's module and values until the first call of a forward after its
+    backward: every backward pass through the call before then (a second loss over a
+    retained graph: multi-loss training) checks the condition, and a training loop in
+    the block keeps no more than one step's values."""
+
     def on_enter(self, call: Call, module: nn.Module, args: tuple[Any, ...],
                  kwargs: dict[str, Any]) -> None:
+        if self._done:
+            for index in self._done:
+                self._calls.pop(index, None)
+            self._done.clear()
         self._calls[call.index] = (module, args, kwargs)
 
     def on_exit(self, call: Call, module: nn.Module, args: tuple[Any, ...],
@@ -142,9 +151,10 @@ class _BackwardBreak(_BreakProbe):
             self._calls[call.index] = (*entry[:3], output)
 
     def on_backward_enter(self, call: Call, grad_outputs: tuple[Any, ...]) -> None:
-        entry = self._calls.pop(call.index, None)
+        entry = self._calls.get(call.index)
         if entry is None:
             return
+        self._done.add(call.index)
         module, args, kwargs, *rest = entry
         if _holds(self.when, module, grad_outputs):
             self._stop(call, "in the backward of", module, args, kwargs,
@@ -153,6 +163,7 @@ class _BackwardBreak(_BreakProbe):
     def __init__(self, when: str | Condition | None) -> None:
         super().__init__(when)
         self._calls: dict[int, tuple[Any, ...]] = {}
+        self._done: set[int] = set()  # calls whose backward ran: let go at the next call
 
 
 def _needs_grad(output: Any) -> bool:
