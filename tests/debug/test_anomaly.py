@@ -461,3 +461,50 @@ def test_a_nan_in_a_tensor_subclass_that_holds_its_data_is_found() -> None:
     with pytest.raises(hookscope.NonFiniteError) as info, hookscope.detect_anomaly(model):
         model(x.as_subclass(Tagged))
     assert info.value.report.first.path == plain.first.path
+
+
+class MaskThenLog(nn.Module):
+    """A legitimate ``-inf`` mask made first, then the bug: a log of negatives, both in
+    the parent's own code, before the child that receives the NaN."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj, self.act = nn.Linear(4, 4), nn.GELU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mask = torch.full((4, 4), float("-inf")).triu(1)
+        h = torch.log(self.proj(x)) + mask.diagonal()  # the diagonal is all zeros: finite
+        return self.act(h)
+
+
+def test_the_origin_is_the_op_that_made_the_value_the_call_received() -> None:
+    """The origin was the caller's first non-finite op, whatever value it made: the
+    causal mask, not the log whose NaN reached the child."""
+    torch.manual_seed(0)
+    report = hookscope.find_anomaly(MaskThenLog(), torch.randn(3, 4))
+    assert report is not None
+    a = report.first
+    assert a.path == "act" and a.origin is not None
+    assert (a.origin.name, a.origin.path) == ("aten.log.default", "")
+    assert all(i.finite for i in a.origin.inputs)
+
+
+def test_a_nan_in_the_models_input_or_in_a_parameter_names_no_origin() -> None:
+    """A NaN the model received was said to be made by the first op that passed it on
+    (``aten.add`` in the root), and a NaN weight by the caller's mask op."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    x = torch.randn(2, 4)
+    x[0, 0] = float("nan")
+    report = hookscope.find_anomaly(model, x)
+    assert report is not None and report.first.path == "0"
+    assert report.first.origin is None
+    assert report.first.inputs[0].finite is False  # it came in, and the report says so
+    model = MaskThenLog()
+    with torch.no_grad():
+        model.proj.weight[0, 0] = float("nan")
+        model.proj.bias.fill_(10.0)  # the log's input stays positive where finite
+    report = hookscope.find_anomaly(model, torch.randn(3, 4).abs() * 0.01)
+    assert report is not None and report.first.path == "proj"
+    assert report.first.origin is None  # the value was made from its own weight
+    assert all(i.finite for i in report.first.inputs)

@@ -229,6 +229,43 @@ class OpCheckMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
             if outputs and not all(all_finite(t) for _, t in outputs):
                 self._record(func, args, kwargs, outputs, owner, backward=False)
 
+    def maker_of(self, values: list[torch.Tensor], call: int) -> OpFinding | bool:
+        """The op that made the non-finite ``values`` a call received (call ``call``,
+        before its ops are checked): of the ops its callers ran before it and still
+        held, the last whose output is one of them; through ops that only passed a
+        non-finite value on (theirs came in too), back to the one whose inputs were
+        finite (or that wrote into its own input, which then reads as its output).
+
+        ``False`` when the value came from outside those ops (the model's inputs, a
+        parameter: the op that passed it on has non-finite inputs no held op made);
+        ``True`` when no held op produced it (checked and dropped already: the caller's
+        first finding may tell)."""
+        wanted = {id(t) for t in values}
+        seen = False
+        for func, args, kwargs, out, owner, _ in reversed(self._pending):
+            if owner >= call:
+                continue
+            outputs = _checkable(out)
+            if not any(id(t) in wanted for _, t in outputs):
+                continue
+            seen = True
+            tensors = _arg_tensors(args, kwargs)
+            bad = [t for _, t in tensors if checkable(t) and not all_finite(t)]
+            if not bad or _writes(func):
+                return OpFinding(
+                    name=str(func), phase="forward", call=owner,
+                    path=self._path(owner),
+                    inputs=tuple(tensor_check(p, t) for p, t in tensors),
+                    outputs=tuple(tensor_check(p, t) for p, t in outputs),
+                    inplace=_writes(func),
+                )
+            wanted = {id(t) for t in bad}
+        return not seen
+
+    def _path(self, owner: int | None) -> str | None:
+        trace = self._tracer.trace
+        return None if owner is None or trace is None else trace.calls[owner].path
+
     def ended_finite(self, call: int) -> None:
         """``call`` ended with a finite output: drop what ran inside it, unchecked."""
         pending = self._pending

@@ -30,8 +30,14 @@ from torch import nn
 from hookscope.core.handles import CallbackHandle
 from hookscope.core.probe import Probe
 from hookscope.core.tensors import iter_call_inputs, iter_tensors
-from hookscope.debug.checks import OpCheckMode, OpFindings, all_finite, counts
-from hookscope.debug.records import Anomaly, AnomalyKind, AnomalyReport, InputCheck
+from hookscope.debug.checks import OpCheckMode, OpFindings, all_finite, checkable, counts
+from hookscope.debug.records import (
+    Anomaly,
+    AnomalyKind,
+    AnomalyReport,
+    InputCheck,
+    OpFinding,
+)
 from hookscope.errors import RunStopped
 from hookscope.probes.moments import make_stats, tensor_moments
 
@@ -118,9 +124,15 @@ class NonFiniteProbe(Probe):
             if self._checked(t, _version(t)) or _kept_finite(module, args, t, versions, self):
                 continue
             if not all_finite(t):
+                made: OpFinding | bool = True
                 if mode is not None:
+                    came_in = [x for _, x in iter_call_inputs(args, kwargs)
+                               if checkable(x) and not all_finite(x)]
+                    # what made a value that came in: read before the held ops go
+                    made = mode.maker_of(came_in, call.index) if came_in else True
                     mode.flush()  # the ops held since the call started: which one did it
-                self._found(_output_anomaly(call, path, t, args, kwargs, versions, self.findings))
+                self._found(_output_anomaly(call, path, t, args, kwargs, versions,
+                                            self.findings, made))
                 return
             self._remember(t)
         if mode is not None:
@@ -230,7 +242,11 @@ def _kept_finite(
 def _output_anomaly(
     call: Call, path: str, t: torch.Tensor, args: tuple[Any, ...], kwargs: dict[str, Any],
     versions: tuple[int | None, ...] | None, findings: OpFindings,
+    made: OpFinding | bool = True,
 ) -> Anomaly:
+    """The anomaly of ``call``'s output ``t``. ``made``: the op that made a non-finite
+    value the call received (:meth:`OpCheckMode.maker_of`), ``False`` when none of its
+    callers' ops did, ``True`` when that is not known."""
     nans, infs = counts(t)
     inputs = []
     for i, (in_path, x) in enumerate(iter_call_inputs(args, kwargs)):
@@ -238,12 +254,21 @@ def _output_anomaly(
         changed = before is not None and before != _version(x)
         inputs.append(InputCheck(_stats(in_path, x), changed))
     op = findings.inside(call.index)
-    # the value came in with the inputs: name what made it before the call
-    came_in = op is None or not all(i.finite for i in op.inputs)
+    # the value came in with the call's inputs (not with a parameter of its own): name
+    # the op that made it before the call, found by identity, or else the callers' first
+    # non-finite op, if that one made its value (its inputs were finite)
+    origin: OpFinding | None = None
+    if any(i.finite is False for i in inputs):
+        if isinstance(made, OpFinding):
+            origin = made
+        elif made:
+            first = findings.before(call.index)
+            origin = first if first is not None and all(
+                i.finite is not False for i in first.inputs) else None
     return Anomaly(
         AnomalyKind.OUTPUT, "forward", call.path, call.module_class, call.call_index,
         call.index, path, t.numel(), nans or 0, infs or 0, tuple(inputs),
-        op=op, origin=findings.before(call.index) if came_in else None,
+        op=op, origin=origin,
     )
 
 
