@@ -508,3 +508,43 @@ def test_a_nan_in_the_models_input_or_in_a_parameter_names_no_origin() -> None:
     assert report is not None and report.first.path == "proj"
     assert report.first.origin is None  # the value was made from its own weight
     assert all(i.finite for i in report.first.inputs)
+
+
+class _Gate(nn.Module):
+    """A finite forward whose weight gradient is Inf (d sqrt(w)/dw at w = 0)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.tensor([0.0, 1.0, 4.0, 9.0]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.w.sqrt()
+
+
+class _SafeSqrt(nn.Module):
+    """A finite forward whose input gradient is NaN where the input is not positive."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.where(x > 0, x.sqrt(), torch.zeros_like(x))
+
+
+def test_a_parameter_gradient_is_checked_in_backward_order() -> None:
+    """Under ``torch.autograd.grad`` a parameter's gradient was checked at the end of
+    the backward: a later module gradient was reported first, with the op of the
+    parameter's gradient."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), _SafeSqrt(), nn.Linear(4, 4), _Gate())
+    x = torch.randn(3, 4)
+    order: list[tuple[str, bool]] = []  # the oracle: tensor hooks, in autograd's order
+    out = model[1](model[0](x))
+    out.register_hook(lambda g: order.append(("grad_out of 1", bool(g.isfinite().all()))))
+    out = model[3](model[2](out))
+    handle = model[3].w.register_hook(lambda g: order.append(("3.w", bool(g.isfinite().all()))))
+    torch.autograd.grad(out.sum(), list(model.parameters()))
+    handle.remove()
+    first_bad = next(name for name, finite in order if not finite)
+    assert first_bad == "3.w"
+    report = hookscope.find_anomaly(model, x, backward=True)
+    assert report is not None
+    assert report.first.parameter == "3.w" and report.first.inf_count == 1
+    assert report.first.op is not None and report.first.op.path == "3"

@@ -24,8 +24,9 @@ are all leaves, exits when the backward pass ends.
 
 Parameters get a gradient hook (fires for ``.backward()`` and ``torch.autograd.grad``)
 and a post-accumulate-grad hook (``.backward()`` only): a parameter's event is sent
-once per backward, after accumulation when there is one (``ParamGrad.accumulated``),
-else at the end of the backward with the computed gradient.
+once per backward, in backward order: after accumulation when there is one
+(``ParamGrad.accumulated``), else when its gradient is computed (at the end of the
+backward where torch cannot tell which).
 
 Every hook is a handle in the tracer's ``HandleGroup``: removed when the tracer ends
 (the backward it watches has run by then; one run after the ``with`` block is not
@@ -305,9 +306,13 @@ class BackwardWatch:
         def hook(grad: torch.Tensor) -> None:
             self._queue_end()
             # NB: a gradient kept here costs autograd a copy when it accumulates it (it
-            # steals only a gradient nobody else holds): kept only when no accumulation
-            # follows (``torch.autograd.grad``), delivered at the end of the pass then
-            if torch_private.accumulates_now(p) is not True:
+            # steals only a gradient nobody else holds): delivered now when no
+            # accumulation follows (``torch.autograd.grad``), in backward order as the
+            # accumulated ones are; kept for the end of the pass when torch cannot tell
+            accumulates = torch_private.accumulates_now(p)
+            if accumulates is False:
+                self._dispatch("on_param_grad", None, ParamGrad(path, p, grad, False))
+            elif accumulates is None:
                 self._pending[id(p)] = ParamGrad(path, p, grad, False)
 
         return hook
