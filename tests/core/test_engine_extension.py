@@ -794,3 +794,30 @@ def test_a_replacing_tracer_records_what_a_hook_added_in_its_block_returned() ->
     assert tracer.trace["0"].stats[0].mean == pytest.approx(5.0)  # what the caller got
     assert torch.equal(out, torch.full((2, 4), 5.0))
     assert total_hooks(model) == 0
+
+
+class _Events(Probe):
+    name = "backward_order_test"
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    def on_backward_enter(self, call: Any, grad_outputs: Any) -> None:
+        self.events.append(f"enter {call.path}")
+
+    def on_backward_exit(self, call: Any, grad_inputs: Any) -> None:
+        self.events.append(f"exit {call.path}")
+
+
+def test_a_call_s_backward_exit_comes_before_the_backward_of_what_made_its_input() -> None:
+    """One tensor is ``1``'s input and ``0``'s output: ``1``'s backward makes its
+    gradient, then ``0``'s backward receives it. The events came the other way round."""
+    model = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 2))
+    x = torch.randn(3, 4, requires_grad=True)
+    probe = _Events()
+    with hookscope.Tracer(model, shapes=False, probes=[probe]):
+        model(x).sum().backward()
+    events = probe.events
+    for later, earlier in (("2", "1"), ("1", "0")):
+        assert events.index(f"exit {later}") < events.index(f"enter {earlier}")
+    assert events.index("exit 0") < events.index("exit ")  # the inner call ends first

@@ -405,3 +405,32 @@ def test_a_tensor_hook_can_tell_whether_the_pass_accumulates_into_the_leaf() -> 
     finally:
         handle.remove()
     assert seen == [True, False, False, True]
+
+
+def test_a_tensor_s_hooks_run_in_the_order_of_their_dict_which_can_be_rebuilt() -> None:
+    """``hooks_first``: autograd runs a tensor's hooks in the insertion order of the
+    ``OrderedDict`` behind the handle (``move_to_end`` alone does not reorder them)."""
+    from torch.autograd.graph import register_multi_grad_hook
+
+    x = torch.randn(3, requires_grad=True)
+    y = x * 2
+    order: list[str] = []
+    y.register_hook(lambda g: order.append("first registered"))
+    handle = register_multi_grad_hook([y], lambda grads: order.append("ours"))
+    assert isinstance(y._backward_hooks, dict)
+    assert torch_private.hooks_first(handle) is True
+    y.sum().backward()
+    assert order == ["ours", "first registered"]
+    handle.remove()
+
+
+def test_hooks_first_warns_when_it_cannot_reorder() -> None:
+    class Opaque:
+        id = 1
+
+        def hooks_dict_ref(self) -> None:
+            return None
+
+    torch_private._warned.clear()
+    with pytest.warns(torch_private.HookscopeTorchWarning, match="cannot reorder"):
+        assert torch_private.hooks_first(Opaque()) is False

@@ -548,3 +548,33 @@ def test_a_parameter_gradient_is_checked_in_backward_order() -> None:
     assert report is not None
     assert report.first.parameter == "3.w" and report.first.inf_count == 1
     assert report.first.op is not None and report.first.op.path == "3"
+
+
+def test_a_gradient_made_in_a_call_s_backward_is_that_call_s_gradient_input() -> None:
+    """One tensor is the gradient of ``sq``'s input and of ``t``'s output: autograd
+    makes it in ``sq``'s backward, before ``t``'s starts. The report named ``t``'s
+    output gradient, with ``sq``'s op."""
+    torch.manual_seed(0)
+    model = nn.Sequential()
+    model.add_module("lin", nn.Linear(4, 4))
+    model.add_module("t", nn.Tanh())
+    model.add_module("sq", _SafeSqrt())
+    model.add_module("out", nn.Linear(4, 2))
+    x = torch.randn(3, 4)
+    order: list[str] = []  # the oracle: torch's full backward hooks, in autograd's order
+    handles = [m.register_full_backward_hook(
+        lambda m, gi, go, n=n: order.append(n) if gi[0] is not None
+        and not bool(gi[0].isfinite().all()) else None) for n, m in model.named_children()]
+    torch.autograd.grad(model(x).sum(), list(model.parameters()))
+    for h in handles:
+        h.remove()
+    assert order[0] == "sq"
+    report = hookscope.find_anomaly(model, x, backward=True)
+    assert report is not None
+    a = report.first
+    assert (a.path, a.tensor) == ("sq", "grad_in[0]")
+    assert a.op is not None and a.op.path == "sq"
+    every = hookscope.find_anomaly(model, x, backward=True, collect_all=True)
+    assert every is not None
+    assert [(b.path, b.tensor) for b in every.anomalies][:2] == [
+        ("sq", "grad_in[0]"), ("t", "grad_out[0]")]

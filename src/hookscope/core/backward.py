@@ -124,9 +124,11 @@ class BackwardWatch:
         inputs = list(iter_call_inputs(args, kwargs))
         tensors = _needing_grad(inputs)
         if tensors:
-            self._handles.add(
-                register_multi_grad_hook(tensors, lambda grads: self._exit(call, tuple(grads)))
-            )
+            handle = register_multi_grad_hook(tensors, lambda grads: self._exit(call, tuple(grads)))
+            self._handles.add(handle)
+            # before the output hook of the call that made an input (and an enclosing
+            # call's input hook): this call's backward made the gradient it sees
+            torch_private.hooks_first(handle)
         elif leaves := _leaves(inputs):  # hooked when the call ends (watch_outputs)
             self._leaf_inputs[call.index] = leaves
 

@@ -45,6 +45,7 @@ __all__ = [
     "global_module_hooks_present",
     "graph_task_id_function",
     "graph_task_running",
+    "hooks_first",
     "is_functorch_wrapped",
     "jit_trace_scopes",
     "jit_tracing_paused",
@@ -357,6 +358,34 @@ def jit_trace_scopes() -> Any:
 
 
 # -- global module hooks ---------------------------------------------------------------
+
+
+def hooks_first(handle: Any) -> bool:
+    """Make the tensor hooks behind ``handle`` (``Tensor.register_hook``'s, or
+    ``register_multi_grad_hook``'s: ``_MultiHandle.handles``) run before the hooks their
+    tensors had: an input hook of a call (registered when the call starts) then runs
+    before the output hook of the call that made the tensor (registered when that one
+    ended), in the order autograd's work happens: the consumer's backward made the
+    gradient, the producer's backward receives it.
+
+    Private: a tensor's hooks are the ``OrderedDict`` the handle's ``hooks_dict_ref``
+    points to, which autograd iterates in its insertion order (``move_to_end`` does not
+    change that order: the dict is rebuilt). ``False``, with a warning, where that does
+    not hold: the hooks then run in registration order."""
+    for h in getattr(handle, "handles", None) or (handle,):
+        ref, key = getattr(h, "hooks_dict_ref", None), getattr(h, "id", None)
+        hooks = ref() if callable(ref) else None
+        if not isinstance(hooks, dict) or key not in hooks:
+            _warn_once("the order of backward events on one tensor",
+                       "keeps a tensor's hooks where hookscope cannot reorder them")
+            return False
+        if next(iter(hooks)) == key:
+            continue
+        items = list(hooks.items())
+        hooks.clear()
+        hooks[key] = dict(items)[key]
+        hooks.update((k, v) for k, v in items if k != key)
+    return True
 
 
 def accumulates_now(p: torch.Tensor) -> bool | None:
