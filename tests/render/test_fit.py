@@ -265,3 +265,33 @@ def test_a_cell_s_labels_stay_apart_below_a_wider_row() -> None:
         lines = shorten_labelled(two, width).split("\n")
         labels = [line.partition(": ")[0] for line in lines]
         assert labels[0] != labels[1], (width_of_first, width, labels)
+
+
+class _SharesProj(torch.nn.Module):
+    def __init__(self, proj: torch.nn.Module) -> None:
+        super().__init__()
+        self.own, self.proj = torch.nn.Linear(4, 4), proj
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(self.own(x))
+
+
+@pytest.mark.parametrize("fold", [True, False])
+def test_rows_that_hold_a_module_registered_first_elsewhere_say_so(fold: bool) -> None:
+    """Four blocks sharing one Linear: blocks 1-3 counted its parameters in their rows
+    (and their fold), with no marker, so the rows added up to more than the Total."""
+    shared = torch.nn.Linear(4, 4)
+    model = torch.nn.Sequential(*[_SharesProj(shared) for _ in range(4)])
+    text = hookscope.summary(model, torch.randn(2, 4), fold=fold).to_text(width=200)
+    lines = text.splitlines()
+    assert not any(line.strip().startswith("0 (_SharesProj)") and "[shared]" in line
+                   for line in lines)  # block 0 holds it at its first path
+    if fold:
+        assert any("1 ... 3 (_SharesProj) x3 [shared]" in line for line in lines)
+        assert "[shared] 1 ... 3 hold 0.proj, registered first there" in text
+    else:
+        for i in (1, 2, 3):
+            assert any(line.strip().startswith(f"{i} (_SharesProj) [shared]") for line in lines)
+        assert "[shared] 2 holds 0.proj, registered first there" in text
+    total = sum(p.numel() for p in model.parameters())  # the oracle: each tensor once
+    assert f"{total:,}" in [line for line in lines if line.startswith("Total")][0]

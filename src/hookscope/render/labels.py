@@ -85,6 +85,30 @@ def tied_here(trace: Trace, call: Call) -> int:
     return max(info.total_params - below, 0)
 
 
+def shared_here(trace: Trace, call: Call) -> list[str]:
+    """The submodules below ``call``'s module that are registered first at another path
+    (one module in every block): the call's row counts their parameters, which the
+    totals count once, at that first path. ``[]`` for a later call of a module (its
+    row shows no count) and in a model without shared modules."""
+    modules = trace.modules
+    if call.call_index or not _has_shared(trace):
+        return []
+    prefix = f"{call.path}." if call.path else ""
+    found: list[str] = []
+    todo = list(modules[call.path].children) if call.path in modules else []
+    while todo:
+        path = todo.pop()
+        if not path.startswith(prefix):
+            found.append(path)  # counted at its first path: not looked into
+        elif (info := modules.get(path)) is not None:
+            todo.extend(info.children)
+    return sorted(found)
+
+
+def _has_shared(trace: Trace) -> bool:
+    return any(info.aliases for info in trace.modules.values())
+
+
 def tied_names(trace: Trace, path: str) -> list[tuple[str, str]]:
     """``(tied path, first path)`` of the tensors of module ``path`` counted elsewhere,
     when the trace knows them (``trace.meta["tied"]``)."""
@@ -106,6 +130,8 @@ def tree_text(
         text += f" ({call.module_class})"
     if tied_here(trace, call):
         text += " [tied]"
+    elif shared_here(trace, call):
+        text += " [shared]"
     if call.error:
         text += "  x raised" if ascii else "  ✗ raised"
     elif trace.stop is not None and trace.stop.call == call.index:
@@ -121,7 +147,8 @@ def fold_text(trace: Trace, calls: Sequence[Call], *, ascii: bool) -> str:
     names = _name(trace, first) if len(calls) == 1 else \
         f"{_name(trace, first)} {dots} {_name(trace, last)}"
     kind = f" ({first.module_class})" if first.path else ""  # the root's name is its class
-    return f"{'  ' * first.depth}{names}{kind} {times}{len(calls)}"
+    mark = " [shared]" if any(shared_here(trace, c) for c in calls) else ""
+    return f"{'  ' * first.depth}{names}{kind} {times}{len(calls)}{mark}"
 
 
 def _name(trace: Trace, call: Call) -> str:

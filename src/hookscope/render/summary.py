@@ -22,6 +22,7 @@ from hookscope.render.labels import (
     ended_early,
     fold_text,
     shapes_cell,
+    shared_here,
     tied_here,
     tied_names,
     tree_text,
@@ -122,6 +123,15 @@ class Summary:
                 what = ", ".join(f"{a} is {b}" for a, b in named) if named else (
                     f"{r.path} holds {tied_here(trace, r):,} params counted at another path")
                 out.append(f"[tied] {what} (counted once in the totals)")
+            elif isinstance(r, Call) and (shared := shared_here(trace, r)):
+                out.append(f"[shared] {r.path or '<root>'} holds {', '.join(shared[:3])}"
+                           f"{' ...' if len(shared) > 3 else ''}, registered first there "
+                           "(counted once in the totals)")
+            elif isinstance(r, Folded) and (shared := sorted(
+                    {p for c in r.calls for p in shared_here(trace, c)})):
+                out.append(f"[shared] {r.calls[0].path} ... {r.calls[-1].path} hold "
+                           f"{', '.join(shared[:3])}{' ...' if len(shared) > 3 else ''}, "
+                           "registered first there (counted once in the totals)")
         legend = uncounted_legend(trace)
         return out + ([legend] if legend else [])
 
