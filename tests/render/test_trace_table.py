@@ -369,3 +369,19 @@ def test_rows_named_by_whole_paths_stay_apart_and_show_their_index(width: int, h
     assert len(cells) == 4 and len(set(cells)) == 4
     for i in range(4):  # each row still shows its layer index
         assert sum(f"{i}." in c.split("(")[0] for c in cells) == 1
+
+
+def test_a_failure_message_of_several_lines_keeps_the_caption_one_line() -> None:
+    class Bad(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise ValueError("shape mismatch\nexpected 3\ngot 4")
+
+    model = nn.Sequential(nn.Linear(2, 2), Bad())
+    with pytest.raises(hookscope.ModelRunError) as info:
+        hookscope.trace(model, torch.randn(1, 2))
+    trace = info.value.trace
+    assert trace is not None and trace.error is not None
+    assert trace.error.message == "shape mismatch\nexpected 3\ngot 4"  # the record: whole
+    caption = render_trace(trace, width=200).splitlines()[-1]
+    assert caption.endswith("FAILED in '1': ValueError: shape mismatch ~")
+    assert "expected 3" not in render_trace(trace, width=200)

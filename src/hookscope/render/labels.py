@@ -33,11 +33,17 @@ def ended_early(trace: Trace) -> list[str]:
     err, stop = trace.error, trace.stop
     if err is not None:
         where = "outside any module" if err.path is None else f"in {path_text(err.path)!r}"
-        return [f"FAILED {where}: {err.exception_type}: {err.message}"]
+        return [f"FAILED {where}: {err.exception_type}: {_first_line(err.message)}"]
     if stop is not None:
         where = "outside any module" if stop.path is None else f"in {path_text(stop.path)!r}"
-        return [f"STOPPED {where} by probe {stop.probe!r}: {stop.reason}"]
+        return [f"STOPPED {where} by probe {stop.probe!r}: {_first_line(stop.reason)}"]
     return []
+
+
+def _first_line(text: str) -> str:
+    """A message's first line, ``…`` when it has more (the record keeps them all)."""
+    lines = text.strip().splitlines()
+    return (lines[0] + (" …" if len(lines) > 1 else "")) if lines else ""
 
 
 def short_name(path: str) -> str:
