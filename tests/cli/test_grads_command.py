@@ -53,6 +53,9 @@ def test_grads_errors_are_one_line(
         code, _, err = run_cli(capsys, "grads", model_file, "--input", "3,4", option, value)
         line = assert_one_error_line(code, err, f"{option} must be a positive number")
         assert "_" not in line.split(":")[1].split()[0]  # the option, not the argument
+    # --lr inf trained to all-NaN norms and exited 0; nan and negatives were refused
+    code, _, err = run_cli(capsys, "grads", model_file, "--input", "3,4", "--lr", "inf")
+    assert_one_error_line(code, err, "--lr must be a finite learning rate")
 
 
 @pytest.mark.parametrize("plot", ["out.txt", "out.pgf", "missing-dir/g.png"])

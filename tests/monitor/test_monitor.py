@@ -589,3 +589,47 @@ def test_value_clipping_a_sparse_gradient_is_a_spec_error_not_a_dispatch_error()
     assert torch.equal(model.e.weight, before)  # refused before the optimizer stepped
     assert torch.equal(model.out.weight.grad, grads["out"])  # and before any clamp
     assert total_hooks(model) == 0
+
+
+def test_flow_rows_stay_aligned_with_a_step_without_gradients(tmp_path: Path) -> None:
+    """A step where no watched parameter had a gradient added a norms row but no
+    max/mean row: plot_flow() raised IndexError, and step 0 drew step 1's values."""
+    pytest.importorskip("matplotlib")
+    torch.manual_seed(0)
+    model = nn.ModuleDict({"backbone": nn.Linear(4, 8), "head": nn.Linear(8, 2)})
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    expected: list[float] = []  # the oracle: max |grad| of backbone.weight, per step
+    with hookscope.GradientMonitor(model, optimizer=opt, select="backbone.*", flow=True) as mon:
+        for step in range(3):
+            x = torch.randn(3, 4)
+            with torch.set_grad_enabled(step > 0):  # a warm-up step: backbone frozen
+                feats = model["backbone"](x)
+            model["head"](feats).sum().backward()
+            g = model["backbone"].weight.grad
+            expected.append(math.nan if g is None else float(g.abs().max()))
+            opt.step()
+            opt.zero_grad()
+    h = mon.history
+    assert len(h.norms) == len(h.max_abs) == len(h.mean_abs) == 3
+    col = h.names.index("backbone.weight")
+    assert math.isnan(h.max_abs[0][col])
+    assert [row[col] for row in h.max_abs[1:]] == pytest.approx(expected[1:])
+    mon.plot_flow(tmp_path / "flow.png")
+    assert (tmp_path / "flow.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_relative_thresholds_wait_while_the_median_is_zero() -> None:
+    """With a running median of 0 (an expert with zero gradients for a while), any
+    gradient was flagged ``explode``: an infinite factor of 0."""
+    expert = nn.Linear(4, 4)
+    opt = torch.optim.SGD(expert.parameters(), lr=0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no anomaly warning
+        with hookscope.GradientMonitor(expert, optimizer=opt, relative=True,
+                                       explode_above=10.0) as mon:
+            for step in range(6):
+                scale = 1.0 if step in (0, 5) else 0.0
+                (expert(torch.randn(2, 4)).sum() * scale).backward()
+                opt.step()
+                opt.zero_grad(set_to_none=False)
+    assert mon.anomalies == []

@@ -10,6 +10,7 @@ module is imported (its last lines import this one).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -62,6 +63,10 @@ def grads_command(
         if plot is not None:
             _check_plot(plot)  # before the model is built and trained, not after
         _check_thresholds(explode_above=explode_above, vanish_below=vanish_below)
+        if not math.isfinite(lr):
+            from hookscope.errors import SpecError
+
+            raise SpecError(f"--lr must be a finite learning rate, got {lr}; try --lr 1e-3")
         with model_prints_to_stderr():
             prepared = prepare(model, inputs=inputs or [], config=config, device=device)
             monitor = _train(prepared, steps=steps, lr=lr, explode_above=explode_above,

@@ -108,11 +108,16 @@ class AnomalyChecker:
         return None
 
     def _scale(self, i: int) -> float | None:
-        """1 for absolute thresholds; the running median for relative ones."""
+        """1 for absolute thresholds; the running median for relative ones (``None``:
+        no threshold yet, with too short a history, or a median of 0, of which any
+        gradient is an infinite factor: an expert that got zero gradients for a while)."""
         if not self.relative:
             return 1.0
         recent = self._recent[i]
-        return statistics.median(recent) if len(recent) >= _MIN_HISTORY else None
+        if len(recent) < _MIN_HISTORY:
+            return None
+        median = statistics.median(recent)
+        return median if median > 0 else None
 
     def _act(self, anomaly: GradAnomaly) -> None:
         action = self.action

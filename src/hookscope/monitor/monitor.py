@@ -285,7 +285,9 @@ class GradientMonitor:
         for step, present, rows, scaled in pending:
             values = host[offset:offset + len(rows)]
             offset += len(rows)
-            full = [scatter_present(v, present) for v in values] or [[math.nan] * len(present)]
+            # a step without any gradient: NaN rows, as many as a step with them has
+            full = [scatter_present(v, present) for v in values] or [
+                [math.nan] * len(present) for _ in range(3 if self._flow else 1)]
             skipped = scaled and any(
                 p and not math.isfinite(v) for v, p in zip(full[0], present, strict=True)
             )
@@ -308,7 +310,7 @@ class GradientMonitor:
         h.norms.append(full[0])
         h.skipped.append(skipped)
         h.present.append(present)
-        if self._flow and len(full) == 3:
+        if self._flow:
             h.max_abs.append(full[1])
             h.mean_abs.append(full[2])
         if self._writer is not None:
