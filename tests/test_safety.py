@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import warnings
 import itertools
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any

@@ -434,3 +434,16 @@ def test_hooks_first_warns_when_it_cannot_reorder() -> None:
     torch_private._warned.clear()
     with pytest.warns(torch_private.HookscopeTorchWarning, match="cannot reorder"):
         assert torch_private.hooks_first(Opaque()) is False
+
+
+def test_a_grad_scaler_s_overflow_flags_are_readable_after_unscale() -> None:
+    model = nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    (scaler.scale(model(torch.randn(3, 2)).sum()) * float("inf")).backward()
+    scaler.unscale_(opt)
+    flags = torch_private.scaler_found_inf(scaler, opt)
+    assert flags is not None and any(bool(f.item()) for f in flags)
+    torch_private._warned.clear()
+    with pytest.warns(torch_private.HookscopeTorchWarning, match="overflow flags"):
+        assert torch_private.scaler_found_inf(object(), opt) is None

@@ -633,3 +633,35 @@ def test_relative_thresholds_wait_while_the_median_is_zero() -> None:
                 opt.step()
                 opt.zero_grad(set_to_none=False)
     assert mon.anomalies == []
+
+
+class _AuxOverflow(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body, self.head = nn.Linear(4, 4), nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor, overflow: bool = False) -> torch.Tensor:
+        h = self.body(x)
+        out = self.head(h).sum()
+        return out + h.sum() * float("inf") if overflow else out
+
+
+def test_a_step_the_scaler_skipped_is_marked_also_outside_select() -> None:
+    """The skip was judged from the selected norms: an overflow in the body's gradient
+    (the head selected) left ``skipped`` False on a step the optimizer never took."""
+    torch.manual_seed(0)
+    model = _AuxOverflow()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    stepped: list[bool] = []  # the oracle: did the optimizer change the head?
+    with hookscope.GradientMonitor(model, optimizer=opt, scaler=scaler, select="head.*") as mon:
+        for step in range(3):
+            before = model.head.weight.detach().clone()
+            scaler.scale(model(torch.randn(2, 4), overflow=step == 1)).backward()
+            mon.step()
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+            stepped.append(not torch.equal(before, model.head.weight))
+    assert stepped == [True, False, True]
+    assert mon.history.skipped == [not s for s in stepped]

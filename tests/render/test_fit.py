@@ -294,4 +294,4 @@ def test_rows_that_hold_a_module_registered_first_elsewhere_say_so(fold: bool) -
             assert any(line.strip().startswith(f"{i} (_SharesProj) [shared]") for line in lines)
         assert "[shared] 2 holds 0.proj, registered first there" in text
     total = sum(p.numel() for p in model.parameters())  # the oracle: each tensor once
-    assert f"{total:,}" in [line for line in lines if line.startswith("Total")][0]
+    assert f"{total:,}" in next(line for line in lines if line.startswith("Total"))

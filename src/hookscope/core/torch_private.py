@@ -56,6 +56,7 @@ __all__ = [
     "queue_end_of_backward",
     "replace_call_impl",
     "saved_tensor_default_hooks",
+    "scaler_found_inf",
     "set_versions",
     "stand_in_call_impl",
     "torch_call_impl",
@@ -386,6 +387,23 @@ def hooks_first(handle: Any) -> bool:
         hooks[key] = dict(items)[key]
         hooks.update((k, v) for k, v in items if k != key)
     return True
+
+
+def scaler_found_inf(scaler: Any, optimizer: Any) -> list[torch.Tensor] | None:
+    """After ``scaler.unscale_(optimizer)``: the scaler's per-device flags of an
+    Inf/NaN among *all* the optimizer's gradients (device tensors, not read here), which
+    decide whether ``scaler.step`` skips the step. ``None``, with a warning, where
+    torch keeps them elsewhere (``GradScaler._per_optimizer_states``, private)."""
+    try:
+        found = scaler._per_optimizer_states[id(optimizer)]["found_inf_per_device"]
+        flags = list(found.values())
+    except (AttributeError, KeyError, TypeError):
+        flags = None
+    if flags is None or not all(isinstance(f, torch.Tensor) for f in flags):
+        _warn_once("whether a GradScaler skipped a step (GradientMonitor(scaler=...))",
+                   "keeps a GradScaler's overflow flags where hookscope cannot read them")
+        return None
+    return flags
 
 
 def accumulates_now(p: torch.Tensor) -> bool | None:

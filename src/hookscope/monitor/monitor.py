@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from hookscope.core import torch_private
 from hookscope.core.handles import HandleGroup
 from hookscope.core.selectors import Selector, compile_selector
 from hookscope.errors import HookscopeError, SpecError
@@ -38,6 +39,11 @@ from hookscope.monitor.output import open_writer, plot_flow, plot_history, write
 __all__ = ["GradientMonitor"]
 
 _EPS = 1e-6  # as torch.nn.utils.clip_grad_norm_: limit / (norm + eps)
+
+
+_Scaled = bool | list[torch.Tensor]
+"""Whether a scaler unscaled the step: its overflow flags, or ``True`` where they
+cannot be read, ``False`` without a scaler."""
 
 
 class GradientMonitor:
@@ -128,7 +134,8 @@ class GradientMonitor:
         self.history = GradHistory(list(self.names))
         self._optimizer, self._scaler = optimizer, scaler
         self._writer = open_writer(writer)
-        self._pending: list[tuple[int, list[bool], list[torch.Tensor], bool]] = []
+        #: recorded steps not yet on the host: step, present, norm rows, scaler flags
+        self._pending: list[tuple[int, list[bool], list[torch.Tensor], _Scaled]] = []
         self._count = 0
         self._manual = False
         self._handles = HandleGroup()
@@ -207,8 +214,11 @@ class GradientMonitor:
             return
         self._record(False)
 
-    def _unscale(self) -> bool:
-        """With a scaler: unscale the optimizer's gradients (once per step)."""
+    def _unscale(self) -> _Scaled:
+        """With a scaler: unscale the optimizer's gradients (once per step); the
+        scaler's overflow flags, which decide whether it skips the step (``True``
+        where they cannot be read: judged from the monitored norms then); ``False``
+        without a scaler."""
         scaler = self._scaler
         if scaler is None or not scaler.is_enabled():
             return False
@@ -217,9 +227,10 @@ class GradientMonitor:
         except RuntimeError as e:
             if "already been called" not in str(e):
                 raise
-        return True
+        flags = torch_private.scaler_found_inf(scaler, self._optimizer)
+        return True if flags is None else flags
 
-    def _record(self, scaled: bool) -> None:
+    def _record(self, scaled: _Scaled) -> None:
         grads = [p.grad for p in self._params]
         present = [g is not None for g in grads]
         index = [i for i, g in enumerate(grads) if g is not None]
@@ -288,9 +299,12 @@ class GradientMonitor:
             # a step without any gradient: NaN rows, as many as a step with them has
             full = [scatter_present(v, present) for v in values] or [
                 [math.nan] * len(present) for _ in range(3 if self._flow else 1)]
-            skipped = scaled and any(
-                p and not math.isfinite(v) for v, p in zip(full[0], present, strict=True)
-            )
+            if isinstance(scaled, list):  # the scaler's own flags: every gradient
+                skipped = any(bool(flag.item()) for flag in scaled)
+            else:  # judged from the monitored gradients
+                skipped = scaled and any(
+                    p and not math.isfinite(v) for v, p in zip(full[0], present, strict=True)
+                )
             self._append(step, full, skipped, present)
             checks.append((step, full[0], present, skipped))
         # NB: every step recorded before any check may raise, and every one checked
