@@ -578,3 +578,53 @@ def test_a_gradient_made_in_a_call_s_backward_is_that_call_s_gradient_input() ->
     assert every is not None
     assert [(b.path, b.tensor) for b in every.anomalies][:2] == [
         ("sq", "grad_in[0]"), ("t", "grad_out[0]")]
+
+
+class _LogThenMask(nn.Module):
+    """The bug (a log of negatives) and then a legitimate ``-inf`` mask, both reaching
+    the child through one add: the NaN's maker is the log, not the mask."""
+
+    def __init__(self, mask_kind: str) -> None:
+        super().__init__()
+        self.proj, self.act, self.mask_kind = nn.Linear(4, 4), nn.Softmax(-1), mask_kind
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scores = torch.log(self.proj(x))
+        causal = torch.ones(3, 4, dtype=torch.bool).triu(1)
+        if self.mask_kind == "masked_fill":
+            mask = torch.zeros(3, 4).masked_fill(causal, float("-inf"))
+        else:  # made by a write (fill_), then triu
+            mask = torch.full((3, 4), float("-inf")).triu(1)
+        return self.act(scores + mask)
+
+
+@pytest.mark.parametrize("mask_kind", ["masked_fill", "full"])
+def test_the_origin_follows_every_branch_to_the_op_that_made_a_nan(mask_kind: str) -> None:
+    torch.manual_seed(0)
+    report = hookscope.find_anomaly(_LogThenMask(mask_kind), torch.randn(3, 4))
+    assert report is not None and report.first.path == "act"
+    assert report.first.origin is not None
+    assert report.first.origin.name == "aten.log.default"
+
+
+class _PassesOn(nn.Module):
+    """A NaN of the model's input or of its own buffer passed straight to a child, after
+    the root made an unrelated ``-inf`` mask."""
+
+    def __init__(self, from_buffer: bool) -> None:
+        super().__init__()
+        self.a, self.from_buffer = nn.Linear(4, 4), from_buffer
+        self.register_buffer("pos", torch.full((2, 4), float("nan")))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mask = torch.zeros(2, 4).masked_fill(torch.ones(2, 4, dtype=torch.bool), float("-inf"))
+        h = self.a(self.pos if self.from_buffer else x)
+        return h + mask.exp()
+
+
+@pytest.mark.parametrize("from_buffer", [False, True])
+def test_a_nan_from_the_model_s_input_or_buffer_has_no_origin(from_buffer: bool) -> None:
+    x = torch.randn(2, 4) if from_buffer else torch.full((2, 4), float("nan"))
+    report = hookscope.find_anomaly(_PassesOn(from_buffer), x)
+    assert report is not None and report.first.path == "a"
+    assert report.first.origin is None

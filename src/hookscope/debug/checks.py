@@ -229,38 +229,50 @@ class OpCheckMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
             if outputs and not all(all_finite(t) for _, t in outputs):
                 self._record(func, args, kwargs, outputs, owner, backward=False)
 
-    def maker_of(self, values: list[torch.Tensor], call: int) -> OpFinding | bool:
+    def maker_of(
+        self, values: list[torch.Tensor], call: int, *, nan: bool, outside: set[int],
+    ) -> OpFinding | bool:
         """The op that made the non-finite ``values`` a call received (call ``call``,
-        before its ops are checked): of the ops its callers ran before it and still
-        held, the last whose output is one of them; through ops that only passed a
-        non-finite value on (theirs came in too), back to the one whose inputs were
-        finite (or that wrote into its own input, which then reads as its output).
+        before its ops are checked), among the ops its callers ran before it and still
+        hold: each value is followed back, every branch of it, through ops that only
+        passed a non-finite value on, to the ops that made one from finite inputs (or
+        wrote into their own input, which then reads as their output). Of those, the
+        one that made the kind of value found (``nan``: a NaN, else an Inf) is named;
+        else the first found (an Inf from which arithmetic made the NaN).
 
-        ``False`` when the value came from outside those ops (the model's inputs, a
-        parameter: the op that passed it on has non-finite inputs no held op made);
-        ``True`` when no held op produced it (checked and dropped already: the caller's
-        first finding may tell)."""
+        ``False`` when every value came from outside the held ops: ``outside`` (the
+        ids of the model's inputs, parameters and buffers); ``True`` when some value
+        is not known (made by an op checked and dropped already: the caller's first
+        finding may tell)."""
         wanted = {id(t) for t in values}
-        seen = False
+        makers: list[OpFinding] = []
         for func, args, kwargs, out, owner, _ in reversed(self._pending):
+            if not wanted:
+                break
             if owner >= call:
                 continue
             outputs = _checkable(out)
-            if not any(id(t) in wanted for _, t in outputs):
+            matched = {id(t) for _, t in outputs} & wanted
+            if not matched:
                 continue
-            seen = True
+            wanted -= matched
             tensors = _arg_tensors(args, kwargs)
             bad = [t for _, t in tensors if checkable(t) and not all_finite(t)]
-            if not bad or _writes(func):
-                return OpFinding(
-                    name=str(func), phase="forward", call=owner,
-                    path=self._path(owner),
-                    inputs=tuple(tensor_check(p, t) for p, t in tensors),
-                    outputs=tuple(tensor_check(p, t) for p, t in outputs),
-                    inplace=_writes(func),
-                )
-            wanted = {id(t) for t in bad}
-        return not seen
+            if bad and not _writes(func):  # passed it on: follow every bad input back
+                wanted |= {id(t) for t in bad}
+                continue
+            makers.append(OpFinding(
+                name=str(func), phase="forward", call=owner, path=self._path(owner),
+                inputs=tuple(tensor_check(p, t) for p, t in tensors),
+                outputs=tuple(tensor_check(p, t) for p, t in outputs), inplace=_writes(func),
+            ))
+        kind = [m for m in makers if any((o.nan_count if nan else o.inf_count)
+                                         for o in m.outputs)]
+        if kind:
+            return kind[0]
+        if wanted - outside:
+            return True
+        return makers[0] if makers else False
 
     def _path(self, owner: int | None) -> str | None:
         trace = self._tracer.trace

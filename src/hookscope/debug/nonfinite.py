@@ -88,6 +88,7 @@ class NonFiniteProbe(Probe):
         self._mode: OpCheckMode | None = None
         self._tracer: Tracer | None = None
         self._versions: dict[int, tuple[int | None, ...]] = {}
+        self._root_inputs: list[int] = []
         #: The last tensors found finite, each with the version it had then.
         self._finite: list[tuple[weakref.ref[torch.Tensor], int, int]] = []
 
@@ -104,6 +105,8 @@ class NonFiniteProbe(Probe):
     def on_enter(
         self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> None:
+        if call.parent is None:  # the model's own inputs: made by no op of the run
+            self._root_inputs = [id(t) for _, t in iter_call_inputs(args, kwargs)]
         if len(args) == 1 and not kwargs and isinstance(args[0], torch.Tensor):
             self._versions[call.index] = (_version(args[0]),)
         else:
@@ -129,7 +132,10 @@ class NonFiniteProbe(Probe):
                     came_in = [x for _, x in iter_call_inputs(args, kwargs)
                                if checkable(x) and not all_finite(x)]
                     # what made a value that came in: read before the held ops go
-                    made = mode.maker_of(came_in, call.index) if came_in else True
+                    made = mode.maker_of(
+                        came_in, call.index, nan=bool(counts(t)[0]),
+                        outside=self._outside(),
+                    ) if came_in else True
                     mode.flush()  # the ops held since the call started: which one did it
                 self._found(_output_anomaly(call, path, t, args, kwargs, versions,
                                             self.findings, made))
@@ -137,6 +143,15 @@ class NonFiniteProbe(Probe):
             self._remember(t)
         if mode is not None:
             mode.ended_finite(call.index)
+
+    def _outside(self) -> set[int]:
+        """The ids of the tensors no op of the run made: the model's inputs (its root
+        call's), parameters and buffers."""
+        model = None if self._tracer is None else self._tracer.model
+        found = set(self._root_inputs)
+        if model is not None:
+            found |= {id(t) for t in (*model.parameters(), *model.buffers())}
+        return found
 
     def _checked(self, t: torch.Tensor, version: int | None, writes_since: int = 0) -> bool:
         """Whether ``t`` was found finite when it was at ``version``, with exactly
@@ -261,10 +276,12 @@ def _output_anomaly(
     if any(i.finite is False for i in inputs):
         if isinstance(made, OpFinding):
             origin = made
-        elif made:
+        elif made:  # not known: the callers' first finding, if it made this kind
             first = findings.before(call.index)
+            kind = "nan_count" if nans else "inf_count"
             origin = first if first is not None and all(
-                i.finite is not False for i in first.inputs) else None
+                i.finite for i in first.inputs) and any(
+                getattr(o, kind) for o in first.outputs) else None
     return Anomaly(
         AnomalyKind.OUTPUT, "forward", call.path, call.module_class, call.call_index,
         call.index, path, t.numel(), nans or 0, infs or 0, tuple(inputs),
