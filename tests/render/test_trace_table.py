@@ -385,3 +385,24 @@ def test_a_failure_message_of_several_lines_keeps_the_caption_one_line() -> None
     caption = render_trace(trace, width=200).splitlines()[-1]
     assert caption.endswith("FAILED in '1': ValueError: shape mismatch ~")
     assert "expected 3" not in render_trace(trace, width=200)
+
+
+class _TwoShare(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        shared = nn.Linear(2, 2)
+        self.a, self.b = nn.Sequential(shared, nn.Linear(2, 2)), nn.Sequential(shared)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(self.a(x))
+
+
+def test_the_total_of_selected_rows_counts_a_shared_submodule_once() -> None:
+    model = _TwoShare()
+    trace = hookscope.trace(model, torch.randn(1, 2), select=["a", "b"], time=False,
+                            stats=False, memory=False)
+    unique = {id(p): p.numel() for name in ("a", "b")  # the oracle: each tensor once
+              for p in model.get_submodule(name).parameters()}
+    (total,) = [line for line in render_trace(trace, columns=["layer", "params"]).splitlines()
+                if line.startswith("Total")]
+    assert int(total.split()[-1].replace(",", "")) == sum(unique.values())

@@ -196,7 +196,16 @@ def _params_total(trace: Trace) -> int:
             owner = _top_of(path, top)
             if owner is not None:
                 holders.setdefault(first, set()).add(owner)
-    return total - sum((len(t) - 1) * int(sizes.get(f, 0)) for f, t in holders.items())
+    total -= sum((len(t) - 1) * int(sizes.get(f, 0)) for f, t in holders.items())
+    # a module registered at several paths (one Linear in every block): counted in each
+    # top-level row that holds it, once in the total (NB: not again for one inside it)
+    shared = [(p, info) for p, info in trace.modules.items() if info.aliases]
+    for path, info in shared:
+        if any(path.startswith(f"{outer}.") for outer, _ in shared):
+            continue
+        tops = {_top_of(f"{p}.x", top) for p in (path, *info.aliases)} - {None}
+        total -= max(len(tops) - 1, 0) * info.total_params
+    return total
 
 
 def _top_of(tensor_path: str, top: set[str]) -> str | None:

@@ -96,23 +96,31 @@ def shared_here(trace: Trace, call: Call) -> list[str]:
     (one module in every block): the call's row counts their parameters, which the
     totals count once, at that first path. ``[]`` for a later call of a module (its
     row shows no count) and in a model without shared modules."""
-    modules = trace.modules
-    if call.call_index or not _has_shared(trace):
+    if call.call_index:
+        return []
+    shared = _shared_modules(trace)
+    if not shared:
         return []
     prefix = f"{call.path}." if call.path else ""
-    found: list[str] = []
-    todo = list(modules[call.path].children) if call.path in modules else []
-    while todo:
-        path = todo.pop()
-        if not path.startswith(prefix):
-            found.append(path)  # counted at its first path: not looked into
-        elif (info := modules.get(path)) is not None:
-            todo.extend(info.children)
-    return sorted(found)
+    return sorted(first for first, aliases in shared if not first.startswith(prefix)
+                  and any(a.startswith(prefix) for a in aliases))
 
 
-def _has_shared(trace: Trace) -> bool:
-    return any(info.aliases for info in trace.modules.values())
+def _shared_modules(trace: Trace) -> list[tuple[str, tuple[str, ...]]]:
+    """``(first path, other paths)`` of each module registered at several paths, once
+    per module table (NB: asked for every row of a table)."""
+    modules = trace.modules
+    kept = _SHARED.get(id(modules))
+    if kept is not None and kept[0] is modules:
+        return kept[1]
+    found = [(info.path, info.aliases) for info in modules.values() if info.aliases]
+    if len(_SHARED) >= 64:
+        _SHARED.clear()
+    _SHARED[id(modules)] = (modules, found)
+    return found
+
+
+_SHARED: dict[int, tuple[dict[str, ModuleInfo], list[tuple[str, tuple[str, ...]]]]] = {}
 
 
 def tied_names(trace: Trace, path: str) -> list[tuple[str, str]]:
