@@ -1124,8 +1124,34 @@ def test_an_embedding_s_max_norm_renormalisation_is_put_back(run: str) -> None:
     assert model[0].weight._version == version
 
 
-def test_a_parameter_written_in_place_by_a_forward_is_named_in_a_warning() -> None:
+@pytest.mark.parametrize("run", ["trace", "summary", "capture", "find_anomaly", "lint"])
+def test_a_parameter_written_in_place_by_a_forward_is_named_in_a_warning(run: str) -> None:
+    """... at the user's call, whichever entry point ran the forward."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 4), _ClampsItsWeight(4, 2))
-    with pytest.warns(UserWarning, match=r"wrote into 1 parameter\(s\) in place \(1\.weight\)"):
-        hookscope.trace(model, torch.randn(2, 4))
+    x = torch.randn(2, 4)
+    runs: dict[str, Callable[[], Any]] = {
+        "trace": lambda: hookscope.trace(model, x),
+        "summary": lambda: hookscope.summary(model, x),
+        "capture": lambda: hookscope.capture(model, x, select="1"),
+        "find_anomaly": lambda: hookscope.find_anomaly(model, x),
+        "lint": lambda: hookscope.lint(model, x),
+    }
+    named = r"wrote into 1 parameter\(s\) in place \(1\.weight\)"
+    with pytest.warns(UserWarning, match=named) as got:
+        runs[run]()
+    assert {w.filename for w in got if "wrote into" in str(w.message)} == {__file__}
+
+
+class _PositionEmbedding(nn.Embedding):
+    """A subclass, as transformers' positional embeddings are."""
+
+
+def test_a_max_norm_embedding_subclass_is_put_back_too() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(_PositionEmbedding(10, 4, max_norm=0.5), nn.Linear(4, 2))
+    before = snapshot_state(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        hookscope.trace(model, torch.tensor([[1, 2, 3]]))
+    assert_state_unchanged(before, model)

@@ -295,3 +295,20 @@ def test_rows_that_hold_a_module_registered_first_elsewhere_say_so(fold: bool) -
         assert "[shared] 2 holds 0.proj, registered first there" in text
     total = sum(p.numel() for p in model.parameters())  # the oracle: each tensor once
     assert f"{total:,}" in next(line for line in lines if line.startswith("Total"))
+
+
+class _Blk(torch.nn.Module):
+    def __init__(self, child: bool) -> None:
+        super().__init__()
+        self.inner = torch.nn.Identity() if child else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x) if self.inner is not None else x
+
+
+def test_leaves_after_a_block_with_children_do_not_fold() -> None:
+    """Blocks, not leaves: the fold looked at the first block's children only."""
+    model = torch.nn.Sequential(_Blk(True), _Blk(False), _Blk(False), _Blk(False))
+    text = hookscope.summary(model, torch.randn(1, 4)).to_text(width=200)
+    assert "x3" not in text
+    assert all(f"{i} (_Blk)" in text for i in range(4))

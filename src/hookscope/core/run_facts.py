@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import time as _time
 import warnings
 from collections.abc import Iterable, Sequence
@@ -139,9 +140,9 @@ class ModelState:
         self._members = table.members  # to name a parameter in a warning
         self.param_copies = [
             (w, w.detach().clone(), _version(w)) for m in self.modules
-            if type(m) in _RENORMS and m.max_norm is not None
+            if isinstance(m, _RENORMS) and getattr(m, "max_norm", None) is not None
             and isinstance(w := m._parameters.get("weight"), torch.Tensor) and _has_values(w)
-        ] if types & _RENORMS else []
+        ] if any(issubclass(t, _RENORMS) for t in types) else []
         # NB: per class, and C-level passes: an eval model without observers (what
         # summary() mostly sees) pays no loop over its modules
         recorders = {cls for cls in types if _records_statistics(cls)}
@@ -196,14 +197,24 @@ class ModelState:
             warnings.warn(
                 f"hookscope: the forward wrote into {len(written)} parameter(s) in place "
                 f"({', '.join(names[:3])}); they keep the values it wrote",
-                UserWarning, stacklevel=5,
+                UserWarning, stacklevel=_outside_hookscope(),
             )
 
 
 _training, _requires_grad = itemgetter("training"), attrgetter("requires_grad")
 _version_of = attrgetter("_version")
 #: modules whose forward writes into their own weight (``max_norm``)
-_RENORMS: set[type] = {nn.Embedding, nn.EmbeddingBag}
+_RENORMS = (nn.Embedding, nn.EmbeddingBag)
+
+
+def _outside_hookscope() -> int:
+    """The ``stacklevel`` of a warning raised here that points at the user's call of
+    hookscope (``summary``, ``capture``, ``lint``...), however deep inside it is."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 1  # NB: our own frames, not torch's
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
+    return level
 
 
 def _versions(tensors: Sequence[torch.Tensor]) -> list[int]:

@@ -54,7 +54,8 @@ def checkable(t: torch.Tensor) -> bool:
     statistics follow: ``probes/moments.readable``)."""
     return (
         (t.is_floating_point() or t.is_complex()) and not t.is_meta and not t.is_nested
-        and readable(t) and t.numel() > 0
+        and (t.layout == torch.strided if type(t) is torch.Tensor else readable(t))
+        and t.numel() > 0
     )
 
 

@@ -94,7 +94,7 @@ def _group(
         repeated = len(rest) > 1 or (len(rest) == 1 and sigs[rest[0].index] == sigs[first.index])
         # blocks, not leaves, and rows are saved: their rows below, or (at the depth
         # limit, where a block is one row) the run itself
-        if repeated and (hidden > len(rest) or (len(rest) > 1 and bool(first.children))):
+        if repeated and (hidden > len(rest) or (len(rest) > 1 and bool(rest[0].children))):
             out.append(Folded(tuple(rest), hidden))
             i = j
         else:
