@@ -12,7 +12,7 @@ strongly, and no tensor at all: a weak reference to a tensor would make
 The same passes read what the rest of the run's start needs of every module
 (:class:`ModelScan`: ``training`` flags, ``requires_grad``, whether any module has
 forward hooks or a call path of its own), so the state snapshot
-(``core/run_facts.py``) and the plan of the stand-in (``core/fast_path.py``) make no
+(``core/model_state.py``) and the plan of the stand-in (``core/fast_path.py``) make no
 pass of their own over the model: a pass over a model's modules right after a forward,
 with the caches cold, costs about as much as the work in it (``benchmarks/README.md``).
 """

@@ -45,13 +45,14 @@ from hookscope.core.failures import FailureTracker, add_note, describe_failure
 from hookscope.core.handles import CallbackHandle, HandleGroup
 from hookscope.core.internal import internal_work, is_internal
 from hookscope.core.internal import shared as _shared
+from hookscope.core.model_state import ModelState
 from hookscope.core.module_table import ModuleTable, module_table
 from hookscope.core.node_owners import NodeOwners
 from hookscope.core.observe import observe_module_calls
 from hookscope.core.probe import BACKWARD_EVENTS, PROBES, Probe, ProbeSpec, build_probes
 from hookscope.core.process import PROCESS
 from hookscope.core.records import Call, StopRecord, Trace
-from hookscope.core.run_facts import ModelState, cuda_devices, run_facts
+from hookscope.core.run_facts import cuda_devices, run_facts
 from hookscope.core.selectors import (
     ModuleSelector,
     chosen_modules,
@@ -169,7 +170,7 @@ class Tracer:
         #: tracer: no user code can add a hook between two calls (``core/fast_path.py``).
         self._exclusive = False
         #: With ``restore_state``, also put the buffers of modules in training mode back
-        #: on exit (``core/run_facts.py``): set by ``trace()``/``summary()`` and
+        #: on exit (``core/model_state.py``): set by ``trace()``/``summary()`` and
         #: ``capture()``, which run the forward for their caller. A ``Tracer`` around the
         #: user's own training loop keeps what that loop did to them.
         self._restore_buffers = False

@@ -24,9 +24,9 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 import hookscope
+from hookscope.core.buffer_state import restore_buffers, saved_buffers
 from hookscope.core.handles import HandleGroup
 from hookscope.core.run_backward import backward_roots
-from hookscope.core.run_facts import restore_buffers, saved_buffers
 from hookscope.errors import ModelRunError
 from hookscope.lint.checks.containers import contents
 from hookscope.lint.context import CONTAINERS, ForeignCall, ForwardFacts, LintContext
