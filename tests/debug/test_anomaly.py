@@ -295,7 +295,7 @@ def test_an_op_whose_output_is_overwritten_in_place_is_checked_before_the_write(
 
 
 def test_holding_few_unchecked_ops_finds_the_same_op(monkeypatch: pytest.MonkeyPatch) -> None:
-    from hookscope.debug import checks
+    from hookscope.debug import op_check as checks
 
     torch.manual_seed(0)
     x = torch.randn(3, 4)
@@ -378,7 +378,7 @@ class LayerNorms(nn.Module):
 def test_ops_with_tuple_outputs_count_against_the_held_limit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from hookscope.debug import checks
+    from hookscope.debug import op_check as checks
 
     held: list[int] = []
     flush = checks.OpCheckMode.flush

@@ -3,7 +3,7 @@ which aten op.
 
 :class:`NonFiniteProbe` checks every module call's output when the call ends
 (``debug/checks.py``: one sum per tensor, exact) and, while the run lasts, an
-:class:`~hookscope.debug.checks.OpCheckMode` holds the output of every op, checking
+:class:`~hookscope.debug.op_check.OpCheckMode` holds the output of every op, checking
 them, to name the first non-finite one, only in a call whose output is not finite.
 At the first call whose output holds a NaN or an Inf it raises
 :class:`NonFiniteError` (a :class:`~hookscope.errors.RunStopped`): the rest of the
@@ -30,7 +30,8 @@ from torch import nn
 from hookscope.core.handles import CallbackHandle
 from hookscope.core.probe import Probe
 from hookscope.core.tensors import iter_call_inputs, iter_tensors
-from hookscope.debug.checks import OpCheckMode, OpFindings, all_finite, checkable, counts
+from hookscope.debug.checks import all_finite, checkable, counts
+from hookscope.debug.op_check import OpCheckMode, OpFindings
 from hookscope.debug.records import (
     Anomaly,
     AnomalyKind,
