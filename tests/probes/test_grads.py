@@ -520,3 +520,19 @@ def test_a_head_the_loss_ignores_is_unused_as_ddp_says() -> None:
     status = {s.path: s.status for s in tracer.trace.param_grads}
     assert status["h2.weight"] == "unused" and status["h1.weight"] == "ok"
     model.zero_grad(set_to_none=True)
+
+
+def test_parameters_unfrozen_inside_a_tracer_block_are_named_in_a_warning() -> None:
+    """pix2pix/CycleGAN freeze and unfreeze D around the G step: what is watched is
+    decided when the block starts, and D's parameters were reported ``frozen`` without
+    a word although they received gradients inside the block."""
+    disc = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 1))
+    disc.requires_grad_(False)
+    with pytest.warns(UserWarning, match=r"4 parameter\(s\) frozen when the block started") as got:
+        with hookscope.Tracer(disc, grads=True) as tracer:
+            disc.requires_grad_(True)
+            disc(torch.randn(2, 4)).sum().backward()
+    assert {w.filename for w in got if "frozen when" in str(w.message)} == {__file__}
+    assert tracer.trace is not None
+    assert {s.status for s in tracer.trace.param_grads} == {"frozen"}
+    assert total_hooks(disc) == 0

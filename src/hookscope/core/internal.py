@@ -10,6 +10,8 @@ one (a saved-tensor hook).
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -55,3 +57,14 @@ def internal_work() -> Iterator[None]:
 def is_internal() -> bool:
     """Whether probe work is running on this thread (see :func:`internal_work`)."""
     return shared.internal > 0
+
+
+def outside_hookscope() -> int:
+    """The ``stacklevel`` for a warning raised by the caller of this function that
+    points at the user's call of hookscope (``summary``, ``capture``, ``lint``, the end
+    of a ``Tracer`` block), however deep inside hookscope it is raised."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 1  # NB: our own frames, not torch's
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
+    return level

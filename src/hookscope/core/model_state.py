@@ -11,8 +11,6 @@ place where a copy was kept.
 
 from __future__ import annotations
 
-import os
-import sys
 import warnings
 from collections.abc import Sequence
 from operator import attrgetter, is_, itemgetter
@@ -30,6 +28,7 @@ from hookscope.core.buffer_state import (
     saved_buffers,
     tensor_version,
 )
+from hookscope.core.internal import outside_hookscope
 from hookscope.core.lazy_state import LazyState, is_lazy_module
 from hookscope.core.module_table import ModuleTable
 
@@ -151,7 +150,7 @@ class ModelState:
             warnings.warn(
                 f"hookscope: the forward wrote into {len(written)} parameter(s) in place "
                 f"({', '.join(names[:3])}); they keep the values it wrote",
-                UserWarning, stacklevel=_outside_hookscope(),
+                UserWarning, stacklevel=outside_hookscope(),
             )
 
 
@@ -159,16 +158,6 @@ _training, _requires_grad = itemgetter("training"), attrgetter("requires_grad")
 _version_of = attrgetter("_version")
 #: modules whose forward writes into their own weight (``max_norm``)
 _RENORMS = (nn.Embedding, nn.EmbeddingBag)
-
-
-def _outside_hookscope() -> int:
-    """The ``stacklevel`` of a warning raised here that points at the user's call of
-    hookscope (``summary``, ``capture``, ``lint``...), however deep inside it is."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    frame, level = sys._getframe(1), 1  # NB: our own frames, not torch's
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
-        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
-    return level
 
 
 def _versions(tensors: Sequence[torch.Tensor]) -> list[int]:

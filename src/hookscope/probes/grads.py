@@ -54,6 +54,7 @@ import torch
 
 from hookscope.core import torch_private
 from hookscope.core.facts import Column, Fact, Field, Unit, set_exclusive
+from hookscope.core.internal import outside_hookscope
 from hookscope.core.meta import is_on_meta
 from hookscope.core.probe import Probe, register_probe
 from hookscope.core.run_backward import backward_roots
@@ -199,7 +200,8 @@ class GradsProbe(Probe):
         for path, p in tracer.model.named_parameters(remove_duplicate=False):
             slot = self._params.get(id(p))
             if slot is None:
-                self._params[id(p)] = _ParamSlot(path, tuple(p.shape), p.requires_grad)
+                self._params[id(p)] = _ParamSlot(path, tuple(p.shape), p.requires_grad,
+                                                  param=None if p.requires_grad else p)
             else:
                 slot.aliases.append(path)
         return []
@@ -278,6 +280,15 @@ class GradsProbe(Probe):
             used = None if reached is None else key in reached
             records.append(slot.record(stats, self._backward_seen, used))
         trace.facts["param_grads"] = records
+        thawed = [s.path for s in self._params.values()
+                  if s.param is not None and s.param.requires_grad]
+        if thawed:  # what is watched is decided when the block starts
+            warnings.warn(
+                f"hookscope: {len(thawed)} parameter(s) frozen when the block started were "
+                f"unfrozen inside it ({', '.join(thawed[:3])}{', ...' if len(thawed) > 3 else ''})"
+                ": their gradients are not recorded (reported 'frozen'); set requires_grad "
+                "before entering the Tracer to record them", UserWarning,
+                stacklevel=outside_hookscope())
         _set_self_times(trace)
         self._norms, self._params, self._reached = [], {}, None
         self._accumulated = False
@@ -313,6 +324,7 @@ class _ParamSlot:
     aliases: list[str] = field(default_factory=list)
     values: torch.Tensor | None = None  # [norm, max_abs, mean, nan, inf] on the device
     events: int = 0
+    param: torch.Tensor | None = None  # a frozen one: unfrozen by the block's end?
 
     def record(self, stats: list[float] | None, backward_seen: bool,
                used: bool | None = None) -> ParamGradStats:
