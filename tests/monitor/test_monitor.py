@@ -665,3 +665,34 @@ def test_a_step_the_scaler_skipped_is_marked_also_outside_select() -> None:
             stepped.append(not torch.equal(before, model.head.weight))
     assert stepped == [True, False, True]
     assert mon.history.skipped == [not s for s in stepped]
+
+
+@pytest.mark.parametrize("as_keyword", [False, True])
+def test_an_optimizer_stepped_with_a_closure_records_and_clips_its_gradients(
+    as_keyword: bool,
+) -> None:
+    """LBFGS computes the gradients inside step(): the monitor recorded the previous
+    step's, and clipped gradients the closure then overwrote."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    opt = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=3)
+    x, y = torch.randn(16, 4), torch.randn(16, 1)
+    first: list[float] = []  # the oracle: the first closure call's norm in each step
+    calls = [0]
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        loss = ((model(x) - y) ** 2).mean()
+        loss.backward()
+        if calls[0] == 0:
+            first.append(float(model[0].weight.grad.norm()))
+        calls[0] += 1
+        return loss
+
+    with hookscope.GradientMonitor(model, optimizer=opt, clip={"0.weight": 1e-3}) as mon:
+        for _ in range(3):
+            calls[0] = 0
+            opt.step(closure=closure) if as_keyword else opt.step(closure)
+            assert float(model[0].weight.grad.norm()) <= 1e-3 * (1 + 1e-5)  # clipped
+    assert mon.history.column("0.weight") == pytest.approx(first)
+    assert total_hooks(model) == 0

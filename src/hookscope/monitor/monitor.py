@@ -208,11 +208,29 @@ class GradientMonitor:
         self._record(self._unscale())
         self._manual = self._optimizer is not None
 
-    def _pre_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+    def _pre_step(self, optimizer: Any, args: Any, kwargs: Any) -> Any:
         if self._manual:  # mon.step() already recorded this step
             self._manual = False
-            return
-        self._record(False)
+            return None
+        # NB: torch hands the hook step()'s arguments with the optimizer first
+        at = 1 if args and args[0] is optimizer else 0
+        closure = args[at] if len(args) > at else kwargs.get("closure")
+        if not callable(closure):
+            self._record(False)
+            return None
+        # an optimizer stepped with a closure (LBFGS) computes the gradients inside
+        # step(): recorded after the closure's first call, clipped after every call
+        calls = [0]
+
+        def recorded() -> Any:
+            loss = closure()
+            self._record(False, keep=calls[0] == 0)
+            calls[0] += 1
+            return loss
+
+        if len(args) > at:
+            return (*args[:at], recorded, *args[at + 1:]), kwargs
+        return args, {**kwargs, "closure": recorded}
 
     def _unscale(self) -> _Scaled:
         """With a scaler: unscale the optimizer's gradients (once per step); the
@@ -230,7 +248,8 @@ class GradientMonitor:
         flags = torch_private.scaler_found_inf(scaler, self._optimizer)
         return True if flags is None else flags
 
-    def _record(self, scaled: _Scaled) -> None:
+    def _record(self, scaled: _Scaled, *, keep: bool = True) -> None:
+        """Record (``keep``) and clip the gradients there are now as one step."""
         grads = [p.grad for p in self._params]
         present = [g is not None for g in grads]
         index = [i for i, g in enumerate(grads) if g is not None]
@@ -242,12 +261,14 @@ class GradientMonitor:
                 rows.append(stack_norms(norms))
                 # NB: every number of a step is of the gradients as backward made them,
                 # before the clip changes them (as the norm and an anomaly's value)
-                if self._flow:
+                if self._flow and keep:
                     rows.append(stack_norms(grad_norms(found, math.inf)))
                     l1 = grad_norms(found, 1)
                     sizes = [max(1, g.numel()) for g in found]
                     rows.append(stack_norms([n / k for n, k in zip(l1, sizes, strict=True)]))
                 self._apply_clip(index, found, norms)
+        if not keep:
+            return
         self._pending.append((self._count, present, rows, scaled))
         self._count += 1
         if len(self._pending) >= self._log_every:
