@@ -536,3 +536,20 @@ def test_parameters_unfrozen_inside_a_tracer_block_are_named_in_a_warning() -> N
     assert tracer.trace is not None
     assert {s.status for s in tracer.trace.param_grads} == {"frozen"}
     assert total_hooks(disc) == 0
+
+
+@pytest.mark.parametrize("select", [None, "2", "*"])
+def test_parameters_autograd_grad_did_not_ask_for_are_no_backward_under_select(
+    select: str | None,
+) -> None:
+    """With select= the root call is not observed, and the walk that tells unused
+    parameters from ones not asked for never ran: every one not asked for was
+    ``unused``."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+    with hookscope.Tracer(model, grads=True, select=select) as tracer:
+        torch.autograd.grad(model(torch.randn(3, 4)).pow(2).sum(), [model[2].weight])
+    assert tracer.trace is not None
+    status = {s.path: s.status for s in tracer.trace.param_grads}
+    assert status == {"0.weight": "no_backward", "0.bias": "no_backward",
+                      "2.weight": "ok", "2.bias": "no_backward"}

@@ -185,10 +185,13 @@ class GradsProbe(Probe):
         # call index -> (start ns, the engine's backward overhead clock then)
         self._open: dict[int, tuple[int, int]] = {}
         self._backward_seen = False
-        # which parameters the model's outputs depend on (``_reachable``, walked when its
-        # root call ends: no graph is kept), for those that get no gradient from a
+        # which parameters the model's outputs depend on (``_reachable``, walked when an
+        # outermost call ends), for those that get no gradient from a
         # backward that asked for some parameters only; ``None`` until such an output
         self._reached: set[int] | None = None
+        # the nodes walked since the last backward started (held: no id is reused):
+        # a graph is let go once a backward runs, not kept for the block
+        self._walked: dict[int, Any] = {}
         self._accumulated = False  # a backward accumulated into .grad (``.backward()``)
         self._tracer: Tracer | None = None
         self._timed = True  # not on the meta device, where nothing runs to be timed
@@ -210,14 +213,18 @@ class GradsProbe(Probe):
         self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
         output: Any, failed: bool,
     ) -> None:
-        # NB: the model's own root call only: with select= there are many outermost
-        # calls, and a walk below each was quadratic
-        if not call.path and call.parent is None and not failed and torch.is_grad_enabled():
+        # the outermost calls: the model's root, or with select= each outermost selected
+        # call (NB: one walk for all of them, each node visited once: a walk below each
+        # from scratch was quadratic)
+        if call.parent is None and not failed and torch.is_grad_enabled():
             roots = [t.grad_fn if t.grad_fn is not None else t for t in backward_roots(output)]
             if roots:
-                self._reached = _reachable(roots) | (self._reached or set())
+                if self._reached is None:
+                    self._reached = set()
+                _reachable(roots, self._reached, self._walked)
 
     def on_backward_enter(self, call: Call, grad_outputs: tuple[Any, ...]) -> None:
+        self._walked = {}  # the graph walked is being consumed: let its nodes go
         norm = _joint_norm(grad_outputs)
         if norm is not None:
             self._norms.append((call, "grad_output_norm", norm))
@@ -290,16 +297,15 @@ class GradsProbe(Probe):
                 "before entering the Tracer to record them", UserWarning,
                 stacklevel=outside_hookscope())
         _set_self_times(trace)
-        self._norms, self._params, self._reached = [], {}, None
+        self._norms, self._params, self._reached, self._walked = [], {}, None, {}
         self._accumulated = False
         self._tracer = None
 
 
-def _reachable(roots: list[Any]) -> set[int]:
-    """The ``id`` of every leaf tensor the autograd graph below ``roots`` (nodes, or
-    leaf tensors themselves) accumulates into."""
-    found: set[int] = set()
-    seen: dict[int, Any] = {}  # NB: holds the nodes: no id is reused during the walk
+def _reachable(roots: list[Any], found: set[int], seen: dict[int, Any]) -> None:
+    """Add to ``found`` the ``id`` of every leaf tensor the autograd graph below
+    ``roots`` (nodes, or leaf tensors themselves) accumulates into, not walking again
+    below a node in ``seen`` (which holds the nodes: no id is reused meanwhile)."""
     stack = list(roots)
     while stack:
         node = stack.pop()
@@ -313,7 +319,6 @@ def _reachable(roots: list[Any]) -> set[int]:
         if isinstance(variable, torch.Tensor):
             found.add(id(variable))
         stack += [n for n, _ in getattr(node, "next_functions", ())]
-    return found
 
 
 @dataclass
