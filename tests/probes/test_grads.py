@@ -528,10 +528,11 @@ def test_parameters_unfrozen_inside_a_tracer_block_are_named_in_a_warning() -> N
     a word although they received gradients inside the block."""
     disc = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 1))
     disc.requires_grad_(False)
-    with pytest.warns(UserWarning, match=r"4 parameter\(s\) frozen when the block started") as got:
-        with hookscope.Tracer(disc, grads=True) as tracer:
-            disc.requires_grad_(True)
-            disc(torch.randn(2, 4)).sum().backward()
+    thawed = r"4 parameter\(s\) frozen when the block started"
+    with pytest.warns(UserWarning, match=thawed) as got, \
+            hookscope.Tracer(disc, grads=True) as tracer:
+        disc.requires_grad_(True)
+        disc(torch.randn(2, 4)).sum().backward()
     assert {w.filename for w in got if "frozen when" in str(w.message)} == {__file__}
     assert tracer.trace is not None
     assert {s.status for s in tracer.trace.param_grads} == {"frozen"}
