@@ -1097,6 +1097,18 @@ class _ClampsItsWeight(nn.Linear):
         return super().forward(x)
 
 
+def _run_for_the_caller(run: str, model: nn.Module, x: torch.Tensor) -> None:
+    """One of the entry points that run a forward for their caller, on ``x``."""
+    runs: dict[str, Callable[[], Any]] = {
+        "trace": lambda: hookscope.trace(model, x),
+        "summary": lambda: hookscope.summary(model, x),
+        "capture": lambda: hookscope.capture(model, x, select="1"),
+        "find_anomaly": lambda: hookscope.find_anomaly(model, x),
+        "lint": lambda: hookscope.lint(model, x),
+    }
+    runs[run]()
+
+
 @pytest.mark.parametrize("run", ["trace", "summary", "capture", "find_anomaly", "lint"])
 def test_an_embedding_s_max_norm_renormalisation_is_put_back(run: str) -> None:
     """``nn.Embedding(max_norm=...)`` renormalises the rows it looks up, in place, in its
@@ -1110,16 +1122,9 @@ def test_an_embedding_s_max_norm_renormalisation_is_put_back(run: str) -> None:
         twin = copy.deepcopy(model)
         twin(ids)
     assert not torch.equal(twin[0].weight, model[0].weight)  # the forward does write it
-    runs: dict[str, Callable[[], Any]] = {
-        "trace": lambda: hookscope.trace(model, ids),
-        "summary": lambda: hookscope.summary(model, ids),
-        "capture": lambda: hookscope.capture(model, ids, select="1"),
-        "find_anomaly": lambda: hookscope.find_anomaly(model, ids),
-        "lint": lambda: hookscope.lint(model, ids),
-    }
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # put back exactly: nothing to warn about
-        runs[run]()
+        _run_for_the_caller(run, model, ids)
     assert_state_unchanged(before, model)
     assert model[0].weight._version == version
 
@@ -1130,16 +1135,9 @@ def test_a_parameter_written_in_place_by_a_forward_is_named_in_a_warning(run: st
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 4), _ClampsItsWeight(4, 2))
     x = torch.randn(2, 4)
-    runs: dict[str, Callable[[], Any]] = {
-        "trace": lambda: hookscope.trace(model, x),
-        "summary": lambda: hookscope.summary(model, x),
-        "capture": lambda: hookscope.capture(model, x, select="1"),
-        "find_anomaly": lambda: hookscope.find_anomaly(model, x),
-        "lint": lambda: hookscope.lint(model, x),
-    }
     named = r"wrote into 1 parameter\(s\) in place \(1\.weight\)"
     with pytest.warns(UserWarning, match=named) as got:
-        runs[run]()
+        _run_for_the_caller(run, model, x)
     assert {w.filename for w in got if "wrote into" in str(w.message)} == {__file__}
 
 

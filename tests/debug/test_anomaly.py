@@ -510,17 +510,6 @@ def test_a_nan_in_the_models_input_or_in_a_parameter_names_no_origin() -> None:
     assert all(i.finite for i in report.first.inputs)
 
 
-class _Gate(nn.Module):
-    """A finite forward whose weight gradient is Inf (d sqrt(w)/dw at w = 0)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.w = nn.Parameter(torch.tensor([0.0, 1.0, 4.0, 9.0]))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * self.w.sqrt()
-
-
 class _SafeSqrt(nn.Module):
     """A finite forward whose input gradient is NaN where the input is not positive."""
 
@@ -533,7 +522,7 @@ def test_a_parameter_gradient_is_checked_in_backward_order() -> None:
     the backward: a later module gradient was reported first, with the op of the
     parameter's gradient."""
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(4, 4), _SafeSqrt(), nn.Linear(4, 4), _Gate())
+    model = nn.Sequential(nn.Linear(4, 4), _SafeSqrt(), nn.Linear(4, 4), SqrtScale())
     x = torch.randn(3, 4)
     order: list[tuple[str, bool]] = []  # the oracle: tensor hooks, in autograd's order
     out = model[1](model[0](x))
