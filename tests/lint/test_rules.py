@@ -118,6 +118,54 @@ def test_a_plain_list_of_a_class_without_source_is_a_warning_not_information() -
     assert "could not be read from its source" in finding.message
 
 
+def _class_made_in_a_function(reads_training: bool) -> type[nn.Module]:
+    """A module class defined inside a function (as ``kernels`` makes its ``Func``):
+    inspect finds no class statement for it, only its methods' source."""
+
+    class Dropping(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return nn.functional.dropout(x, 0.5, self.training)
+
+    class Doubling(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+
+    made = Dropping if reads_training else Doubling
+    made.__qualname__ = "Func"  # no class statement of that name: inspect cannot find it
+    return made
+
+
+@pytest.mark.parametrize("reads_training", [True, False])
+def test_a_class_made_in_a_function_is_read_from_its_methods(reads_training: bool) -> None:
+    made = _class_made_in_a_function(reads_training)
+
+    class Holds(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(2, 2)
+            self.extra = [made()]
+
+    (finding,) = [f for f in hookscope.lint(Holds()) if f.code == "HS101"]
+    if reads_training:  # .eval() does not reach it: a real loss
+        assert finding.severity is Severity.ERROR and "training flag" in finding.message
+    else:
+        assert finding.severity is Severity.INFO and "nothing is lost" in finding.message
+
+
+def test_a_private_dict_of_stateless_modules_is_not_reported() -> None:
+    """transformers 5.25 keeps ``kernels``' wrappers in ``self._kernel_funcs`` on
+    purpose, unregistered: no parameters, no buffers, no training flag read."""
+    made = _class_made_in_a_function(False)
+
+    class Holds(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(2, 2)
+            self.__dict__.setdefault("_kernel_funcs", {"rms_norm": made()})
+
+    assert "HS101" not in hookscope.lint(Holds()).codes()
+
+
 def test_a_list_of_references_to_registered_modules_is_not_reported() -> None:
     assert "HS101" not in hookscope.lint(models.ReferenceList()).codes()
 

@@ -123,7 +123,9 @@ def _uses(cls: type) -> frozenset[str] | None:
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     except (OSError, TypeError, SyntaxError):
-        return None
+        # a class made inside a function (``kernels``' ``Func``): inspect finds no
+        # class statement by its name, but each method's own source
+        return _methods_use(cls)
     names: set[str] = set()
     for fn in _methods(tree):
         if fn.name == "__init__":
@@ -134,6 +136,27 @@ def _uses(cls: type) -> frozenset[str] | None:
             elif isinstance(node, ast.Constant) and isinstance(node.value, str):
                 names.add(node.value)
     return frozenset(names)
+
+
+def _methods_use(cls: type) -> frozenset[str] | None:
+    """What :func:`_uses` reads, from the source of each method ``cls`` defines itself
+    (``None`` when none has any)."""
+    names: set[str] = set()
+    read = False
+    for name, value in vars(cls).items():
+        if name == "__init__" or not inspect.isfunction(value):
+            continue
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(value)))
+        except (OSError, TypeError, SyntaxError):
+            continue
+        read = True
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+                names.add(node.attr)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                names.add(node.value)
+    return frozenset(names) if read else None
 
 
 def find_class(cls: type) -> Location | None:

@@ -90,7 +90,8 @@ def module_in_plain_container(ctx: LintContext) -> Iterator[Hit]:
                 "they have no parameters or buffers, but whether "
                 f"{', '.join(unread)} reads its training flag (which .train()/.eval() do "
                 "not reach) could not be read from its source"), Severity.WARNING)
-        else:  # ReLU, Tanh: nothing to train, save or switch
+        elif not name.startswith("_"):  # ReLU, Tanh: nothing to train, save or switch
+            # (NB: under a private name, a deliberate choice: kernels' ``_kernel_funcs``)
             yield Hit(path, name, held + (
                 "they have no parameters or buffers and do not read their training flag, "
                 "so nothing is lost, but print(model), named_modules() and module hooks do "
