@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from hookscope.core import torch_private
+from hookscope.core.internal import outside_hookscope
 
 _RECORDS: dict[type, bool] = {}
 
@@ -78,7 +79,7 @@ def restore_buffers(saved: list[SavedBuffer]) -> None:
     if failed:
         warnings.warn(
             f"hookscope: could not put back {len(failed)} buffer(s) the forward changed: "
-            f"{', '.join(failed[:3])}", UserWarning, stacklevel=4,
+            f"{', '.join(failed[:3])}", UserWarning, stacklevel=outside_hookscope(),
         )
 
 
