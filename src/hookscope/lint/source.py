@@ -128,13 +128,8 @@ def _uses(cls: type) -> frozenset[str] | None:
         return _methods_use(cls)
     names: set[str] = set()
     for fn in _methods(tree):
-        if fn.name == "__init__":
-            continue
-        for node in ast.walk(fn):
-            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
-                names.add(node.attr)
-            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-                names.add(node.value)
+        if fn.name != "__init__":
+            _add_names_read(fn, names)
     return frozenset(names)
 
 
@@ -151,12 +146,18 @@ def _methods_use(cls: type) -> frozenset[str] | None:
         except (OSError, TypeError, SyntaxError):
             continue
         read = True
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
-                names.add(node.attr)
-            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-                names.add(node.value)
+        _add_names_read(tree, names)
     return frozenset(names) if read else None
+
+
+def _add_names_read(tree: ast.AST, names: set[str]) -> None:
+    """Add the attributes ``tree`` reads (``self.x``) and the strings it names
+    (``getattr(self, "x")``) to ``names``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+            names.add(node.attr)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names.add(node.value)
 
 
 def find_class(cls: type) -> Location | None:
