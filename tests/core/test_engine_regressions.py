@@ -95,6 +95,95 @@ def test_another_thread_running_the_same_model_is_not_recorded() -> None:
     assert counts == {1 + 4 * 3}
 
 
+class ReentrantCheckpointed(nn.Module):
+    """``stem`` -> ``block`` under a reentrant checkpoint -> ``head``: the checkpoint's
+    backward runs a backward pass of its own inside the model's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem, self.head = nn.Linear(4, 4), nn.Linear(4, 2)
+        self.block = nn.Sequential(nn.Linear(4, 4), nn.Tanh())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h: torch.Tensor = checkpoint(self.block, self.stem(x), use_reentrant=True)
+        return self.head(h)
+
+
+def test_a_reentrant_checkpoints_own_backward_pass_does_not_end_the_models() -> None:
+    """The nested pass ended every open call (the root's backward had no end) and the
+    calls after it (``stem``) lost their own ends."""
+    torch.manual_seed(0)
+    model, x = ReentrantCheckpointed(), torch.randn(3, 4, requires_grad=True)
+    seen: dict[str, float] = {}  # the oracle: gradients of the calls' outputs
+    handles = [
+        m.register_full_backward_hook(
+            lambda m, gi, go, name=name: seen.__setitem__(name, float(go[0].norm())))
+        for name, m in [("stem", model.stem), ("head", model.head)]
+    ]
+    with hookscope.Tracer(model, grads=True) as tracer:
+        model(x).sum().backward()
+    for handle in handles:
+        handle.remove()
+    trace = tracer.trace
+    assert trace is not None
+    root, stem, head = trace[""], trace["stem"], trace["head"]
+    for name, call in [("stem", stem), ("head", head)]:
+        assert call.grad_output_norm == pytest.approx(seen[name], rel=1e-6)
+    assert root.backward_ns is not None and stem.backward_ns is not None
+    # the root's backward holds the nested pass and stem's, which ran after it
+    assert root.backward_ns >= stem.backward_ns + head.backward_ns
+    statuses = {s.path: s.status for s in trace.param_grads}
+    assert set(statuses.values()) == {"ok"}, statuses  # block's came in the nested pass
+    assert sum(count_hooks(model).values()) == 0
+
+
+class FailsOnce(torch.autograd.Function):
+    """Identity whose backward raises the first time."""
+
+    failed = False
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        if not FailsOnce.failed:
+            FailsOnce.failed = True
+            raise ValueError("boom")
+        return grad
+
+
+class FailingMiddle(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(FailsOnce.apply(self.a(x)))
+
+
+def test_a_pass_retried_over_a_retained_graph_after_a_failure_is_whole() -> None:
+    """What the failed pass left open (``b``'s backward had started) must not be closed
+    by, nor mixed into, the retry."""
+    torch.manual_seed(0)
+    model, x = FailingMiddle(), torch.randn(3, 4)
+    FailsOnce.failed = False
+    with hookscope.Tracer(model, grads=True) as tracer:
+        loss = model(x).sum()
+        with pytest.raises(ValueError, match="boom"):
+            loss.backward(retain_graph=True)
+        loss.backward()
+    trace = tracer.trace
+    assert trace is not None
+    for path in ("", "a", "b"):
+        assert trace[path].backward_ns is not None, path
+    a_out = model.b.weight.detach().t() @ torch.ones(2)  # d(sum)/d(a's output), one row
+    assert trace["a"].grad_output_norm == pytest.approx(
+        float(a_out.norm() * 3 ** 0.5), rel=1e-6)
+    assert {s.status for s in trace.param_grads} == {"ok"}
+
+
 class RecomputedBlock(nn.Module):
     """A block under non-reentrant activation checkpointing: its forward runs again
     inside the backward pass, to recompute what it did not save."""

@@ -100,10 +100,16 @@ class BackwardWatch:
         # call index -> (graph task, when its last own node finished, the clock then)
         self._own_ends: dict[int, tuple[int | None, int, int]] = {}
         self._ends_lock = threading.Lock()  # nodes finish on autograd's device threads
-        self._open: dict[int, Call] = {}  # calls whose backward started and has not ended
-        self._pending: dict[int, ParamGrad] = {}  # id(param) -> not yet accumulated
-        self._queued_task: int | None = None  # the backward pass whose end is queued
-        self._early: dict[int, tuple[Any, ...]] = {}  # exits that came before their enter
+        # Each entry is tagged with the backward pass (graph task) it came in: a pass may
+        # run inside another (a reentrant checkpoint's backward), and each one's end
+        # closes only what is its own.
+        # call index -> the call whose backward started and has not ended, its pass
+        self._open: dict[int, tuple[Call, int | None]] = {}
+        # id(param) -> its pass, its gradient not yet accumulated
+        self._pending: dict[int, tuple[int | None, ParamGrad]] = {}
+        self._queued: set[int | None] = set()  # passes whose end is queued and not run
+        # call index -> its pass, the exit that came before its enter
+        self._early: dict[int, tuple[int | None, tuple[Any, ...]]] = {}
         self._leaf_inputs: dict[int, list[torch.Tensor]] = {}  # call index -> leaf inputs
         self._spent: list[Any] = []  # hooks on leaves whose call ended: removed at the end
         # call index -> hooks its leaf inputs again (``_watch_leaves``)
@@ -140,6 +146,8 @@ class BackwardWatch:
             self._makers.mark(call.parent)
 
     def watch_outputs(self, call: Call, output: Any) -> None:
+        if self._queued:  # a forward runs: no backward pass does, one that raised left these
+            self._forget_failed_passes()
         start = self._starts.pop(call.index, None)
         if self._makers is not None:
             self._makers.mark(call.parent)  # from now on, nodes are the parent's
@@ -207,7 +215,7 @@ class BackwardWatch:
         was running, when the calls whose backward had started and not ended are one
         chain (each inside the one before); ``None`` when they are not (parallel
         branches: which one raised is not known) or there are none."""
-        chain = sorted(self._open.values(), key=lambda c: c.index)
+        chain = sorted((c for c, _ in self._open.values()), key=lambda c: c.index)
         for outer, inner in pairwise(chain):
             parent = inner.parent
             while parent is not None and parent != outer.index:
@@ -270,25 +278,26 @@ class BackwardWatch:
         self._rearm[call.index] = arm
 
     def _enter(self, call: Call, grads: tuple[Any, ...]) -> None:
-        self._queue_end()
-        self._open[call.index] = call
+        task = self._queue_end()
+        self._open[call.index] = (call, task)
         rearm = self._rearm.get(call.index)
         if rearm is not None:  # a later pass over a retained graph: its leaves again
             rearm()
         self._dispatch("on_backward_enter", call, grads)
         early = self._early.pop(call.index, None)
-        if early is not None:  # a call that returned its input: both hooks on one tensor
+        if early is not None and early[0] == task:
+            # a call that returned its input: both hooks on one tensor
             self._open.pop(call.index, None)
-            self._dispatch("on_backward_exit", call, early)
+            self._dispatch("on_backward_exit", call, early[1])
 
     def _exit(self, call: Call, grads: tuple[Any, ...]) -> None:
-        self._queue_end()
+        task = self._queue_end()
         if self._open.pop(call.index, None) is None:
             # Not entered: either its outputs get no gradient (unused, not
             # differentiable: it has no backward, its inputs' gradient came from other
             # branches; dropped at the end of the pass), or it returned its input
             # (``nn.Identity``), whose input hook fires just before its output hook
-            self._early[call.index] = grads
+            self._early[call.index] = (task, grads)
             return
         self._dispatch("on_backward_exit", call, grads)
 
@@ -306,7 +315,7 @@ class BackwardWatch:
 
     def _grad_hook(self, path: str, p: torch.Tensor) -> Callable[[torch.Tensor], None]:
         def hook(grad: torch.Tensor) -> None:
-            self._queue_end()
+            task = self._queue_end()
             # NB: a gradient kept here costs autograd a copy when it accumulates it (it
             # steals only a gradient nobody else holds): delivered now when no
             # accumulation follows (``torch.autograd.grad``), in backward order as the
@@ -315,7 +324,7 @@ class BackwardWatch:
             if accumulates is False:
                 self._dispatch("on_param_grad", None, ParamGrad(path, p, grad, False))
             elif accumulates is None:
-                self._pending[id(p)] = ParamGrad(path, p, grad, False)
+                self._pending[id(p)] = (task, ParamGrad(path, p, grad, False))
 
         return hook
 
@@ -328,38 +337,56 @@ class BackwardWatch:
 
     # -- the end of a backward pass ---------------------------------------------------
 
-    def _queue_end(self) -> None:
-        """Queue :meth:`_end` once per backward pass.
+    def _queue_end(self) -> int | None:
+        """Queue :meth:`_end` once per backward pass; the pass running now.
 
-        NB: by the pass's id, not a flag: autograd runs queued callbacks only when a
-        pass succeeds, so a flag set by a pass that raised would never be cleared, and
-        every later pass would lose its end."""
+        NB: by the pass's id, not a flag: a pass may run inside another (the backward of
+        a ``use_reentrant=True`` checkpoint runs its own), and each ends on its own.
+        Autograd runs queued callbacks only when a pass succeeds: what a pass that raised
+        left is dropped when the next forward runs (:meth:`_forget_failed_passes`)."""
         task = torch_private.current_graph_task_id()
-        if task == self._queued_task:
-            return
-        if self._queued_task is not None:  # the pass that queued the last end failed
-            self._pending.clear()
-            self._open.clear()
-            self._early.clear()
-            self._own_ends.clear()
-        if torch_private.queue_end_of_backward(self._end):
-            self._queued_task = task
+        if task not in self._queued and torch_private.queue_end_of_backward(
+            lambda: self._end(task)
+        ):
+            self._queued.add(task)
+        return task
 
-    def _end(self) -> None:
-        """Calls whose inputs needed no gradient end here, and parameters whose
-        gradient was computed but not accumulated (``torch.autograd.grad``)."""
-        self._queued_task = None
-        self._early.clear()  # calls whose outputs got no gradient: no backward
+    def _end(self, task: int | None) -> None:
+        """The end of the backward pass ``task``: its calls whose inputs needed no
+        gradient end here, and its parameters whose gradient was computed but not
+        accumulated (``torch.autograd.grad``). A pass that began inside it and raised
+        (its exception caught there) is dropped."""
+        self._queued.discard(task)
+        dropped = {t for t in self._queued if t is not None and task is not None and t > task}
+        self._queued -= dropped
+        ended = dropped | {task}
+        # calls whose outputs got no gradient: no backward
+        self._early = {i: e for i, e in self._early.items() if e[0] not in ended}
         spent, self._spent = self._spent, []
         for handle in spent:  # after the pass: autograd no longer runs these hooks
             handle.remove()
-        pending, self._pending = self._pending, {}
-        for grad in pending.values():
+        pending = [g for t, g in self._pending.values() if t == task]
+        self._pending = {k: v for k, v in self._pending.items() if v[0] not in ended}
+        for grad in pending:
             self._dispatch("on_param_grad", None, grad)
-        still_open, self._open = self._open, {}
+        still_open = [c for c, t in self._open.values() if t == task]
+        self._open = {i: o for i, o in self._open.items() if o[1] not in ended}
         try:
-            for call in sorted(still_open.values(), key=lambda c: -c.index):
+            for call in sorted(still_open, key=lambda c: -c.index):
                 self._dispatch("on_backward_exit", call, ())
         finally:
-            self._own_ends.clear()  # nodes that finished after their call's exit
+            ends = self._own_ends  # NB: in place: the node hooks hold this dict
+            with self._ends_lock:  # nodes that finished after their call's exit
+                for i in [i for i, e in ends.items() if e[0] in ended]:
+                    del ends[i]
 
+    def _forget_failed_passes(self) -> None:
+        """Drop what the backward passes that raised left (their ends never ran)."""
+        if torch_private.graph_task_running():
+            return
+        self._queued.clear()
+        self._pending.clear()
+        self._open.clear()
+        self._early.clear()
+        with self._ends_lock:
+            self._own_ends.clear()
