@@ -925,8 +925,28 @@ def test_user_pre_hook_that_raises_before_ours_leaves_nothing() -> None:
     trace = info.value.trace
     assert [c.path for c in trace.calls][:4] == ["", "ab", "ab.a", "ab.b"]
     assert trace.calls[0].error is not None
+    # the call of cd.c never started: the failure is its caller's, and names it
+    assert info.value.path == "cd"
+    assert trace.error is not None and trace.error.before_forward == "cd.c"
+    assert "in a hook of module 'cd.c', before its forward ran, called by module 'cd'" \
+        in str(info.value)
+    assert hookscope.Trace.from_json(trace.to_json()).error == trace.error
     handle.remove()
     assert total_hooks(model) == 0
+
+
+def test_a_failure_inside_a_modules_forward_names_no_hook() -> None:
+    """Only a call that never started is said to have failed before its forward: one
+    that raised in its forward is the failing call itself, also under select=."""
+    model = nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.Linear(4, 3), nn.Linear(4, 2)))
+    with pytest.raises(hookscope.ModelRunError) as info:
+        hookscope.trace(model, torch.randn(2, 4))
+    assert info.value.path == "1.1" and info.value.trace.error is not None
+    assert info.value.trace.error.before_forward is None
+    with pytest.raises(hookscope.ModelRunError) as info:
+        hookscope.trace(model, torch.randn(2, 4), select=["1"])
+    assert info.value.trace.error is not None
+    assert info.value.trace.error.before_forward is None  # 1.1 is not recorded
 
 
 # -- lazy modules ------------------------------------------------------------------------------

@@ -447,3 +447,30 @@ def test_a_grad_scaler_s_overflow_flags_are_readable_after_unscale() -> None:
     torch_private._warned.clear()
     with pytest.warns(torch_private.HookscopeTorchWarning, match="overflow flags"):
         assert torch_private.scaler_found_inf(object(), opt) is None
+
+
+def test_raised_in_call_of_names_the_module_whose_call_impl_the_exception_left() -> None:
+    """The failure report reads torch's ``_call_impl`` frames: a torch release that
+    renames or restructures it must fail here."""
+
+    def hook(module: nn.Module, args: Any) -> None:
+        raise ValueError("in a pre-hook")
+
+    inner = nn.Linear(2, 2)
+    model = nn.Sequential(nn.Sequential(inner))
+    handle = inner.register_forward_pre_hook(hook)
+    try:
+        model(torch.randn(1, 2))
+    except ValueError as e:
+        found = torch_private.raised_in_call_of(e.__traceback__)
+    finally:
+        handle.remove()
+    assert found is not None
+    assert found[0] is inner and found[1] is hook.__code__
+    try:
+        model(torch.randn(1, 3))  # raised in Linear's forward
+    except RuntimeError as e:
+        found = torch_private.raised_in_call_of(e.__traceback__)
+    assert found is not None and found[0] is inner
+    assert found[1] is nn.Linear.forward.__code__
+    assert torch_private.raised_in_call_of(None) is None

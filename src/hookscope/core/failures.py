@@ -6,10 +6,20 @@ being handled. :class:`FailureTracker` keeps the innermost call an exception sta
 in, so that an exception re-raised by an enclosing call (``raise ... from e``) is still
 attributed to where it began; the tracer turns it into ``Trace.error`` (a
 :class:`~hookscope.core.records.FailureRecord`) when the exception leaves the block.
+
+A module's call starts when the tracer's forward pre-hook runs, after the pre-hooks
+registered before it: one of those that raises fails the caller's call, and
+:func:`raised_before_forward` names the module it belongs to.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
+
+from torch import nn
+
+from hookscope.core import torch_private
 from hookscope.core.records import Call, FailureRecord, Trace
 from hookscope.core.tensors import shape_text
 
@@ -62,13 +72,19 @@ class FailureTracker:
             return  # re-raised by an enclosing call (``raise ... from e``): keep the origin
         self.origin = (call, exc)
 
-    def failure_of(self, exc: BaseException) -> FailureRecord:
-        """The record of ``exc``, which left the traced block."""
+    def failure_of(
+        self, exc: BaseException, model: nn.Module, watched: Callable[[str], bool] | None,
+    ) -> FailureRecord:
+        """The record of ``exc``, which left the traced block (``watched``: whether a
+        module path is recorded; ``None``: all are)."""
         origin = self.origin
         if origin is not None and caused_by(exc, origin[1]):
             call = origin[0]
-            return FailureRecord(call.index, call.path, type(exc).__name__, message(exc))
-        return FailureRecord(None, None, type(exc).__name__, message(exc))
+            found = FailureRecord(call.index, call.path, type(exc).__name__, message(exc))
+        else:
+            found = FailureRecord(None, None, type(exc).__name__, message(exc))
+        before = raised_before_forward(exc, model, found.path, watched)
+        return found if before is None else replace(found, before_forward=before)
 
     def _encloses(self, outer: Call, inner: Call) -> bool:
         parent = inner.parent
@@ -79,15 +95,45 @@ class FailureTracker:
         return False
 
 
+def raised_before_forward(
+    exc: BaseException, model: nn.Module, failed: str | None,
+    watched: Callable[[str], bool] | None,
+) -> str | None:
+    """The path of the recorded module of ``model`` whose call raised ``exc`` before it
+    started (a forward pre-hook registered before the tracer's), inside the call
+    ``failed`` (the path of the failing call; ``None``: outside any); ``None`` when
+    there is none."""
+    found = torch_private.raised_in_call_of(exc.__traceback__)
+    if found is None:
+        return None
+    module, following = found
+    path: str | None = next(
+        (p for p, m in model.named_modules(remove_duplicate=False) if m is module), None)
+    if path is None or path == failed or (watched is not None and not watched(path)):
+        return None  # the failing call's own, or not recorded: its forward may have run
+    if failed and not path.startswith(f"{failed}."):
+        return None  # not called by the failing call
+    forward = getattr(getattr(type(module), "forward", None), "__code__", None)
+    if following is not None and following is forward:
+        return None  # its forward ran: a call not of the run (a checkpoint's recompute)
+    return path
+
+
 def describe_failure(trace: Trace) -> str:
     """One line naming the failing module call and its input shapes."""
     err = trace.error
     if err is None:
         return "no failure recorded"
+    hooked = None if err.before_forward is None else err.before_forward or "<root>"
+    if err.call is None and hooked is not None:
+        return f"{err.exception_type} in a hook of module {hooked!r}, before its forward " \
+            f"ran: {err.message}"
     if err.call is None:
         return f"{err.exception_type}: {err.message} (outside any module call)"
     call = trace.calls[err.call]
     where = call.path or "<root>"
+    before = "" if hooked is None else \
+        f"a hook of module {hooked!r}, before its forward ran, called by "
     inputs = call.facts.get("inputs")
     if inputs is None:  # the shapes probe did not run: the inputs are not known
         received = ""
@@ -97,6 +143,7 @@ def describe_failure(trace: Trace) -> str:
         shapes = ", ".join(f"{m.path}={shape_text(m)}" for m in inputs) or "no tensor inputs"
         received = f" with inputs {shapes}"
     return (
-        f"{err.exception_type} in module {where!r} ({call.module_class}, call {call.call_index})"
+        f"{err.exception_type} in {before}module {where!r} ({call.module_class}, "
+        f"call {call.call_index})"
         f"{received}: {err.message}"
     )

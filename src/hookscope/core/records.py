@@ -159,12 +159,16 @@ class FailureRecord:
         path: that call's module path.
         exception_type: the exception's class name.
         message: its message.
+        before_forward: the path of a module whose call raised before its forward ran
+            (a forward pre-hook registered before hookscope's, so its call had not
+            started: the failure is the caller's, ``call``), else ``None``.
     """
 
     call: int | None
     path: str | None
     exception_type: str
     message: str
+    before_forward: str | None = None
 
 
 TraceError = FailureRecord

@@ -205,7 +205,7 @@ def trace_to_dict(trace: Trace) -> dict[str, Any]:
         "outputs": metas_out(trace.outputs),
         "error": None if err is None else {
             "call": err.call, "path": err.path, "type": err.exception_type,
-            "message": err.message,
+            "message": err.message, "before_forward": err.before_forward,
         },
         "stop": None if stop is None else {
             "probe": stop.probe, "reason": stop.reason, "call": stop.call, "path": stop.path,
@@ -296,7 +296,7 @@ def _trace_in(doc: dict[str, Any], unknown: set[str], version: int) -> Trace:
         inputs=metas_in(doc["inputs"]),
         outputs=metas_in(doc["outputs"]),
         error=None if err is None else FailureRecord(
-            err["call"], err["path"], err["type"], err["message"]
+            err["call"], err["path"], err["type"], err["message"], err.get("before_forward")
         ),
         stop=None if stop is None else StopRecord(
             stop["probe"], stop["reason"], stop["call"], stop["path"]

@@ -25,6 +25,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, nullcontext, suppress
+from types import CodeType, TracebackType
 from typing import Any
 
 import torch
@@ -54,6 +55,7 @@ __all__ = [
     "overrides_call_impl",
     "pytree",
     "queue_end_of_backward",
+    "raised_in_call_of",
     "replace_call_impl",
     "saved_tensor_default_hooks",
     "scaler_found_inf",
@@ -89,11 +91,35 @@ def _warn_once(feature: str, what: str) -> None:
 
 _TORCH_CALL_IMPL: Callable[..., Any] = nn.Module._call_impl
 _call_impl_lock = threading.Lock()
+_CALL_IMPL_CODE = getattr(_TORCH_CALL_IMPL, "__code__", None)
+_CALL_IMPL_FILE = getattr(_CALL_IMPL_CODE, "co_filename", None)
 
 
 def torch_call_impl() -> Callable[..., Any]:
     """torch's own ``Module._call_impl``, as it was when hookscope was imported."""
     return _TORCH_CALL_IMPL
+
+
+def raised_in_call_of(tb: TracebackType | None) -> tuple[nn.Module, CodeType | None] | None:
+    """The module of the innermost ``Module._call_impl`` frame of the traceback ``tb``,
+    and the code of the frame it called that the exception left (``None``: it was
+    raised there); ``None`` when no module call is on it.
+
+    NB: reads torch's frames: ``_call_impl``'s code (as torch defines it; a stand-in
+    calls it too) and its ``self``."""
+    found: tuple[nn.Module, CodeType | None] | None = None
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code is _CALL_IMPL_CODE:
+            module = frame.f_locals.get("self")
+            following = tb.tb_next  # past torch's own (``_call_impl``'s ``inner``)
+            while following is not None and \
+                    following.tb_frame.f_code.co_filename == _CALL_IMPL_FILE:
+                following = following.tb_next
+            if isinstance(module, nn.Module):
+                found = (module, None if following is None else following.tb_frame.f_code)
+        tb = tb.tb_next
+    return found
 
 
 def replace_call_impl(expected: Callable[..., Any], new: Callable[..., Any]) -> bool:

@@ -323,7 +323,7 @@ class Tracer:
         if isinstance(control, RunStopped):
             trace.stop = _stop_record(trace, control)
         elif exc is not None and control is None and trace.error is None:
-            trace.error = self._failures.failure_of(exc)
+            trace.error = self._failures.failure_of(exc, self.model, self._selects)
         if materialised is not None:
             trace.model, trace.modules = materialised.summary, materialised.modules
         try:
