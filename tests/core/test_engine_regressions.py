@@ -184,6 +184,61 @@ def test_a_pass_retried_over_a_retained_graph_after_a_failure_is_whole() -> None
     assert {s.status for s in trace.param_grads} == {"ok"}
 
 
+class CheckpointedBlock(nn.Module):
+    def __init__(self, reentrant: bool, twice: bool = False) -> None:
+        super().__init__()
+        self.block = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 4))
+        self.reentrant, self.twice = reentrant, twice
+
+    def run(self, x: torch.Tensor) -> torch.Tensor:
+        h: torch.Tensor = self.block(x)
+        return self.block(h) if self.twice else h
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = checkpoint(self.run, x, use_reentrant=self.reentrant)
+        return out
+
+
+def _grads(model: nn.Module, x: torch.Tensor) -> dict[str, torch.Tensor]:
+    model.zero_grad(set_to_none=True)
+    model(x).pow(2).sum().backward()
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_a_patch_replaces_values_again_when_checkpointing_recomputes(reentrant: bool) -> None:
+    """The gradients are those of the recomputed forward: a patch skipped there gave
+    the gradients of the unpatched network (the oracle: torch's own hooks, which run in
+    the recompute too)."""
+    torch.manual_seed(0)
+    model, x = CheckpointedBlock(reentrant), torch.randn(3, 4, requires_grad=True)
+    handles = [
+        model.block[0].register_forward_hook(lambda m, a, out: out * 3),
+        model.block[2].register_forward_pre_hook(lambda m, a: (a[0] + 1,)),
+    ]
+    expected = _grads(model, x)
+    for handle in handles:
+        handle.remove()
+    assert sum(count_hooks(model).values()) == 0
+    with hookscope.patch(model, {"block.0": lambda m, a, out: out * 3}), \
+            hookscope.patch_inputs(model, {"block.2": lambda m, a, kw: (a[0] + 1,)}):
+        got = _grads(model, x)
+    assert got.keys() == expected.keys()
+    for name, grad in expected.items():
+        torch.testing.assert_close(got[name], grad, rtol=1e-6, atol=1e-7, msg=name)
+    assert sum(count_hooks(model).values()) == 0
+
+
+def test_a_patched_module_called_twice_and_recomputed_is_a_clear_error() -> None:
+    """Which of its calls a recompute repeats is not known: no silent guess."""
+    model, x = CheckpointedBlock(False, twice=True), torch.randn(3, 4)
+    with hookscope.patch(model, {"block.0": lambda m, a, out: out * 3}):
+        loss = model(x).sum()
+        with pytest.raises(hookscope.SpecError, match=r"'block.0'.*called 2 times"):
+            loss.backward()
+    assert sum(count_hooks(model).values()) == 0
+
+
 class RecomputedBlock(nn.Module):
     """A block under non-reentrant activation checkpointing: its forward runs again
     inside the backward pass, to recompute what it did not save."""

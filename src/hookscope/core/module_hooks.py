@@ -25,7 +25,9 @@ from torch import nn
 
 from hookscope.core import torch_private
 from hookscope.core.failures import add_note
+from hookscope.core.internal import internal_work
 from hookscope.core.records import started_call
+from hookscope.errors import SpecError
 
 if TYPE_CHECKING:
     from hookscope.core.records import Call
@@ -50,6 +52,14 @@ def make_module_pre_hook(
     # what the caller receives
     replaces_only = tracer._replaces_only
     replaces = bool(tracer._enter_replacers or tracer._exit_replacers)
+    enter_replaces = bool(tracer._enter_replacers)
+    recomputed = tracer._recomputable  # id(module) -> its call, its calls in the run
+
+    def recomputed_enter(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        call = recomputed_call(recomputed, module, path)
+        if call is None:
+            return None
+        return replace_again(tracer, call, module, args, kwargs, None)
     get_ident, thread = threading.get_ident, tracer._thread
     graph_task = torch_private.graph_task_id_function()
     # torch.jit.trace recording: the probes' work is paused out of its graph, unless a
@@ -59,9 +69,11 @@ def make_module_pre_hook(
 
     def pre_hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         nonlocal count
-        # the model run by another thread meanwhile, or a forward run again by a backward
-        # pass (activation checkpointing recomputes): not a call of this run
-        if get_ident() != thread or graph_task() != -1:
+        # a forward run again by a backward pass (activation checkpointing recomputes):
+        # not a call of this run, but what replaces values replaces them again
+        if graph_task() != -1:
+            return recomputed_enter(module, args, kwargs) if enter_replaces else None
+        if get_ident() != thread:  # the model run by another thread meanwhile
             return None
         start = perf_counter_ns()
         if clocked:
@@ -81,6 +93,8 @@ def make_module_pre_hook(
         if clocked:
             tracer._overhead_at_start[call.index] = tracer.overhead_ns
         count += 1
+        if replaces:  # what a recompute of this call replaces again (``recomputed_call``)
+            recomputed[id(module)] = (call, count)
         stack.append((call, module, exc_info()[1]))
         if owners is not None:
             owners.mark(call.index)
@@ -113,6 +127,72 @@ def _dispatch_failed(
         add_note(exc, f"hookscope: also, a probe raised while recording this failure in "
                       f"{call.path or '<root>'!r}: {type(cause).__name__}: {cause}")
         return None
+
+
+def recomputed_call(
+    recomputable: dict[int, tuple[Call, int]], module: nn.Module, path: str | None
+) -> Call | None:
+    """The call of ``module`` that a backward pass runs again (activation
+    checkpointing recomputes its forward), for the probes that replace values, which
+    must replace them again: the gradients are those of the recomputed forward. ``None``
+    when the module was not called in the run (nothing to replace).
+
+    NB: told apart only for a module called once in the run: a recompute does not say
+    which of several calls it repeats (segments recompute in any order), and a patch may
+    depend on which (``patches.replace_with`` finds a captured value by call name)."""
+    found = recomputable.get(id(module))
+    if found is None:
+        return None
+    call, count = found
+    if count > 1:
+        raise SpecError(
+            f"module {path or call.path or '<root>'!r} has values replaced (a patch) and "
+            f"is recomputed by activation checkpointing, but it was called {count} times "
+            "in the forward: which call a recompute repeats is not known. Patch a module "
+            "called once, or run without activation checkpointing"
+        )
+    return call
+
+
+def replace_again(
+    tracer: Tracer, call: Call, module: nn.Module, args: tuple[Any, ...],
+    kwargs: dict[str, Any], output: tuple[Any] | None,
+) -> Any:
+    """The replacing probes of ``tracer`` on a recomputed ``call`` (``output``: its
+    output, boxed, at its end; ``None`` at its start): the inputs or output to use, or
+    ``None``; nothing is recorded. A probe that raises is a ``ProbeError``, as ever."""
+    fn: Callable[..., Any] | None = None
+    event = "on_enter" if output is None else "on_exit"
+    replaced = None
+    with internal_work():
+        try:
+            if output is None:
+                for fn in tracer._enter_replacers:
+                    result = fn(call, module, args, kwargs)
+                    if result is not None:
+                        args, kwargs = replaced = as_inputs(result)
+            else:
+                value = output[0]
+                for fn in tracer._exit_replacers:
+                    result = fn(call, module, args, kwargs, value, False)
+                    if result is not None:
+                        value = replaced = result
+        except Exception as e:
+            raise tracer._failed(e, fn, event, call) from e
+    return replaced
+
+
+def as_inputs(result: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``on_enter``'s result as new ``(args, kwargs)``."""
+    if (
+        isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], tuple)
+        and isinstance(result[1], dict)
+    ):
+        return result[0], result[1]
+    raise TypeError(
+        f"on_enter must return None or (args, kwargs) with args a tuple and kwargs a dict, "
+        f"got {type(result).__name__}"
+    )
 
 
 def new_call(
@@ -194,11 +274,18 @@ def make_module_post_hook(tracer: Tracer) -> Callable[..., Any]:
     # probe replaces values (a patch): what it returns must be traced as the model's
     jit = torch_private.jit_trace_scopes() if not (
         tracer._enter_replacers or tracer._exit_replacers) else _NEVER_TRACING
+    exit_replaces, recomputed = bool(tracer._exit_replacers), tracer._recomputable
 
     def post_hook(
         module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
     ) -> Any:
-        if get_ident() != thread or graph_task() != -1:  # as in the pre-hook
+        if graph_task() != -1:  # as in the pre-hook
+            if exit_replaces and exc_info()[1] is None:
+                call = recomputed_call(recomputed, module, None)
+                if call is not None:
+                    return replace_again(tracer, call, module, args, kwargs, (output,))
+            return None
+        if get_ident() != thread:
             return None
         if clocked:
             start = tracer.chain_start_ns = perf_counter_ns()

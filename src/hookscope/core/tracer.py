@@ -46,6 +46,7 @@ from hookscope.core.handles import CallbackHandle, HandleGroup
 from hookscope.core.internal import internal_work, is_internal
 from hookscope.core.internal import shared as _shared
 from hookscope.core.model_state import ModelState
+from hookscope.core.module_hooks import as_inputs
 from hookscope.core.module_table import ModuleTable, module_table
 from hookscope.core.node_owners import NodeOwners
 from hookscope.core.observe import observe_module_calls
@@ -156,6 +157,9 @@ class Tracer:
         plan = plan_dispatch(self.probes)
         self._enters: list[Callable[..., Any]] = []  # set on entry (plan_starts)
         self._enter_replacers, self._exit_replacers = plan.enter_replacers, plan.exit_replacers
+        #: id(module) -> its last call and its number of calls in the run, for replacing
+        #: values again in a recompute (``module_hooks.recomputed_call``)
+        self._recomputable: dict[int, tuple[Call, int]] = {}
         self._exits, self._backward_probes = plan.exits, plan.backward_probes
         self._backward_handlers, self._watches_calls = plan.backward_handlers, plan.watches_calls
         self._replaces_only, self._installs_keep_modules = (
@@ -233,6 +237,7 @@ class Tracer:
             self.trace.meta["selected"] = [p for p, _ in table.members if self._selects(p)]
         self._stack.clear()
         self._overhead_at_start.clear()
+        self._recomputable.clear()
         self._failures = FailureTracker(self.trace.calls)
         self._control = None
         self._undelivered = None
@@ -446,7 +451,7 @@ class Tracer:
             for fn in self._enter_replacers:
                 result = fn(call, module, args, kwargs)
                 if result is not None:
-                    args, kwargs = replaced = _as_inputs(result)
+                    args, kwargs = replaced = as_inputs(result)
             for fn in self._enters:
                 fn(call, module, args, kwargs)
         except Exception as e:
@@ -591,18 +596,6 @@ def check_model(model: Any) -> None:
             "(torch.jit.script/trace): it runs compiled code that calls no module hooks; "
             "pass the nn.Module you scripted instead"
         )
-
-
-def _as_inputs(result: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    if (
-        isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], tuple)
-        and isinstance(result[1], dict)
-    ):
-        return result[0], result[1]
-    raise TypeError(
-        f"on_enter must return None or (args, kwargs) with args a tuple and kwargs a dict, "
-        f"got {type(result).__name__}"
-    )
 
 
 def _stop_record(trace: Trace, stop: RunStopped) -> StopRecord:
