@@ -374,6 +374,16 @@ def _mkldnn_rnn_layer_flop(
     return _mm(tokens, features, weight0[0]) + steps * _mm(batch, hidden, gates_hidden)
 
 
+def _mkldnn_rnn_layer_backward_flop(
+    input: Sequence[int], weight1: Sequence[int], weight2: Sequence[int], weight3: Any,
+    weight4: Any, hx: Sequence[int], *args: Any, out_shape: Any = None, **kwargs: Any,
+) -> int:
+    """``mkldnn_rnn_layer_backward``: twice the forward's matmuls, as for a linear layer:
+    each projection's gradient with respect to its input (``x``, the hidden state) and
+    to its weight (``w_ih``, ``w_hh``)."""
+    return 2 * _mkldnn_rnn_layer_flop(input, weight1, weight2, weight3, weight4, hx)
+
+
 def _grouped_mm_flop(
     self_shape: Sequence[int],
     mat2_shape: Sequence[int],
@@ -401,6 +411,7 @@ def _hookscope_formulas() -> dict[Any, FlopFormula]:
         "_native_multi_head_attention": _native_mha_flop,
         "_transformer_encoder_layer_fwd": _encoder_layer_flop,
         "mkldnn_rnn_layer": _mkldnn_rnn_layer_flop,
+        "mkldnn_rnn_layer_backward": _mkldnn_rnn_layer_backward_flop,
     }
     out: dict[Any, FlopFormula] = {}
     for name, formula in table.items():

@@ -16,9 +16,11 @@ from typing import Any
 import pytest
 import torch
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 import hookscope
 from flop_oracles import (
+    FlopOracle,
     assert_per_module_equal,
     count_flops,
     hf_model,
@@ -159,13 +161,24 @@ def test_cpu_rnn_kernel_counted_like_its_explicit_matmuls() -> None:
     lstm = nn.LSTM(5, 7, num_layers=2, bidirectional=True, batch_first=True)
     with torch.device("meta"):
         twin = nn.LSTM(5, 7, num_layers=2, bidirectional=True, batch_first=True)
-    x = torch.randn(3, 6, 5)
-    assert count_flops(lstm, x).forward == 0
-    oracle = count_flops(twin, x.to("meta")).forward
-    trace = _trace(lstm, x)
-    assert "aten.mkldnn_rnn_layer.default" in _op_names(trace)
+    # every input needs a gradient: the CPU kernel's backward computes them all, the
+    # meta device's per-step matmuls only those needed
+    x = torch.randn(3, 6, 5, requires_grad=True)
+    state = tuple(torch.zeros(4, 3, 7, requires_grad=True) for _ in range(2))
+    cpu = count_flops(lstm, x, state, backward=True)
+    assert (cpu.forward, cpu.backward) == (0, 0)
+    inputs = [t.detach().to("meta").requires_grad_() for t in (x, *state)]
+    with FlopCounterMode(display=False) as forward:
+        out, _ = twin(inputs[0], tuple(inputs[1:]))
+    with FlopCounterMode(display=False) as backward:
+        torch.autograd.grad(out, [*twin.parameters(), *inputs], torch.ones_like(out))
+    oracle = FlopOracle(forward.get_total_flops(), backward.get_total_flops(), {})
+    trace = _trace(lstm, x, state, backward=True)
+    assert {"aten.mkldnn_rnn_layer.default", "aten.mkldnn_rnn_layer_backward.default"} <= \
+        _op_names(trace)
     assert trace.totals_flops is not None and not trace.totals_flops.partial
-    assert trace.totals_flops.forward == oracle > 0
+    assert trace.totals_flops.forward == oracle.forward > 0
+    assert trace.totals_flops.backward == oracle.backward > 0  # was 0: "data movement"
 
 
 @pytest.mark.slow
