@@ -327,3 +327,50 @@ def test_a_call_that_returns_its_input_gets_its_input_gradient() -> None:
     identity = trace["1"]
     assert identity.grad_input_norm is not None
     assert identity.grad_input_norm == pytest.approx(identity.grad_output_norm)
+
+
+class ReturnsItsParameter(nn.Module):
+    """A learned positional embedding: returns its parameter, a leaf, as it is."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(2, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.weight
+
+
+class WithPositions(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.pos, self.fc = ReturnsItsParameter(), nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.fc(x + self.pos(x))
+        return out
+
+
+def test_a_call_that_returns_a_leaf_as_it_is_has_its_backward() -> None:
+    """A pass-through first layer (eval Dropout, Identity) on an input that requires
+    grad (a saliency map), and a module returning its parameter, got no gradients: their
+    outputs are leaves, which autograd's multi-grad hook cannot watch."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Dropout(0.5), nn.Linear(4, 3), nn.Linear(3, 1)).eval()
+    x = torch.randn(2, 4, requires_grad=True)
+    trace = hookscope.trace(model, x, backward=True)
+    (grad,) = torch.autograd.grad(model(x).sum(), x)  # the oracle: d(out)/d(input)
+    dropout = trace["0"]
+    assert dropout.grad_output_norm == pytest.approx(float(grad.norm()), rel=1e-6)
+    assert dropout.grad_input_norm == pytest.approx(float(grad.norm()), rel=1e-6)
+    positions = WithPositions()
+    with hookscope.Tracer(positions, grads=True) as tracer:
+        for _ in range(3):  # its hook goes after each step: none pile up on the weight
+            positions.zero_grad()
+            positions(torch.randn(2, 4)).pow(2).sum().backward()
+            assert len(positions.pos.weight._backward_hooks or {}) == 1  # the param watch
+    assert tracer.trace is not None
+    calls = [c for c in tracer.trace.calls if c.path == "pos"]
+    assert positions.pos.weight.grad is not None
+    assert len(calls) == 3 and calls[-1].grad_output_norm == pytest.approx(
+        float(positions.pos.weight.grad.norm()), rel=1e-6)
+    assert sum(count_hooks(positions).values()) == 0

@@ -156,13 +156,16 @@ class BackwardWatch:
             return
         if leaves:
             self._watch_leaves(call, leaves)
-        tensors = _needing_grad(iter_tensors(output, "out"))
+        outputs = list(iter_tensors(output, "out"))
+        tensors = _needing_grad(outputs)
         if tensors:
             self._handles.add(
                 register_multi_grad_hook(tensors, lambda grads: self._enter(call, tuple(grads)))
             )
             if start is not None and call.parent is None:  # the graph of a whole forward
                 self._watch_nodes(tensors, start)
+        elif out_leaves := _leaves(outputs):  # returned a leaf as it is (its input, a parameter)
+            self._watch_leaves(call, out_leaves, entering=True)
 
     def _watch_nodes(self, outputs: list[torch.Tensor], start: int) -> None:
         """Hook every autograd node a top-level call's forward made (sequence number
@@ -233,10 +236,15 @@ class BackwardWatch:
             return None  # none yet, or from an earlier backward pass of the graph
         return found[1], found[2]
 
-    def _watch_leaves(self, call: Call, leaves: list[torch.Tensor]) -> None:
+    def _watch_leaves(
+        self, call: Call, leaves: list[torch.Tensor], *, entering: bool = False
+    ) -> None:
         """A hook on each leaf input of ``call``; the last gradient to arrive ends its
         backward. Hooked when the call ends, so an inner call's hooks on the same leaf
         (registered earlier) run first and the inner call ends first, as it should.
+        ``entering``: ``leaves`` are the call's outputs (``nn.Identity`` on the model's
+        input, a module returning its parameter), and the last gradient starts its
+        backward; hooked once (a later pass over a retained graph does not start it).
 
         The hooks go once the call's backward ended (a leaf is the user's tensor: its
         hooks must not pile up over the steps of a long ``Tracer`` block), and come back
@@ -265,7 +273,8 @@ class BackwardWatch:
                 grads[i] = grad
                 if len(grads) == count:
                     armed[0] = False
-                    self._exit(call, tuple(grads[j] for j in range(count)))
+                    (self._enter if entering else self._exit)(
+                        call, tuple(grads[j] for j in range(count)))
                     self._spent += handles
 
             for i, leaf in enumerate(tensors):
@@ -275,7 +284,8 @@ class BackwardWatch:
                 self._handles.add(handle)
 
         arm()
-        self._rearm[call.index] = arm
+        if not entering:
+            self._rearm[call.index] = arm
 
     def _enter(self, call: Call, grads: tuple[Any, ...]) -> None:
         task = self._queue_end()
