@@ -487,6 +487,39 @@ def test_a_buffer_replaced_in_the_forward_is_put_back() -> None:
     assert torch.equal(model.seen, torch.ones(5))
 
 
+class _RegistersOnFirstCall(nn.Module):
+    """A counter made on the first call (as a cache of rotary tables may be)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(2, 2)
+        self.register_buffer("kept", torch.zeros(1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not hasattr(self, "steps"):
+            self.register_buffer("steps", torch.zeros((), dtype=torch.long))
+            self.register_buffer("cache", torch.ones(2), persistent=False)
+        self.steps += 1
+        out: torch.Tensor = self.fc(x)
+        return out
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_a_buffer_registered_in_a_run_for_the_caller_is_removed(training: bool) -> None:
+    """The state_dict gained a key: loading the model's own checkpoint then failed."""
+    model = nn.Sequential(_RegistersOnFirstCall()).train(training)
+    checkpoint = model.state_dict()
+    for run in (hookscope.summary, hookscope.trace):
+        run(model, torch.randn(3, 2))
+        assert model.state_dict().keys() == checkpoint.keys()
+        assert list(model[0]._buffers) == ["kept"]
+        assert not model[0]._non_persistent_buffers_set
+    model.load_state_dict(checkpoint)  # strict
+    with hookscope.Tracer(model):  # the user's own forward keeps what it made
+        model(torch.randn(3, 2))
+    assert int(model[0].steps) == 1 and "0.steps" in model.state_dict()
+
+
 def test_tracer_keeps_what_the_users_own_code_changed_inside_the_block() -> None:
     model = nn.Sequential(nn.Linear(2, 2), nn.Dropout()).train()
     with hookscope.Tracer(model):

@@ -87,8 +87,15 @@ class ModelState:
         #: their versions, and a copy of those of the known writers
         self.param_versions: list[int] | None = None
         self.param_copies: list[tuple[torch.Tensor, torch.Tensor, int]] = []
+        self._buffer_tables: list[dict[str, Any]] = []
+        self._buffer_counts: list[int] = []
         if not buffers:
             return
+        # buffers a forward registers (a cache or a counter made on the first call): the
+        # state_dict gains keys (NB: counted, one C-level pass: they come last)
+        self._buffer_tables = [m._buffers for m in self.modules] if self._dicts is None \
+            else list(map(_buffer_table, self._dicts))
+        self._buffer_counts = list(map(len, self._buffer_tables))
         self.param_versions = _versions(self.parameters)
         self._members = table.members  # to name a parameter in a warning
         self.param_copies = [
@@ -121,12 +128,22 @@ class ModelState:
                     p.requires_grad_(rg)
         if self.buffers:
             restore_buffers(self.buffers)
+        if self._buffer_tables and \
+                list(map(len, self._buffer_tables)) != self._buffer_counts:
+            self._remove_new_buffers()
         if self.param_versions is not None:
             self._restore_parameters(self.param_versions)
         for attributes, name, value in self.attributes:
             if attributes.get(name) is not value:
                 attributes[name] = value
 
+
+    def _remove_new_buffers(self) -> None:
+        for module, table, count in zip(
+                self.modules, self._buffer_tables, self._buffer_counts, strict=True):
+            for name in list(table)[count:]:
+                del table[name]
+                module._non_persistent_buffers_set.discard(name)
 
     def _restore_parameters(self, before: list[int]) -> None:
         """Put back the parameters the forward wrote in place where a copy was kept
@@ -158,6 +175,9 @@ _training, _requires_grad = itemgetter("training"), attrgetter("requires_grad")
 _version_of = attrgetter("_version")
 #: modules whose forward writes into their own weight (``max_norm``)
 _RENORMS = (nn.Embedding, nn.EmbeddingBag)
+
+
+_buffer_table = itemgetter("_buffers")
 
 
 def _versions(tensors: Sequence[torch.Tensor]) -> list[int]:
