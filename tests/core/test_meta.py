@@ -101,6 +101,20 @@ def test_inputs_to_meta_keeps_structure_dtype_and_grad_flags() -> None:
     assert out["b"] is None and out["c"] == 3
 
 
+@pytest.mark.parametrize("enforce_sorted", [True, False])
+def test_a_packed_sequence_input_runs_on_meta_as_on_the_cpu(enforce_sorted: bool) -> None:
+    """A PackedSequence refuses batch_sizes off the CPU: converting it whole failed."""
+    lstm = nn.LSTM(8, 16, batch_first=True)
+    packed = nn.utils.rnn.pack_padded_sequence(
+        torch.randn(3, 5, 8), [5, 3, 1] if enforce_sorted else [3, 5, 1], batch_first=True,
+        enforce_sorted=enforce_sorted)
+    real = hookscope.trace(lstm, packed, **OPS_ONLY)
+    meta = hookscope.trace(lstm, packed, device="meta", **OPS_ONLY)
+    assert _call_rows(meta) == _call_rows(real)
+    assert real.totals_flops is not None and meta.totals_flops == real.totals_flops
+    assert packed.data.device.type == "cpu"  # the caller's input is left as it was
+
+
 @pytest.mark.parametrize("cls", zoo.RUNNING_ZOO, ids=lambda c: c.__name__)
 def test_zoo_models_on_meta_equal_real(cls: type[zoo.ZooModel]) -> None:
     """Including an LSTM (a fused CPU kernel, explicit matmuls on meta), a lazy module

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from torch import nn
 from torch.nn.parameter import is_lazy
+from torch.nn.utils.rnn import PackedSequence
 from torch.utils import _pytree as pytree
 
 from hookscope.errors import SpecError
@@ -163,11 +164,19 @@ def inputs_to_meta(value: Any) -> Any:
     """``value`` with every tensor in it replaced by a meta tensor of the same kind."""
 
     def convert(leaf: Any) -> Any:
+        if isinstance(leaf, PackedSequence):  # NB: its batch_sizes must stay on the CPU
+            return leaf._replace(**{
+                k: convert(getattr(leaf, k)) for k in ("data", "sorted_indices", "unsorted_indices")
+            })
         if isinstance(leaf, torch.Tensor) and leaf.device.type != "meta":
             return _meta_tensor(leaf)
         return leaf
 
-    return pytree.tree_map(convert, value)
+    return pytree.tree_map(convert, value, is_leaf=_packed)
+
+
+def _packed(value: Any) -> bool:
+    return isinstance(value, PackedSequence)
 
 
 def state_bytes(model: nn.Module) -> int:
