@@ -935,6 +935,23 @@ def test_user_pre_hook_that_raises_before_ours_leaves_nothing() -> None:
     assert total_hooks(model) == 0
 
 
+def test_a_failure_in_a_module_not_selected_names_that_module() -> None:
+    """It was "(outside any module call)" with no path: no recorded call had raised."""
+    model = nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.Linear(4, 3), nn.Linear(4, 2)))
+    for run in (
+        lambda: hookscope.capture(model, torch.randn(2, 4), select="0"),
+        lambda: hookscope.trace(model, torch.randn(2, 4), select="0"),
+    ):
+        with pytest.raises(hookscope.ModelRunError) as info:
+            run()
+        assert info.value.path == "1.1"
+        assert "in module '1.1' (not recorded: outside select=)" in str(info.value)
+        assert "outside any module call" not in str(info.value)
+        error = info.value.trace.error
+        assert error is not None and (error.call, error.path) == (None, "1.1")
+    assert total_hooks(model) == 0
+
+
 def test_a_failure_inside_a_modules_forward_names_no_hook() -> None:
     """Only a call that never started is said to have failed before its forward: one
     that raised in its forward is the failing call itself, also under select=."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from torch import nn
 
@@ -78,12 +79,15 @@ class FailureTracker:
         """The record of ``exc``, which left the traced block (``watched``: whether a
         module path is recorded; ``None``: all are)."""
         origin = self.origin
+        raised_in = _raised_in(exc, model)
         if origin is not None and caused_by(exc, origin[1]):
             call = origin[0]
             found = FailureRecord(call.index, call.path, type(exc).__name__, message(exc))
-        else:
-            found = FailureRecord(None, None, type(exc).__name__, message(exc))
-        before = raised_before_forward(exc, model, found.path, watched)
+        else:  # in no recorded call: in a module not selected, or outside any module
+            path = None if raised_in is None or watched is None or watched(raised_in[0]) \
+                else raised_in[0]
+            found = FailureRecord(None, path, type(exc).__name__, message(exc))
+        before = raised_before_forward(raised_in, found.path, watched)
         return found if before is None else replace(found, before_forward=before)
 
     def _encloses(self, outer: Call, inner: Call) -> bool:
@@ -95,21 +99,31 @@ class FailureTracker:
         return False
 
 
-def raised_before_forward(
-    exc: BaseException, model: nn.Module, failed: str | None,
-    watched: Callable[[str], bool] | None,
-) -> str | None:
-    """The path of the recorded module of ``model`` whose call raised ``exc`` before it
-    started (a forward pre-hook registered before the tracer's), inside the call
-    ``failed`` (the path of the failing call; ``None``: outside any); ``None`` when
-    there is none."""
+def _raised_in(exc: BaseException, model: nn.Module) -> tuple[str, nn.Module, Any] | None:
+    """The path of the module of ``model`` whose ``_call_impl`` the exception ``exc``
+    left last, the module, and the code of the frame it called then (``None``: it was
+    raised there); ``None`` when it left none of the model's."""
     found = torch_private.raised_in_call_of(exc.__traceback__)
     if found is None:
         return None
     module, following = found
     path: str | None = next(
         (p for p, m in model.named_modules(remove_duplicate=False) if m is module), None)
-    if path is None or path == failed or (watched is not None and not watched(path)):
+    return None if path is None else (path, module, following)
+
+
+def raised_before_forward(
+    raised_in: tuple[str, nn.Module, Any] | None, failed: str | None,
+    watched: Callable[[str], bool] | None,
+) -> str | None:
+    """The path of the recorded module whose call raised before it started (a forward
+    pre-hook registered before the tracer's), inside the call ``failed`` (the path of
+    the failing call; ``None``: outside any); ``None`` when there is none.
+    ``raised_in``: :func:`_raised_in`."""
+    if raised_in is None:
+        return None
+    path, module, following = raised_in
+    if path == failed or (watched is not None and not watched(path)):
         return None  # the failing call's own, or not recorded: its forward may have run
     if failed and not path.startswith(f"{failed}."):
         return None  # not called by the failing call
@@ -128,6 +142,9 @@ def describe_failure(trace: Trace) -> str:
     if err.call is None and hooked is not None:
         return f"{err.exception_type} in a hook of module {hooked!r}, before its forward " \
             f"ran: {err.message}"
+    if err.call is None and err.path is not None:
+        return f"{err.exception_type} in module {err.path or '<root>'!r} (not recorded: " \
+            f"outside select=): {err.message}"
     if err.call is None:
         return f"{err.exception_type}: {err.message} (outside any module call)"
     call = trace.calls[err.call]

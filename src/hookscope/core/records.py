@@ -156,7 +156,8 @@ class FailureRecord:
     Attributes:
         call: index of the innermost call where the exception started (``None``:
             outside any module call).
-        path: that call's module path.
+        path: that call's module path; without a call, the path of the module of the
+            model it raised in, a module not recorded (outside ``select=``), or ``None``.
         exception_type: the exception's class name.
         message: its message.
         before_forward: the path of a module whose call raised before its forward ran

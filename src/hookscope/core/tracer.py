@@ -347,7 +347,7 @@ class Tracer:
             if exc is None and pending is not None:
                 pending.trace = trace
                 raise pending
-        if exc is not None and trace.error is not None and trace.error.call is not None:
+        if exc is not None and trace.error is not None and trace.error.path is not None:
             add_note(exc, f"hookscope: {describe_failure(trace)}")
 
     def _finalize_probes(self, trace: Trace) -> None:
