@@ -118,17 +118,21 @@ def keeping_buffers(plain: Callable[[nn.Module, Args, Kwargs], Any]
     """``plain``, then every buffer's value as it was before (also when it raises): what
     an entry point that runs the forward for its caller promises (``trace``,
     ``summary``, ``capture``, ``find_anomaly``): a forward in training mode does not move
-    BatchNorm's running statistics."""
+    BatchNorm's running statistics, nor, for a model in training mode, the random number
+    generator (dropout's draws)."""
 
     def run(model: nn.Module, args: Args, kwargs: Kwargs) -> Any:
         saved = [(b, b.detach().clone()) for b in model.buffers()
                  if not isinstance(b, nn.parameter.UninitializedBuffer)]
+        rng = torch.get_rng_state() if any(m.training for m in model.modules()) else None
         try:
             return plain(model, args, kwargs)
         finally:
             with torch.no_grad():
                 for b, value in saved:
                     b.copy_(value)
+            if rng is not None:
+                torch.set_rng_state(rng)
 
     return run
 

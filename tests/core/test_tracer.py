@@ -520,6 +520,21 @@ def test_a_buffer_registered_in_a_run_for_the_caller_is_removed(training: bool) 
     assert int(model[0].steps) == 1 and "0.steps" in model.state_dict()
 
 
+def test_a_run_for_the_caller_leaves_the_random_stream_where_it_was() -> None:
+    """Dropout in training mode draws from the global generator: a summary() in a
+    seeded training script changed every draw after it."""
+    model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5)).train()
+    x = torch.randn(8, 4)
+    torch.manual_seed(0)
+    expected = model(x)  # the oracle: the same seed, no hookscope call before
+    runs = {"summary": hookscope.summary, "trace": hookscope.trace,
+            "capture": lambda m, x: hookscope.capture(m, x, select="0")}
+    for name, run in runs.items():
+        torch.manual_seed(0)
+        run(model, x)
+        assert torch.equal(model(x), expected), name
+
+
 def test_tracer_keeps_what_the_users_own_code_changed_inside_the_block() -> None:
     model = nn.Sequential(nn.Linear(2, 2), nn.Dropout()).train()
     with hookscope.Tracer(model):

@@ -89,6 +89,7 @@ class ModelState:
         self.param_copies: list[tuple[torch.Tensor, torch.Tensor, int]] = []
         self._buffer_tables: list[dict[str, Any]] = []
         self._buffer_counts: list[int] = []
+        self._rng: list[_RngState] = []
         if not buffers:
             return
         # buffers a forward registers (a cache or a counter made on the first call): the
@@ -111,6 +112,8 @@ class ModelState:
                 m for m, flag in zip(self.modules, self.training, strict=True)
                 if flag or type(m) in recorders
             )
+        if any(self.training):  # dropout draws: the caller's random stream goes on as
+            self._rng = _rng_states(self.parameters)  # if the run had not happened
 
     def restore(self) -> None:
         for lazy in self.lazy:
@@ -128,6 +131,11 @@ class ModelState:
                     p.requires_grad_(rg)
         if self.buffers:
             restore_buffers(self.buffers)
+        for device, state in self._rng:
+            if device is None:
+                torch.set_rng_state(state)
+            else:
+                torch.cuda.set_rng_state(state, device)
         if self._buffer_tables and \
                 list(map(len, self._buffer_tables)) != self._buffer_counts:
             self._remove_new_buffers()
@@ -178,6 +186,16 @@ _RENORMS = (nn.Embedding, nn.EmbeddingBag)
 
 
 _buffer_table = itemgetter("_buffers")
+_RngState = tuple[torch.device | None, torch.Tensor]
+
+
+def _rng_states(parameters: Sequence[torch.Tensor]) -> list[_RngState]:
+    """The CPU's random number generator state, and that of each CUDA device holding
+    ``parameters`` (``None``: the CPU's)."""
+    states: list[_RngState] = [(None, torch.get_rng_state())]
+    devices = {p.device for p in parameters if p.is_cuda}
+    states += [(d, torch.cuda.get_rng_state(d)) for d in sorted(devices, key=str)]
+    return states
 
 
 def _versions(tensors: Sequence[torch.Tensor]) -> list[int]:
