@@ -236,3 +236,22 @@ def test_the_meta_device_is_refused_before_anything_is_written(tmp_path: Path) -
         hookscope.capture(model.to("meta"), torch.randn(1, 2, device="meta"),
                           select="<root>", save_to=tmp_path / "acts")
     assert not (tmp_path / "acts").exists()
+
+
+def test_a_capture_inside_vmap_is_refused_not_a_leaked_batch_wrapper(tmp_path: Path) -> None:
+    """Around ``torch.func.vmap(model)(x)`` the capture kept vmap's wrapper of one
+    sample (shape [4] for a batch of [3, 4]), which no op could use after the block,
+    and ``save_to`` failed in safetensors."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    x = torch.randn(3, 4)
+    for save in ({}, {"save_to": tmp_path / "c"}):
+        with pytest.raises(hookscope.ProbeError, match=r"inside torch\.func\.vmap") as e, \
+                hookscope.Capture(model, select="0", **save):
+            torch.func.vmap(model)(x)
+        assert isinstance(e.value.__cause__, hookscope.SpecError)
+        assert total_hooks(model) == 0
+    with hookscope.Capture(model, select="0") as cap:  # other transforms: copies that work
+        torch.func.grad(lambda w: model(w).sum())(x)
+    with torch.no_grad():
+        assert torch.equal(cap.activations["0"], model[0](x))

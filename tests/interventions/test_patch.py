@@ -407,6 +407,14 @@ def test_patched_inputs_are_recorded_whichever_block_was_entered_first(order: st
     (lambda: patches.zero(dim="x"), "dim= must be an integer"),
     (lambda: patches.clamp(2, 1), "lower=2 is above upper=1"),
     (lambda: patches.scale_grad(None), "factor must be a number"),
+    (lambda: patches.clip_grad("1"), "limit must be a number > 0, got '1'"),
+    (lambda: patches.clip_grad(None), "limit must be a number > 0, got None"),
+    (lambda: patches.clip_grad(True), "limit must be a number > 0, got True"),
+    (lambda: patches.clip_grad(0), "limit must be a number > 0, got 0"),
+    (lambda: patches.clip_grad(torch.tensor([1.0, 2.0])), "limit must be one number"),
+    (lambda: patches.clamp(torch.tensor([0.0, 3.0]), torch.tensor([1.0, 2.0])),
+     "is above upper"),
+    (lambda: patches.clamp(torch.zeros(2), torch.ones(3)), "do not broadcast"),
 ])
 def test_ready_made_functions_check_their_arguments_when_made(make: Any, says: str) -> None:
     """``noise(-1)``, ``scale("a")``, ``zero("a")`` were accepted and failed mid-forward."""
@@ -534,4 +542,137 @@ def test_a_module_registered_at_several_paths_is_chosen_by_any_of_them() -> None
     with torch.no_grad(), hookscope.patch(model, {"blocks.2": patches.zero()}):
         patched = model(x)
     assert torch.equal(patched, torch.zeros_like(patched))  # its last call: zeros
+    assert total_hooks(model) == 0
+
+
+def test_zero_gives_exact_zeros_where_the_output_is_inf_or_nan() -> None:
+    """``zero()`` was ``scale(0.0)``: ``-inf * 0`` (a causal mask's scores) and
+    ``NaN * 0`` are NaN, not 0."""
+    model = nn.Sequential(nn.Identity())
+    x = torch.randn(2, 3, 4)
+    x[0, 1, 2], x[1, 0, 0], x[1, 2, 3] = float("-inf"), float("nan"), float("inf")
+    cases = {
+        "zero": (patches.zero(), torch.zeros_like(x)),
+        "zero-rows": (patches.zero([0, 2]), x.index_fill(1, torch.tensor([0, 2]), 0.0)),
+        "ablate-last": (patches.ablate(-1, dim=2), x.index_fill(2, torch.tensor([3]), 0.0)),
+    }
+    for name, (fn, expected) in cases.items():
+        for dtype in (torch.float32, torch.bfloat16):
+            with hookscope.patch(model, {"0": fn}):
+                got = model(x.to(dtype))
+            # exact, and a NaN that was not zeroed stays NaN (the dtype is checked too)
+            torch.testing.assert_close(got, expected.to(dtype), rtol=0, atol=0,
+                                       equal_nan=True, msg=f"{name}, {dtype}")
+
+
+def test_a_zeroed_position_passes_a_zero_gradient_back() -> None:
+    """As with ``t * 0``: the output stays in the graph, and positions that were zeroed
+    give no gradient to what computed them (autograd on plain torch as the oracle)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.Identity())
+    x = torch.randn(3, 4, requires_grad=True)
+    for fn, oracle in ((patches.zero(), lambda h: h * 0),
+                       (patches.zero([1, 3]), lambda h: h.index_fill(1, torch.tensor([1, 3]),
+                                                                      0.0))):
+        with hookscope.patch(model, {"0": fn}):
+            out = model(x)
+        (got,) = torch.autograd.grad((out * torch.arange(4.0)).sum(), [x])
+        (want,) = torch.autograd.grad((oracle(model[0](x)) * torch.arange(4.0)).sum(), [x])
+        assert torch.equal(got, want)
+    assert total_hooks(model) == 0
+
+
+def test_clamp_takes_tensor_bounds_and_clip_grad_one_element_limits() -> None:
+    """``clamp`` documents tensor bounds, but a bound of several values raised
+    "Boolean value of Tensor ... is ambiguous" in its lower > upper check (and a tensor
+    beside a number, or a float32 bound on a bfloat16 output, failed or changed dtype)."""
+    model = nn.Sequential(nn.Identity())
+    x = torch.randn(2, 3) * 3
+    lower, upper = torch.tensor([-1.0, 0.0, 0.5]), torch.tensor([1.0, 0.5, 2.0])
+    for bounds in ((lower, upper), (lower, 1.5), (None, upper)):
+        for dtype in (torch.float32, torch.bfloat16):
+            with hookscope.patch(model, {"0": patches.clamp(*bounds)}):
+                got = model(x.to(dtype))
+            want = x.to(dtype)  # the oracle: max with the lower, min with the upper bound
+            if bounds[0] is not None:
+                want = torch.maximum(want, torch.as_tensor(bounds[0], dtype=dtype))
+            want = torch.minimum(want, torch.as_tensor(bounds[1], dtype=dtype))
+            assert got.dtype == dtype and torch.equal(got, want), (bounds, dtype)
+    with hookscope.patch(model, {"0": patches.clamp(torch.zeros(4))}), \
+            pytest.raises(hookscope.ProbeError, match=r"bound of shape \[4\] does not "
+                                                      r"broadcast to the output's shape \[2, 3\]"):
+        model(x)
+    y = torch.randn(5, 3, requires_grad=True)
+    with hookscope.patch(model, {"0": patches.clip_grad(torch.tensor(1e-3))}):
+        (clipped,) = torch.autograd.grad((model(y) * 5).sum(), [y])
+    assert torch.equal(clipped, torch.full((5, 3), 1e-3))  # d/dy of 5 * y, clipped
+
+
+@dataclasses.dataclass
+class _Hidden:
+    hidden: torch.Tensor
+
+
+class _HiddenLinear(nn.Linear):
+    def forward(self, x: torch.Tensor) -> _Hidden:  # type: ignore[override]
+        return _Hidden(super().forward(x))
+
+
+class _UsesHidden(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner, self.post = _HiddenLinear(4, 4), nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.post(self.inner(x).hidden)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("where", ["memory", "disk"])
+def test_replace_with_a_dataclass_checks_shapes_and_casts_in_memory_as_on_disk(
+    where: str, tmp_path: Any
+) -> None:
+    """From memory, a dataclass's tensors were returned as stored: a batch of 3 went on
+    through a model given a batch of 5, and a float32 value into a bfloat16 model."""
+    torch.manual_seed(0)
+    model, clean = _UsesHidden(), torch.randn(3, 4)
+    save = {"save_to": tmp_path / "c"} if where == "disk" else {}
+    stored = hookscope.capture(model, clean, select="inner", **save)
+    with pytest.raises(hookscope.ProbeError, match=r"has shape \[3, 4\], the output has "
+                                                   r"\[5, 4\]"), torch.no_grad(), \
+            hookscope.patch(model, {"inner": patches.replace_with(stored)}):
+        model(torch.randn(5, 4))
+    half = _UsesHidden()
+    half.load_state_dict(model.state_dict())
+    half.to(torch.bfloat16)
+    with torch.no_grad():
+        hidden = nn.functional.linear(clean, model.inner.weight, model.inner.bias)
+        want = half.post(hidden.to(torch.bfloat16))
+        with hookscope.patch(half, {"inner": patches.replace_with(stored)}):
+            got = half(torch.randn(3, 4, dtype=torch.bfloat16))
+    assert got.dtype == torch.bfloat16 and torch.equal(got, want)
+    assert total_hooks(half) == 0
+
+
+@pytest.mark.parametrize("where", ["memory", "disk"])
+def test_replace_with_a_capture_of_inputs_is_refused_and_of_both_uses_the_output(
+    where: str, tmp_path: Any
+) -> None:
+    """A ``what="input"`` capture's ``ModuleInputs`` (and a ``"both"`` capture's dict)
+    was returned as the module's output: a TypeError in the next module."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    clean, corrupt = torch.randn(3, 4), torch.randn(3, 4)
+    saves = ({"save_to": tmp_path / w} if where == "disk" else {} for w in ("i", "b"))
+    inputs = hookscope.capture(model, clean, select="0", what="input", **next(saves))
+    with pytest.raises(hookscope.SpecError, match=r"what='input'.*patch_inputs"):
+        patches.replace_with(inputs)
+    with pytest.raises(hookscope.SpecError, match=r"what='input'"):
+        patches.replace_with(inputs["0"])
+    both = hookscope.capture(model, clean, select="0", what="both", **next(saves))
+    with torch.no_grad():
+        want = model[2](torch.relu(nn.functional.linear(clean, model[0].weight,
+                                                        model[0].bias)))
+        for source in (both, both["0"]):
+            with hookscope.patch(model, {"0": patches.replace_with(source)}):
+                assert torch.equal(model(corrupt), want)
     assert total_hooks(model) == 0

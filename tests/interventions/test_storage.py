@@ -386,3 +386,91 @@ def test_a_dict_with_keys_other_than_strings_is_saved_and_patched_back(tmp_path:
     with torch.no_grad(), hookscope.patch(model, {"heads": hookscope.patches.replace_with(disk)}):
         got = model(corrupt)
     assert torch.equal(got, want) and not torch.equal(got, unpatched)
+
+
+class _Ragged(nn.Module):
+    """Returns a nested tensor of the first ``lengths`` rows of each sample, built by
+    torch (as ``nn.TransformerEncoder``'s fast path hands them between its layers)."""
+
+    def __init__(self, layout: torch.layout, transpose: bool) -> None:
+        super().__init__()
+        self.fc, self.layout, self.transpose = nn.Linear(4, 4), layout, transpose
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc(x)
+        out = torch.nested.nested_tensor([h[0, :5], h[1, :3]], layout=self.layout)
+        return out.transpose(1, 2) if self.transpose else out
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors:UserWarning")
+@pytest.mark.parametrize(("layout", "transpose"), [
+    (torch.strided, False), (torch.jagged, False), (torch.jagged, True)],
+    ids=["strided", "jagged", "jagged-transposed"])
+def test_a_nested_tensor_is_saved_as_its_components(
+    tmp_path: Path, layout: torch.layout, transpose: bool
+) -> None:
+    """safetensors refused it ("NestedTensorImpl doesn't support sizes"): the capture
+    died, leaving a directory with only an interrupted index."""
+    torch.manual_seed(0)
+    model, x = nn.Sequential(_Ragged(layout, transpose)), torch.randn(2, 5, 4)
+    acts = hookscope.capture(model, x, select="0", save_to=tmp_path / "c")
+    with torch.no_grad():  # the oracle: the rows each sample keeps, by plain torch
+        h = model[0].fc(x)
+    want = [h[0, :5], h[1, :3]]
+    if transpose:
+        want = [part.T for part in want]
+    back = acts["0"]
+    assert acts.complete and back.is_nested and back.layout == layout  # type: ignore[attr-defined]
+    parts = back.unbind()
+    assert len(parts) == 2 and all(map(torch.equal, parts, want))
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors:UserWarning")
+def test_a_transformer_encoder_s_nested_outputs_are_saved(tmp_path: Path) -> None:
+    """Its fast path (eval, a padding mask) hands nested tensors between layers."""
+    torch.manual_seed(0)
+    enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 2, 32, batch_first=True),
+                                num_layers=2).eval()
+    x = torch.randn(2, 5, 16)
+    mask = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
+    seen: dict[str, torch.Tensor] = {}  # the oracle: what torch's own hooks see
+    handles = [layer.register_forward_hook(
+        lambda m, i, out, name=name: seen.__setitem__(name, out.clone()))
+        for name, layer in (("layers.0", enc.layers[0]), ("layers.1", enc.layers[1]))]
+    with torch.no_grad():
+        enc(x, src_key_padding_mask=mask)
+    for handle in handles:
+        handle.remove()
+    acts = hookscope.capture(enc, x, kwargs={"src_key_padding_mask": mask},
+                             select="layers.*", save_to=tmp_path / "c")
+    assert list(acts) == ["layers.0", "layers.1"]
+    for name, want in seen.items():
+        assert want.is_nested and acts[name].is_nested
+        for got_part, want_part in zip(acts[name].unbind(), want.unbind(), strict=True):
+            assert torch.equal(got_part, want_part)
+
+
+def test_dict_keys_a_tuple_and_the_string_of_its_repr_are_each_read_back(
+    tmp_path: Path,
+) -> None:
+    """``{(1, 2): a, "(1, 2)": b}``: both values were stored under one tensor name and
+    the disk gave ``b`` for both keys."""
+
+    class Keys(nn.Module):
+        def forward(self, x: torch.Tensor) -> dict[Any, torch.Tensor]:
+            return {(1, 2): x, "(1, 2)": x + 1, ("(1, 2)",): x + 2, 1: x + 3, "1": x + 4}
+
+    x = torch.zeros(2)
+    acts = hookscope.capture(nn.Sequential(Keys()), x, select="0", save_to=tmp_path / "c")
+    back = acts["0"]
+    want = {(1, 2): x, "(1, 2)": x + 1, ("(1, 2)",): x + 2, 1: x + 3, "1": x + 4}
+    assert list(back) == list(want)
+    for key, value in want.items():
+        assert torch.equal(back[key], value), key
+
+    class NaNKeys(nn.Module):  # two keys that are two NaNs: saved alike, so refused
+        def forward(self, x: torch.Tensor) -> dict[float, torch.Tensor]:
+            return {float("nan"): x, float("nan"): x + 1}
+
+    with pytest.raises(hookscope.ProbeError, match="two NaN keys"):
+        hookscope.capture(nn.Sequential(NaNKeys()), x, select="0", save_to=tmp_path / "n")

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_leaves
 
+from hookscope.core import torch_private
 from hookscope.core.failures import describe_failure
 from hookscope.core.inputs import parse_device
 from hookscope.core.meta import is_on_meta
@@ -100,13 +101,26 @@ class _OutputCapture(Probe):
     ) -> None:
         if failed:
             return
-        self.capture._keep(call, self._copy(output))
+        self.capture._keep(call, self._copy(output, call))
 
-    def _copy(self, value: Any) -> Any:
+    def _copy(self, value: Any, call: Call) -> Any:
         device = self.capture.to
-        return map_tensors(  # NB: also into dataclasses, which pytree leaves whole
-            lambda t: t.detach().to(t.device if device is None else device, copy=True), value,
-        )
+        under_vmap = torch_private.vmap_running()
+
+        def copy(t: torch.Tensor) -> torch.Tensor:
+            # NB: inside torch.func.vmap a module's tensors are vmap's wrappers of one
+            # sample (shape [4] of a batch [3, 4]), whose copy means nothing once the
+            # transform ends (no op takes it, safetensors cannot save it): refused, not
+            # unwrapped (functorch's private API, and the batch dimension may be any)
+            if under_vmap and torch_private.is_functorch_wrapped(t):
+                raise SpecError(
+                    f"capture: {call.name!r} ran inside torch.func.vmap, where its tensors "
+                    "are vmap's per-sample wrappers, meaningless outside it; capture the "
+                    "module run outside vmap (for vmap(model)(x): model(x), same values)"
+                )
+            return t.detach().to(t.device if device is None else device, copy=True)
+
+        return map_tensors(copy, value)  # NB: also into dataclasses, which pytree leaves whole
 
 
 class _InputCapture(_OutputCapture):
@@ -120,7 +134,8 @@ class _InputCapture(_OutputCapture):
     def on_enter(
         self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> None:
-        self._pending[call.index] = ModuleInputs(self._copy(args), self._copy(kwargs))
+        self._pending[call.index] = ModuleInputs(self._copy(args, call),
+                                                 self._copy(kwargs, call))
 
     def on_exit(
         self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -132,7 +147,7 @@ class _InputCapture(_OutputCapture):
         if self.capture.what is What.INPUT:
             self.capture._keep(call, inputs)
         else:
-            self.capture._keep(call, {"input": inputs, "output": self._copy(output)})
+            self.capture._keep(call, {"input": inputs, "output": self._copy(output, call)})
 
 
 class Capture:
@@ -160,6 +175,8 @@ class Capture:
     Raises:
         SpecError: a bad option, a selector that matches nothing, or a ``save_to`` that
             is not a new or empty directory.
+        ProbeError: (in the block, from a ``SpecError``) a selected module ran inside
+            ``torch.func.vmap``, whose tensors are wrappers that mean nothing outside it.
 
     Example:
         >>> with hookscope.Capture(model, select="layer*.0", save_to="acts") as cap:

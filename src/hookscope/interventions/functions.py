@@ -26,9 +26,10 @@ from hookscope.core.tensors import map_tensors
 from hookscope.errors import SpecError
 from hookscope.interventions.capture import CapturedActivations
 from hookscope.interventions.patch import PatchFn, call_aware, output_only
-from hookscope.interventions.storage import Activations, Fields, _Unrestorable
+from hookscope.interventions.storage import Activations, Fields, ModuleInputs, _Unrestorable
 
 Index = int | Sequence[int] | None
+Bound = float | torch.Tensor | None
 
 
 def _on_floats(fn: Callable[[torch.Tensor], torch.Tensor]) -> PatchFn:
@@ -82,17 +83,18 @@ def _indices(index: Any, dim: Any, name: str) -> tuple[list[int] | None, int]:
                         f"(channels, positions), got {index!r}") from None
 
 
-def _check_number(value: Any, what: str, *, nonnegative: bool = False) -> None:
-    """``value`` a real number (numpy's too; not NaN, and ``>= 0`` with
-    ``nonnegative``), or a tensor (used as it is)."""
+def _check_number(value: Any, what: str, *, nonnegative: bool = False,
+                  positive: bool = False) -> None:
+    """``value`` a real number (numpy's too; not NaN, ``>= 0`` with ``nonnegative``,
+    ``> 0`` with ``positive``), or a tensor (used as it is)."""
     if isinstance(value, torch.Tensor):
         return
     # NB: int, float and numpy's numbers (a Fraction is a Real tensors cannot take)
     numeric = isinstance(value, (int, float)) or (
         isinstance(value, numbers.Real) and type(value).__module__ == "numpy")
     if isinstance(value, bool) or not numeric or math.isnan(float(value)) \
-            or (nonnegative and value < 0):
-        need = "a number >= 0" if nonnegative else "a number"
+            or (nonnegative and value < 0) or (positive and not value > 0):
+        need = "a number >= 0" if nonnegative else "a number > 0" if positive else "a number"
         raise SpecError(f"patches.{what} must be {need}, got {value!r}")
 
 
@@ -105,8 +107,18 @@ def zero(index: Index = None, *, dim: int = 1) -> PatchFn:
     Example:
         >>> hookscope.patches.zero([3, 7])          # channels 3 and 7 of a conv
     """
-    _indices(index, dim, "zero")
-    return scale(0.0, index, dim=dim)
+    indices, dim = _indices(index, dim, "zero")
+
+    def apply(t: torch.Tensor) -> torch.Tensor:
+        mask = _mask(t, indices, dim)
+        if mask is None:  # every element: a mask that broadcasts
+            mask = torch.ones((), dtype=torch.bool, device=t.device)
+        # NB: a fill, not ``t * 0``, which is NaN where ``t`` is +-inf or NaN (a causal
+        # mask's scores); like ``t * 0`` it stays in the graph, a zero gradient flowing
+        # back through every zeroed position
+        return t.masked_fill(mask, 0.0)
+
+    return _on_floats(apply)
 
 
 ablate = zero
@@ -126,16 +138,52 @@ def scale(factor: float, index: Index = None, *, dim: int = 1) -> PatchFn:
     return _on_floats(apply)
 
 
-def clamp(lower: float | None = None, upper: float | None = None) -> PatchFn:
-    """Clamp the output to ``[lower, upper]`` (either may be ``None``)."""
+def clamp(lower: Bound = None, upper: Bound = None) -> PatchFn:
+    """Clamp the output to ``[lower, upper]`` (either may be ``None``).
+
+    A bound is a number or a tensor that broadcasts to the output's shape (one bound
+    per channel of ``[N, C, H, W]``: a tensor of shape ``[C, 1, 1]``)."""
     if lower is None and upper is None:
         raise SpecError("patches.clamp needs lower=, upper= or both")
     for name, bound in (("lower", lower), ("upper", upper)):
         if bound is not None:
             _check_number(bound, f"clamp: {name}")
-    if lower is not None and upper is not None and lower > upper:
+    if lower is not None and upper is not None and _above(lower, upper):
         raise SpecError(f"patches.clamp: lower={lower!r} is above upper={upper!r}")
-    return _on_floats(lambda t: torch.clamp(t, lower, upper))
+    if not isinstance(lower, torch.Tensor) and not isinstance(upper, torch.Tensor):
+        return _on_floats(lambda t: torch.clamp(t, lower, upper))
+
+    def apply(t: torch.Tensor) -> torch.Tensor:
+        # NB: both bounds as tensors of the output's dtype and device: torch.clamp takes
+        # two numbers or two tensors, and a float32 bound would make a bfloat16 output
+        # float32
+        return torch.clamp(t, _bound_like(lower, t), _bound_like(upper, t))
+
+    return _on_floats(apply)
+
+
+def _above(lower: float | torch.Tensor, upper: float | torch.Tensor) -> bool:
+    """Whether ``lower`` is above ``upper`` anywhere (tensors: element by element)."""
+    low, high = torch.as_tensor(lower, device="cpu"), torch.as_tensor(upper, device="cpu")
+    try:
+        return bool((low > high).any())
+    except RuntimeError:
+        raise SpecError(f"patches.clamp: lower of shape {list(low.shape)} and upper of "
+                        f"shape {list(high.shape)} do not broadcast together") from None
+
+
+def _bound_like(bound: Bound, t: torch.Tensor) -> torch.Tensor | None:
+    if bound is None:
+        return None
+    bound = torch.as_tensor(bound, dtype=t.dtype, device=t.device)
+    try:
+        bound.expand_as(t)  # it broadcasts to the output's shape, and no further
+    except RuntimeError:
+        raise SpecError(f"patches.clamp: a bound of shape {list(bound.shape)} does not "
+                        f"broadcast to the output's shape {list(t.shape)}; give a number "
+                        "or a tensor of a shape that does (one per channel: [C, 1, 1])"
+                        ) from None
+    return bound
 
 
 def noise(std: float, *, seed: int = 0) -> PatchFn:
@@ -161,18 +209,33 @@ def replace_with(source: Any) -> PatchFn:
         source: a value to return for every patched call (a tensor or a nested
             output), or the mapping of a capture (``hookscope.capture`` of another
             input): each call gets the captured value of the same call name
-            (``path`` or ``path#N``).
+            (``path`` or ``path#N``). Of a capture made with ``what="both"``, the
+            output is used.
+
+    Raises:
+        SpecError: ``source`` is a capture made with ``what="input"`` (or one of its
+            values): what a module received is no output.
 
     Example:
         >>> clean = hookscope.capture(model, x_clean, select="layer3")
         >>> with hookscope.patch(model, {"layer3": hookscope.patches.replace_with(clean)}):
         ...     patched = model(x_corrupt)
     """
+    captured = isinstance(source, (Activations, CapturedActivations))
+    # NB: every value of a capture has the form its ``what`` gave: the first one tells
+    # (read from disk for a capture there: one call's tensors, memory-mapped)
+    if isinstance(next(iter(source.values()), None) if captured else source, ModuleInputs):
+        raise SpecError(
+            "replace_with: this is a capture made with what='input' (what modules "
+            "received, not their outputs); capture with what='output' or 'both' to "
+            "patch outputs, or give a module the inputs stored for it with "
+            "hookscope.patch_inputs(model, {path: lambda m, args, kwargs: acts[path]})"
+        )
 
     def patch_fn(module: nn.Module, inputs: tuple[Any, ...], output: Any, *,
                  call: Call) -> Any:
         value = source
-        if isinstance(source, (Activations, CapturedActivations)):
+        if captured:
             if call.name not in source:
                 again = (" (a patch block numbers a module's calls across all the "
                          "forwards it sees: enter one block per forward)"
@@ -180,9 +243,18 @@ def replace_with(source: Any) -> PatchFn:
                 raise SpecError(f"replace_with: the capture has no call {call.name!r}; "
                                 f"it has {list(source)[:5]!r}{again}")
             value = source[call.name]
-        return _like(value, output, call.name)
+        return _like(_output_part(value), output, call.name)
 
     return output_only(call_aware(patch_fn))
+
+
+def _output_part(value: Any) -> Any:
+    """The output of a ``what="both"`` capture's value (``{"input": ModuleInputs,
+    "output": ...}``, in memory as from disk); any other value as it is."""
+    if isinstance(value, Mapping) and set(value) == {"input", "output"} \
+            and isinstance(value["input"], ModuleInputs):
+        return value["output"]
+    return value
 
 
 def _like(value: Any, output: Any, name: str) -> Any:
@@ -208,9 +280,9 @@ def _like(value: Any, output: Any, name: str) -> Any:
         return value.to(device=output.device, dtype=output.dtype, copy=True)
     if isinstance(value, _Unrestorable) and not isinstance(output, str):
         return output  # its repr only was saved: the model's own object
-    if isinstance(value, Fields) and dataclasses.is_dataclass(output) \
-            and not isinstance(output, type):
-        new = copy.copy(output)
+    if _is_instance_of_dataclass(output) and (
+            isinstance(value, Fields) or _is_instance_of_dataclass(value)):
+        new = copy.copy(output)  # NB: from memory as from disk, each field checked
         for f in dataclasses.fields(output):
             if hasattr(value, f.name):
                 object.__setattr__(new, f.name, _like(getattr(value, f.name),
@@ -240,6 +312,10 @@ def _like(value: Any, output: Any, name: str) -> Any:
     return map_tensors(torch.clone, value)
 
 
+def _is_instance_of_dataclass(value: Any) -> bool:
+    return dataclasses.is_dataclass(value) and not isinstance(value, type)
+
+
 class _GradTransform(torch.autograd.Function):
     """Identity forward (a copy with the same values); ``fn(grad)`` backward."""
 
@@ -266,15 +342,20 @@ def scale_grad(factor: float) -> PatchFn:
     return _on_grad(lambda g: g * factor)
 
 
-def clip_grad(limit: float, *, norm: bool = False) -> PatchFn:
+def clip_grad(limit: float | torch.Tensor, *, norm: bool = False) -> PatchFn:
     """Clip the gradient flowing back through the output: each element to
-    ``[-limit, limit]``, or with ``norm=True`` the whole tensor's L2 norm to ``limit``.
-    The forward values are unchanged."""
-    if not limit > 0:
-        raise SpecError(f"patches.clip_grad: limit must be positive, got {limit!r}")
+    ``[-limit, limit]``, or with ``norm=True`` the whole tensor's L2 norm to ``limit``
+    (a number > 0, or a tensor of one). The forward values are unchanged."""
+    if isinstance(limit, torch.Tensor):
+        if limit.numel() != 1:
+            raise SpecError(f"patches.clip_grad: limit must be one number, got a tensor "
+                            f"of shape {list(limit.shape)}")
+        limit = limit.item()
+    _check_number(limit, "clip_grad: limit", positive=True)
+    value = float(limit)
     if norm:
-        return _on_grad(lambda g: g * torch.clamp(limit / (g.norm() + 1e-12), max=1.0))
-    return _on_grad(lambda g: g.clamp(-limit, limit))
+        return _on_grad(lambda g: g * torch.clamp(value / (g.norm() + 1e-12), max=1.0))
+    return _on_grad(lambda g: g.clamp(-value, value))
 
 
 class PatchFunctions:

@@ -13,7 +13,8 @@ run finished (``"complete": true``) or was interrupted (``false``, with the erro
 capture killed outright (SIGKILL, power loss) has shards and no index.
 :func:`load_activations` rejects both unless asked for ``partial=True``, then reads what
 the finished shards hold. Nothing is pickled: tensors are safetensors, the structure of
-a call's value (tuples, dicts, ``None``) is JSON in the shard metadata.
+a call's value (tuples, dicts, ``None``) is JSON in the shard metadata; a nested tensor,
+which safetensors cannot hold, is saved as its components.
 
 Memory: the writer holds at most one shard's tensors (plus the largest single call)
 before writing them; reading opens a shard only when a value is asked for
@@ -67,8 +68,16 @@ def encode_tree(value: Any, key: str, tensors: dict[str, torch.Tensor]) -> Any:
     one overwrote the other.
     (The keys are read back from the structure, so any earlier scheme still reads.)"""
     if isinstance(value, torch.Tensor):
-        if value.layout != torch.strided and not value.is_nested:
+        if value.is_nested:  # safetensors holds dense tensors only: its components
+            return {"nested": _encode_nested(value, key, tensors)}
+        if value.layout != torch.strided:
             value = value.to_dense()  # sparse: safetensors holds dense tensors only
+        if key in tensors:  # NB: distinct keys that read alike (two NaN keys of a dict)
+            raise SpecError(
+                f"save_to: two tensors of one call's value would be saved as {key!r} (a "
+                "dict with two NaN keys?); give them distinct keys, or capture without "
+                "save_to= to keep both in memory"
+            )
         tensors[key] = value.contiguous()
         return {"tensor": key}
     if isinstance(value, ModuleInputs):
@@ -79,8 +88,8 @@ def encode_tree(value: Any, key: str, tensors: dict[str, torch.Tensor]) -> Any:
                          for k, v in value.items()}}
     if isinstance(value, Mapping) and all(map(_plain_key, value)):
         # keys JSON has no object key for (``{0: head_0, 1: head_1}``): as pairs
-        return {"mapping": [[encode_tree(k, key, {}),
-                             encode_tree(v, f"{key}[{json.dumps(_key_text(k))}]", tensors)]
+        return {"mapping": [[encode_tree(k, key, {}), encode_tree(v, f"{key}[{_step(k)}]",
+                                                                  tensors)]
                             for k, v in value.items()]}
     if isinstance(value, (tuple, list)):
         kind = "list" if isinstance(value, list) else "tuple"
@@ -98,11 +107,25 @@ def encode_tree(value: Any, key: str, tensors: dict[str, torch.Tensor]) -> Any:
     return {"repr": repr(value)}
 
 
+def _encode_nested(value: torch.Tensor, key: str, tensors: dict[str, torch.Tensor]) -> Any:
+    """A nested tensor as its layout and components (``value.unbind()``), each saved as
+    a tensor; :func:`decode_tree` builds it again with ``torch.nested.nested_tensor``
+    (which finds a jagged tensor's ragged dimension, a transposed one's too, from the
+    components' shapes)."""
+    layout = "jagged" if value.layout == torch.jagged else "strided"
+    return {"layout": layout, "components": [
+        encode_tree(part, f"{key}[{i}]", tensors) for i, part in enumerate(value.unbind())]}
+
+
 def decode_tree(doc: Any, tensor: Any) -> Any:
     """The value of :func:`encode_tree`'s JSON; ``tensor(key)`` reads one tensor."""
     (kind, body), = doc.items()
     if kind == "tensor":
         return tensor(body)
+    if kind == "nested":
+        layout = torch.jagged if body["layout"] == "jagged" else torch.strided
+        return torch.nested.nested_tensor([decode_tree(part, tensor)
+                                           for part in body["components"]], layout=layout)
     if kind == "inputs":
         return ModuleInputs(decode_tree(body[0], tensor), decode_tree(body[1], tensor))
     if kind == "dict":
@@ -127,8 +150,12 @@ def _plain_key(key: Any) -> bool:
     return key is None or type(key) in (bool, int, float, str)
 
 
-def _key_text(key: Any) -> Any:
-    return key if isinstance(key, (str, int, float, bool)) or key is None else repr(key)
+def _step(key: Any) -> str:
+    """The text of a step into a dict by ``key``: JSON for a scalar, the repr of a tuple.
+
+    NB: a tuple's repr unquoted, so that ``(1, 2)`` and the string ``"(1, 2)"`` (JSON:
+    quoted) are two steps: as one, the second value overwrote the first on disk."""
+    return repr(key) if isinstance(key, tuple) else json.dumps(key)
 
 
 class Fields(SimpleNamespace):
