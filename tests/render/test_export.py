@@ -199,3 +199,19 @@ def test_every_table_column_name_selects_a_field_in_the_exports() -> None:
         assert float(row["time_share"]) == pytest.approx(call.time_ns / total)
     # derived: not in an export that names no columns
     assert "time_share" not in trace.to_csv().splitlines()[0]
+
+
+def test_every_export_field_with_a_column_selects_it_in_the_table() -> None:
+    """The other way round: ``--columns path`` was refused, while the probes' field
+    names (``time_ns``) were taken."""
+    from hookscope.render.columns import column
+    from hookscope.render.export import fields
+    from hookscope.render.trace_table import render_trace
+
+    linked = {name: f.column for name, f in fields().items() if f.column}
+    assert linked["path"] == "layer"
+    for name, col in linked.items():
+        assert column(name).name == col
+    trace = cnn_trace()
+    assert render_trace(trace, columns=["path", "time_ns"]) == \
+        render_trace(trace, columns=["layer", "time"])

@@ -25,6 +25,7 @@ from hookscope.core.probe import PROBES
 from hookscope.core.records import Call, TensorMeta, Trace
 from hookscope.core.serialize import settle_raw_facts
 from hookscope.errors import RenderError
+from hookscope.render.export import fields
 from hookscope.render.labels import shapes_cell
 from hookscope.render.units import format_bytes, format_percent, format_stat, format_time
 
@@ -264,7 +265,7 @@ def column(name: str) -> Column:
     """
     found = columns().get(name) if isinstance(name, str) else None
     if found is None and isinstance(name, str):  # an export field's name: its column
-        field = REGISTRY.fields.get(name)
+        field = fields().get(name)  # the trace's own (``path``) and the probes'
         found = columns().get(field.column) if field and field.column else None
     if found is None:
         close = difflib.get_close_matches(str(name), list(columns()), n=3, cutoff=0.6)
