@@ -58,6 +58,28 @@ def test_grads_errors_are_one_line(
     assert_one_error_line(code, err, "--lr must be a finite learning rate")
 
 
+def test_an_output_that_cannot_be_written_is_refused_before_training_and_plotting(
+    capsys: pytest.CaptureFixture[str], model_file: str, tmp_path: Path,
+) -> None:
+    """-o was checked only at the end: the steps ran and --plot was written first."""
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "g.png"
+    code, _, err = run_cli(capsys, "grads", model_file, "--input", "3,4", "--steps", "2",
+                           "--plot", str(png), "-o", str(tmp_path / "missing" / "g.txt"))
+    assert_one_error_line(code, err, "does not exist")
+    assert not png.exists()
+
+
+def test_a_model_with_nothing_to_train_is_a_one_line_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """It was an internal error (exit 1) from the optimizer's empty parameter list."""
+    path = tmp_path / "plain.py"
+    path.write_text("from torch import nn\n\ndef relu():\n    return nn.ReLU()\n")
+    code, _, err = run_cli(capsys, "grads", f"{path}:relu", "--input", "3,2")
+    assert_one_error_line(code, err, "has no parameter that requires grad")
+
+
 @pytest.mark.parametrize("plot", ["out.txt", "out.pgf", "missing-dir/g.png"])
 def test_a_plot_path_that_cannot_be_written_is_refused_before_training(
     capsys: pytest.CaptureFixture[str], model_file: str, tmp_path: Path,

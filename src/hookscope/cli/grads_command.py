@@ -52,10 +52,11 @@ def grads_command(
     debug: DebugOpt = False,
 ) -> None:
     """N synthetic SGD steps; gradient norms per parameter, anomalies flagged."""
-    from hookscope.cli.running import prepare
+    from hookscope.cli.running import check_output, prepare
 
     target = OutputTarget(output, no_color, width)
     with failure_boundary(debug=debug):
+        check_output(output)  # before the model is trained and --plot written
         if device == "meta":
             from hookscope.errors import SpecError
 
@@ -131,7 +132,12 @@ def _train(prepared: Any, *, steps: int, lr: float, **thresholds: Any) -> Any:
     # the training loop
     hookscope.trace(net, *prepared.args, kwargs=prepared.kwargs, time=False, stats=False,
                     memory=False)
-    opt = torch.optim.SGD(net.parameters(), lr=lr)
+    trainable = [p for p in net.parameters() if p.requires_grad]
+    if not trainable:
+        raise hookscope.SpecError(
+            f"grads trains the model, and {type(net).__name__} has no parameter that "
+            "requires grad (none, or all frozen); for its forward use hookscope trace")
+    opt = torch.optim.SGD(trainable, lr=lr)
     found: list[Any] = []
     with hookscope.GradientMonitor(net, optimizer=opt, on_anomaly=found.append,
                                    **thresholds) as monitor:

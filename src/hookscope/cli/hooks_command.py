@@ -48,10 +48,11 @@ def hooks_command(
 ) -> None:
     """Every hook attached to the model: per module, parameter and process-wide."""
     import hookscope
-    from hookscope.cli.running import load
+    from hookscope.cli.running import check_output, load
 
     target = OutputTarget(output, no_color, width)
     with failure_boundary(debug=debug):
+        check_output(output)  # before the model is built
         with model_prints_to_stderr():
             loaded = load(model, config=config, device=device)
         target.write(hooks_view(hookscope.hooks(loaded.model), fmt.value))

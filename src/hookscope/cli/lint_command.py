@@ -81,6 +81,7 @@ def lint_command(
     """Find the bugs that make a model definition silently wrong (static rules; with
     inputs, also what one forward pass shows)."""
     import hookscope
+    from hookscope.cli.running import check_output
     from hookscope.errors import SpecError
 
     target = OutputTarget(output, True, None)
@@ -93,6 +94,7 @@ def lint_command(
         if model is None:
             raise SpecError("hookscope lint needs a MODEL (e.g. hookscope lint net.py:build), "
                             "or --explain CODE")
+        check_output(output)  # before the model is built and run
         # a typo fails before the build
         _check_rule_options(split_names(select), split_names(ignore))
         with model_prints_to_stderr():
