@@ -154,6 +154,30 @@ def test_inspect_json_stays_parseable_when_the_file_prints_on_import(
     assert "imported!" in err
 
 
+def test_inspect_builds_as_the_code_does_a_model_that_reads_its_weights_in_init(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """inspect builds on meta by default; an __init__ that reads a weight's value
+    cannot run there, and the error blamed the factory with no way out."""
+    path = tmp_path / "reads.py"
+    path.write_text(textwrap.dedent("""
+        from torch import nn
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = nn.Linear(4, 4)
+                width = 2 if self.a.weight.abs().sum().item() > 0 else 1
+                self.b = nn.Linear(4, width)
+    """))
+    code, out, err = run_cli(capsys, "inspect", f"{path}:Net", "-f", "json")
+    assert code == 0, err
+    assert json.loads(out)["model"]["params"]["total"] == 20 + 10
+    assert "cannot be built on the meta device" in err
+    code, _, err = run_cli(capsys, "inspect", f"{path}:Net", "--device", "meta")
+    assert_one_error_line(code, err, "meta")  # asked for: refused, not built elsewhere
+
+
 def test_partial_json_stays_parseable_when_the_model_prints_then_raises(
     capsys: pytest.CaptureFixture[str], models: Path
 ) -> None:

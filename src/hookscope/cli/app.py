@@ -227,12 +227,23 @@ def inspect_command(
     import hookscope
     from hookscope.cli.running import check_output, load
     from hookscope.cli.views import structure_view
+    from hookscope.errors import SpecError
 
     target = OutputTarget(output, no_color, width)
     with failure_boundary(debug=debug):
         check_output(output)
         with model_prints_to_stderr():
-            loaded = load(model, config=config, device=device or "meta", dtype=dtype)
+            try:
+                loaded = load(model, config=config, device=device or "meta", dtype=dtype)
+            except SpecError as e:
+                if device is not None or "meta" not in str(e):
+                    raise
+                # its __init__ computes with its own values (``.item()`` of a weight),
+                # which the meta device has none of: built as its code builds it
+                sys.stderr.write("note: the model cannot be built on the meta device "
+                                 f"({str(e).rsplit(': ', 1)[-1]}); building it as its "
+                                 "code does\n")
+                loaded = load(model, config=config, device=None, dtype=dtype)
         target.write(structure_view(hookscope.inspect(loaded.model), fmt.value))
 
 
