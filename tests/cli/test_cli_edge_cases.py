@@ -256,6 +256,8 @@ def test_unavailable_device_is_named(capsys: pytest.CaptureFixture[str]) -> None
         (["trace", "-f", "csv", "--sort", "time", "--depth", "1"], ["--sort, --depth"]),
         (["summary", "-f", "json", "--depth", "1"], ["--depth only shapes the table"]),
         (["trace", "-f", "json", "--depth", "0"], ["--depth only shapes the table"]),
+        (["summary", "-f", "json", "--no-fold"], ["--no-fold only shapes the table"]),
+        (["trace", "-f", "csv", "--no-fold"], ["--no-fold only shapes the table"]),
         (["trace", "--sort", "time", "--no-time"], ["--sort time", "--no-time"]),
         (["trace", "--columns", "layer,mean", "--no-stats"], ["--columns mean", "--no-stats"]),
         (["trace", "--sort", "out_bytes", "--no-memory"], ["'out_bytes'", "--no-memory"]),

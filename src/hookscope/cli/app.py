@@ -119,7 +119,7 @@ def summary_command(
 
     target = OutputTarget(output, no_color, width)
     with failure_boundary(debug=debug):
-        check_summary_view(depth, fmt.value)
+        check_summary_view(depth, fmt.value, fold=not no_fold)
         check_output(output)
         with model_prints_to_stderr():
             prepared = prepare(model, inputs=inputs or [], config=config, device=device,

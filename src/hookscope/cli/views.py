@@ -102,6 +102,8 @@ def check_trace_view(
     from hookscope.errors import SpecError
 
     given = [f"--{name}" for name in _TABLE_ONLY.get(fmt, ()) if getattr(view, name) is not None]
+    if fmt != "table" and not view.fold:
+        given.append("--no-fold")
     if given:
         raise SpecError(
             f"{', '.join(given)} only shape{'s' if len(given) == 1 else ''} the table; "
@@ -124,19 +126,22 @@ def check_trace_view(
             )
 
 
-def check_summary_view(depth: int | None, fmt: str) -> None:
-    """Reject ``--depth`` with JSON, which always has every call.
+def check_summary_view(depth: int | None, fmt: str, *, fold: bool = True) -> None:
+    """Reject ``--depth`` and ``--no-fold`` with JSON, which always has every call.
 
     Raises:
-        SpecError: ``--depth`` given with ``--format json``.
+        SpecError: ``--depth`` or ``--no-fold`` given with ``--format json``.
     """
-    if depth is not None and fmt == "json":
-        from hookscope.errors import SpecError
+    from hookscope.errors import SpecError
 
+    if depth is not None and fmt == "json":
         raise SpecError(
             "--depth only shapes the table; --format json lists every call with its "
             "'depth' (filter on it). Drop --depth or use --format table"
         )
+    if not fold and fmt == "json":
+        raise SpecError("--no-fold only shapes the table; --format json lists every call. "
+                        "Drop it or use --format table")
 
 
 def summary_view(
