@@ -406,3 +406,13 @@ def test_the_total_of_selected_rows_counts_a_shared_submodule_once() -> None:
     (total,) = [line for line in render_trace(trace, columns=["layer", "params"]).splitlines()
                 if line.startswith("Total")]
     assert int(total.split()[-1].replace(",", "")) == sum(unique.values())
+
+
+def test_a_narrow_table_of_chosen_columns_does_not_advise_choosing_columns() -> None:
+    """The caption said 'or pick them with --columns' to a user who just did."""
+    trace = hookscope.trace(nn.Sequential(nn.Linear(2, 2)), torch.randn(1, 2))
+    chosen = render_trace(trace, width=40,
+                          columns=["layer", "output", "time", "mean", "std", "absmax"])
+    assert "not shown at width 40" in chosen and "pick" not in chosen
+    default = render_trace(trace, width=40)
+    assert "not shown at width 40" in default and "or pick" in default

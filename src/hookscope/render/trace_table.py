@@ -103,8 +103,11 @@ def trace_table(
         else:
             rows = tree_rows(trace, depth=depth, fold=fold)
         shown = rows if top is None else rows[:top]
-        grid = Grid([_grid_column(col, view, shown) for col in chosen],
-                    hint="widen with --width {width}, or pick them with --columns")
+        # NB: columns the caller chose are dropped only when they cannot fit: the way
+        # out is the width alone
+        hint = "widen with --width {width}" + (
+            ", or pick them with --columns" if columns is None else "")
+        grid = Grid([_grid_column(col, view, shown) for col in chosen], hint=hint)
         visible = sum(1 for c in trace.calls if depth is None or c.depth <= depth)
         grid.caption = _caption(trace, shown=shown, total=rows, calls=visible, order=order,
                                 ascii=ascii, unsorted=unsorted, depth=depth)
