@@ -499,14 +499,17 @@ class _RegistersOnFirstCall(nn.Module):
         if not hasattr(self, "steps"):
             self.register_buffer("steps", torch.zeros((), dtype=torch.long))
             self.register_buffer("cache", torch.ones(2), persistent=False)
+            self.proj = nn.Linear(2, 2)  # a layer built on the first call
+            self.fc.scale = nn.Parameter(torch.ones(2))
         self.steps += 1
-        out: torch.Tensor = self.fc(x)
+        out: torch.Tensor = self.proj(self.fc(x)) * self.fc.scale
         return out
 
 
 @pytest.mark.parametrize("training", [True, False])
-def test_a_buffer_registered_in_a_run_for_the_caller_is_removed(training: bool) -> None:
-    """The state_dict gained a key: loading the model's own checkpoint then failed."""
+def test_what_a_run_for_the_caller_registers_is_removed(training: bool) -> None:
+    """Buffers, parameters and submodules the forward registers: the state_dict gained
+    keys, and loading the model's own checkpoint then failed."""
     model = nn.Sequential(_RegistersOnFirstCall()).train(training)
     checkpoint = model.state_dict()
     for run in (hookscope.summary, hookscope.trace):
@@ -514,6 +517,8 @@ def test_a_buffer_registered_in_a_run_for_the_caller_is_removed(training: bool) 
         assert model.state_dict().keys() == checkpoint.keys()
         assert list(model[0]._buffers) == ["kept"]
         assert not model[0]._non_persistent_buffers_set
+        assert list(model[0]._modules) == ["fc"]
+        assert list(model[0].fc._parameters) == ["weight", "bias"]
     model.load_state_dict(checkpoint)  # strict
     with hookscope.Tracer(model):  # the user's own forward keeps what it made
         model(torch.randn(3, 2))

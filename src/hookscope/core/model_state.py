@@ -87,16 +87,18 @@ class ModelState:
         #: their versions, and a copy of those of the known writers
         self.param_versions: list[int] | None = None
         self.param_copies: list[tuple[torch.Tensor, torch.Tensor, int]] = []
-        self._buffer_tables: list[dict[str, Any]] = []
-        self._buffer_counts: list[int] = []
+        # each module's tables of parameters, buffers and submodules, and their sizes
+        self._tables: list[tuple[list[dict[str, Any]], list[int]]] = []
         self._rng: list[_RngState] = []
         if not buffers:
             return
-        # buffers a forward registers (a cache or a counter made on the first call): the
-        # state_dict gains keys (NB: counted, one C-level pass: they come last)
-        self._buffer_tables = [m._buffers for m in self.modules] if self._dicts is None \
-            else list(map(_buffer_table, self._dicts))
-        self._buffer_counts = list(map(len, self._buffer_tables))
+        # what a forward registers (a cache or a counter made on the first call, a layer
+        # built then): the state_dict gains keys (NB: counted, a C-level pass per kind:
+        # the new entries come last)
+        dicts = self._dicts if self._dicts is not None else list(map(vars, self.modules))
+        for get in _TABLES:
+            tables = list(map(get, dicts))
+            self._tables.append((tables, list(map(len, tables))))
         self.param_versions = _versions(self.parameters)
         self._members = table.members  # to name a parameter in a warning
         self.param_copies = [
@@ -136,9 +138,8 @@ class ModelState:
                 torch.set_rng_state(state)
             else:
                 torch.cuda.set_rng_state(state, device)
-        if self._buffer_tables and \
-                list(map(len, self._buffer_tables)) != self._buffer_counts:
-            self._remove_new_buffers()
+        if any(list(map(len, tables)) != counts for tables, counts in self._tables):
+            self._remove_new_entries()
         if self.param_versions is not None:
             self._restore_parameters(self.param_versions)
         for attributes, name, value in self.attributes:
@@ -146,12 +147,12 @@ class ModelState:
                 attributes[name] = value
 
 
-    def _remove_new_buffers(self) -> None:
-        for module, table, count in zip(
-                self.modules, self._buffer_tables, self._buffer_counts, strict=True):
-            for name in list(table)[count:]:
-                del table[name]
-                module._non_persistent_buffers_set.discard(name)
+    def _remove_new_entries(self) -> None:
+        for tables, counts in self._tables:
+            for module, table, count in zip(self.modules, tables, counts, strict=True):
+                for name in list(table)[count:]:
+                    del table[name]
+                    module._non_persistent_buffers_set.discard(name)
 
     def _restore_parameters(self, before: list[int]) -> None:
         """Put back the parameters the forward wrote in place where a copy was kept
@@ -185,7 +186,7 @@ _version_of = attrgetter("_version")
 _RENORMS = (nn.Embedding, nn.EmbeddingBag)
 
 
-_buffer_table = itemgetter("_buffers")
+_TABLES = (itemgetter("_parameters"), itemgetter("_buffers"), itemgetter("_modules"))
 _RngState = tuple[torch.device | None, torch.Tensor]
 
 
