@@ -178,6 +178,31 @@ def test_inspect_builds_as_the_code_does_a_model_that_reads_its_weights_in_init(
     assert_one_error_line(code, err, "meta")  # asked for: refused, not built elsewhere
 
 
+def test_hookscope_s_warnings_are_one_line_not_a_pointer_into_typer(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "clamp.py"
+    path.write_text(textwrap.dedent("""
+        import torch
+        from torch import nn
+
+        class Clamp(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.l = nn.Linear(4, 4)
+
+            def forward(self, x):
+                with torch.no_grad():
+                    self.l.weight.clamp_(-0.1, 0.1)  # a max-norm constraint of its own
+                return self.l(x)
+    """))
+    code, _, err = run_cli(capsys, "summary", f"{path}:Clamp", "--input", "1,4")
+    assert code == 0, err
+    assert err.splitlines() == [
+        "warning: the forward wrote into 1 parameter(s) in place (l.weight); they keep "
+        "the values it wrote"]
+
+
 def test_partial_json_stays_parseable_when_the_model_prints_then_raises(
     capsys: pytest.CaptureFixture[str], models: Path
 ) -> None:

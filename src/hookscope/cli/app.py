@@ -25,6 +25,7 @@ from hookscope.cli.failures import (
     CLICK_ERROR,
     EXIT_INTERRUPTED,
     failure_boundary,
+    hookscope_warnings_as_lines,
     model_prints_to_stderr,
     partial_on_failure,
     print_error,
@@ -70,7 +71,8 @@ def run(argv: Sequence[str] | None) -> int:
     command = typer.main.get_command(app)
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        result = command.main(args=args, prog_name="hookscope", standalone_mode=False)
+        with hookscope_warnings_as_lines():
+            result = command.main(args=args, prog_name="hookscope", standalone_mode=False)
     except CLICK_ERROR as e:
         return report_usage_error(e)
     except (typer.Abort, KeyboardInterrupt):

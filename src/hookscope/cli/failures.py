@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import traceback
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -54,6 +55,29 @@ def print_error(message: str) -> None:
     """Write ``error: <message>`` as one line on stderr."""
     sys.stderr.write(f"error: {one_line(message)}\n")
     sys.stderr.flush()
+
+
+@contextmanager
+def hookscope_warnings_as_lines() -> Iterator[None]:
+    """hookscope's own warnings as one ``warning: <message>`` line on stderr: the code
+    line a warning names is the user's in a program, typer's here. Others (the model's,
+    its library's) are shown as Python shows them."""
+    shown = warnings.showwarning
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: Any = None, line: str | None = None) -> None:
+        text = str(message)
+        if text.startswith("hookscope: "):
+            sys.stderr.write(f"warning: {one_line(text.removeprefix('hookscope: '))}\n")
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        if warnings.showwarning is show:
+            warnings.showwarning = shown
 
 
 @contextmanager
