@@ -445,6 +445,13 @@ def test_user_factory_returning_transformers_model_gets_defaults(tmp_path: Path)
         ("transformers:vit/causal-lm", ["tasks it has are: base, "
                                         "image-classification ("]),
         ("transformers:bert/", ["ends with '/' but names no task", "drop the '/'"]),
+        # composites: the advice named 'base' as valid, which was refused in turn
+        ("transformers:rag", ["'rag' cannot be built from its default config",
+                              "file.py:factory"]),
+        ("transformers:rag/seq2seq-lm", ["'rag' cannot be built"]),
+        ("transformers:encoder-decoder", ["no 'base' variant", "tasks it has are: "
+                                          "seq2seq-lm (e.g. 'transformers:encoder-decoder/"
+                                          "seq2seq-lm')"]),
     ],
 )
 def test_error_transformers_names(spec: str, fragments: list[str]) -> None:

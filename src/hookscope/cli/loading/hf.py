@@ -72,11 +72,17 @@ def load_transformers(
         build_kwargs["dtype"] = dtype
     config = _transformers_config(transformers, model_type, overrides)
     auto = getattr(transformers, TRANSFORMERS_TASKS[task])
-    if task != "base" and type(config) not in auto._model_mapping:
-        valid = ", ".join(_valid_tasks(transformers, config))
+    if type(config) not in auto._model_mapping:
+        valid = _valid_tasks(transformers, config)
+        if not valid:  # a composite (rag, encoder-decoder): built from other models' configs
+            raise SpecError(
+                f"transformers model type {model_type!r} cannot be built from its default "
+                "config by any Auto class (a composite of other models); build it in a "
+                "file and pass file.py:factory"
+            )
         raise SpecError(
-            f"transformers model type {model_type!r} has no {task!r} variant; "
-            f"the tasks it has are: {valid} (e.g. 'transformers:{model_type}/base')"
+            f"transformers model type {model_type!r} has no {task!r} variant; the tasks "
+            f"it has are: {', '.join(valid)} (e.g. 'transformers:{model_type}/{valid[0]}')"
         )
     what = f"building transformers model {name!r}"
     model = build(lambda: _from_config(auto, config, task, build_kwargs), device, what=what)
@@ -97,7 +103,7 @@ def transformers_loaded(
 def _valid_tasks(transformers: ModuleType, config: Any) -> list[str]:
     return [
         task for task, auto in TRANSFORMERS_TASKS.items()
-        if task == "base" or type(config) in getattr(transformers, auto)._model_mapping
+        if type(config) in getattr(transformers, auto)._model_mapping
     ]
 
 
