@@ -38,6 +38,11 @@ def _require_ops(trace: Trace) -> FlopCount:
     return totals
 
 
+#: The op names' narrowest width: 18 keeps both ends of ``aten._unsafe_view.default``
+#: (``aten._u~w.default``), and leaves a 40-column table room for a 17-digit FLOPs count.
+_OP_MIN = 18
+
+
 def _check_top(top: int | None) -> None:
     if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
         raise SpecError(f"top must be a positive integer or None, got {top!r}")
@@ -104,7 +109,7 @@ def ops_table(trace: Trace, *, top: int | None = None, ascii: bool = False) -> G
             # numbers are never cut: a long op name is shortened in the middle instead
             GridColumn("op", "Op", names, numeric=False, priority=1000,
                        shorten=shorten_plain, min_width=min(max(map(len, names), default=0),
-                                                            24)),
+                                                            _OP_MIN)),
             GridColumn("count", "Count", [format_count(t.count) for t in ts], priority=60),
             GridColumn("phase", "Phase", [_phase(t) for t in ts], numeric=False, priority=30),
             GridColumn("flops_fwd", "FLOPs fwd",
