@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from itertools import chain, repeat
 from operator import attrgetter, is_, itemgetter
 from typing import Any
 
@@ -87,18 +88,24 @@ class ModelState:
         #: their versions, and a copy of those of the known writers
         self.param_versions: list[int] | None = None
         self.param_copies: list[tuple[torch.Tensor, torch.Tensor, int]] = []
-        # each module's tables of parameters, buffers and submodules, and their sizes
-        self._tables: list[tuple[list[dict[str, Any]], list[int]]] = []
+        # every module's tables of submodules, parameters and buffers, their sizes, and
+        # the sum of them
+        self._tables: tuple[dict[str, Any], ...] = ()
+        self._sizes: list[int] = []
+        self._entries = 0
         self._rng: list[_RngState] = []
         if not buffers:
             return
         # what a forward registers (a cache or a counter made on the first call, a layer
-        # built then): the state_dict gains keys (NB: counted, a C-level pass per kind:
-        # the new entries come last)
-        dicts = self._dicts if self._dicts is not None else list(map(vars, self.modules))
-        for get in _TABLES:
-            tables = list(map(get, dicts))
-            self._tables.append((tables, list(map(len, tables))))
+        # built then): the state_dict gains keys (NB: counted, in one C-level pass, read
+        # with the table's check when it is reused; the new entries come last)
+        if scan is not None:
+            self._tables, self._sizes = scan.tables, scan.sizes
+        else:
+            dicts = list(map(vars, self.modules))
+            self._tables = tuple(chain.from_iterable(map(map, _TABLES, repeat(dicts))))
+            self._sizes = list(map(len, self._tables))
+        self._entries = sum(self._sizes)
         self.param_versions = _versions(self.parameters)
         self._members = table.members  # to name a parameter in a warning
         self.param_copies = [
@@ -138,7 +145,7 @@ class ModelState:
                 torch.set_rng_state(state)
             else:
                 torch.cuda.set_rng_state(state, device)
-        if any(list(map(len, tables)) != counts for tables, counts in self._tables):
+        if self._tables and sum(map(len, self._tables)) != self._entries:
             self._remove_new_entries()
         if self.param_versions is not None:
             self._restore_parameters(self.param_versions)
@@ -148,11 +155,11 @@ class ModelState:
 
 
     def _remove_new_entries(self) -> None:
-        for tables, counts in self._tables:
-            for module, table, count in zip(self.modules, tables, counts, strict=True):
-                for name in list(table)[count:]:
-                    del table[name]
-                    module._non_persistent_buffers_set.discard(name)
+        modules = self.modules * 3  # NB: the order of the tables: see ``ModelScan``
+        for module, table, size in zip(modules, self._tables, self._sizes, strict=True):
+            for name in list(table)[size:]:
+                del table[name]
+                module._non_persistent_buffers_set.discard(name)
 
     def _restore_parameters(self, before: list[int]) -> None:
         """Put back the parameters the forward wrote in place where a copy was kept
@@ -186,7 +193,7 @@ _version_of = attrgetter("_version")
 _RENORMS = (nn.Embedding, nn.EmbeddingBag)
 
 
-_TABLES = (itemgetter("_parameters"), itemgetter("_buffers"), itemgetter("_modules"))
+_TABLES = (itemgetter("_modules"), itemgetter("_parameters"), itemgetter("_buffers"))
 _RngState = tuple[torch.device | None, torch.Tensor]
 
 

@@ -52,6 +52,9 @@ class ModelScan:
             (``module.compile()``) or has a ``_call_impl`` of its own: what the plan of
             the stand-in depends on besides ``own_forward`` and the classes.
         own_forward: which modules have a ``forward`` patched on the instance.
+        tables: every module's table of submodules, then every one's of parameters,
+            then of buffers.
+        sizes: how many entries each holds.
         plans: kept for this model as long as its table is reused: what
             ``core/fast_path.py`` planned for it, by the plan's options.
     """
@@ -63,6 +66,8 @@ class ModelScan:
     requires_grad: list[bool]
     plain: bool
     own_forward: list[bool]
+    tables: tuple[dict[str, Any], ...] = ()
+    sizes: list[int] = field(default_factory=list)
     plans: dict[Any, Any] = field(default_factory=dict)
 
 
@@ -211,6 +216,7 @@ def _fingerprint(
     )
     scan = ModelScan(
         walked, dicts, types, list(training), list(map(_second, dtypes_and_grads)), plain,
-        list(map(contains, dicts, repeat("forward"))),
+        list(map(contains, dicts, repeat("forward"))), subs + params + bufs,
+        fingerprint[1] + fingerprint[4] + fingerprint[6],
     )
     return fingerprint, parameters, scan
