@@ -13,8 +13,10 @@ attributes only.
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 import types
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -451,6 +453,13 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
     code = main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def model_spec(folder: Path, source: str, name: str) -> str:
+    """``FILE:NAME`` of a model file written in ``folder`` from ``source`` (dedented)."""
+    path = folder / f"{name.lower()}_model.py"
+    path.write_text(textwrap.dedent(source))
+    return f"{path}:{name}"
 
 
 def assert_one_error_line(code: int, err: str, *fragments: str) -> str:

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import assert_one_error_line, run_cli
+from helpers import assert_one_error_line, model_spec, run_cli
 from hookscope.cli import main
 
 SEED = "hookscope.examples:seed_model"
@@ -159,8 +159,7 @@ def test_inspect_builds_as_the_code_does_a_model_that_reads_its_weights_in_init(
 ) -> None:
     """inspect builds on meta by default; an __init__ that reads a weight's value
     cannot run there, and the error blamed the factory with no way out."""
-    path = tmp_path / "reads.py"
-    path.write_text(textwrap.dedent("""
+    spec = model_spec(tmp_path, """
         from torch import nn
 
         class Net(nn.Module):
@@ -169,20 +168,19 @@ def test_inspect_builds_as_the_code_does_a_model_that_reads_its_weights_in_init(
                 self.a = nn.Linear(4, 4)
                 width = 2 if self.a.weight.abs().sum().item() > 0 else 1
                 self.b = nn.Linear(4, width)
-    """))
-    code, out, err = run_cli(capsys, "inspect", f"{path}:Net", "-f", "json")
+    """, "Net")
+    code, out, err = run_cli(capsys, "inspect", spec, "-f", "json")
     assert code == 0, err
     assert json.loads(out)["model"]["params"]["total"] == 20 + 10
     assert "cannot be built on the meta device" in err
-    code, _, err = run_cli(capsys, "inspect", f"{path}:Net", "--device", "meta")
+    code, _, err = run_cli(capsys, "inspect", spec, "--device", "meta")
     assert_one_error_line(code, err, "meta")  # asked for: refused, not built elsewhere
 
 
 def test_hookscope_s_warnings_are_one_line_not_a_pointer_into_typer(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    path = tmp_path / "clamp.py"
-    path.write_text(textwrap.dedent("""
+    spec = model_spec(tmp_path, """
         import torch
         from torch import nn
 
@@ -195,8 +193,8 @@ def test_hookscope_s_warnings_are_one_line_not_a_pointer_into_typer(
                 with torch.no_grad():
                     self.l.weight.clamp_(-0.1, 0.1)  # a max-norm constraint of its own
                 return self.l(x)
-    """))
-    code, _, err = run_cli(capsys, "summary", f"{path}:Clamp", "--input", "1,4")
+    """, "Clamp")
+    code, _, err = run_cli(capsys, "summary", spec, "--input", "1,4")
     assert code == 0, err
     assert err.splitlines() == [
         "warning: the forward wrote into 1 parameter(s) in place (l.weight); they keep "

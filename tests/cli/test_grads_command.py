@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import assert_one_error_line, run_cli
+from helpers import assert_one_error_line, model_spec, run_cli
 
 MODEL = textwrap.dedent("""
     import torch
@@ -74,9 +74,9 @@ def test_a_model_with_nothing_to_train_is_a_one_line_error(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     """It was an internal error (exit 1) from the optimizer's empty parameter list."""
-    path = tmp_path / "plain.py"
-    path.write_text("from torch import nn\n\ndef relu():\n    return nn.ReLU()\n")
-    code, _, err = run_cli(capsys, "grads", f"{path}:relu", "--input", "3,2")
+    spec = model_spec(tmp_path, "from torch import nn\n\ndef relu():\n    return nn.ReLU()\n",
+                      "relu")
+    code, _, err = run_cli(capsys, "grads", spec, "--input", "3,2")
     assert_one_error_line(code, err, "has no parameter that requires grad")
 
 
