@@ -292,11 +292,13 @@ def _run_error(tracer: Tracer, e: Exception, in_backward: list[Call | None]) -> 
             trace=partial, path=None if call is None else call.path,
         )
     err = partial.error
-    inputs = "" if err is None or err.call is None else describe_input_stats(
+    if err is None:  # not the model's: raised by hookscope itself while leaving the run
+        return e
+    inputs = "" if err.call is None else describe_input_stats(
         partial.calls[err.call]
     )
     return ModelRunError(
         f"the model raised {describe_failure(partial)}{inputs}",
         trace=partial,
-        path=None if err is None else err.path,
+        path=err.path,
     )

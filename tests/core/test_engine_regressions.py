@@ -374,3 +374,20 @@ def test_a_call_that_returns_a_leaf_as_it_is_has_its_backward() -> None:
     assert len(calls) == 3 and calls[-1].grad_output_norm == pytest.approx(
         float(positions.pos.weight.grad.norm()), rel=1e-6)
     assert sum(count_hooks(positions).values()) == 0
+
+
+def test_hookscope_s_own_failure_on_leaving_a_run_is_not_called_the_model_s(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """It was 'the model raised no failure recorded', a ModelRunError."""
+    from hookscope.core.handles import HandleGroup
+
+    removing = HandleGroup.remove
+
+    def broken(self: HandleGroup) -> None:
+        removing(self)
+        raise LookupError("hookscope's own bug")
+
+    monkeypatch.setattr(HandleGroup, "remove", broken)
+    with pytest.raises(LookupError, match="hookscope's own bug"):
+        hookscope.trace(_mlp(), torch.randn(2, 4))
