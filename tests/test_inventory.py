@@ -377,3 +377,42 @@ def test_terminal_jupyter_and_repr() -> None:
     assert repr(inventory) == "<hookscope.HookInventory of Sequential: 1 hook on 1 owner>"
     assert repr(hookscope.hooks(user_hooked_model())) == (
         "<hookscope.HookInventory of Net: 3 hooks on 3 owners>")
+
+
+# -- whose hook: decided by who registered it ----------------------------------------
+
+
+def test_a_hookscope_function_the_user_registers_is_the_users_hook() -> None:
+    """A hook was hookscope's when its function was defined in hookscope: one the user
+    registered (a patch function, no Tracer active) was hidden."""
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    x = torch.randn(2, 4)
+    handle = model[0].register_forward_hook(hookscope.patches.zero())
+    assert list(model[0]._forward_hooks) == [handle.id]  # the truth: the user's handle
+    assert torch.equal(model(x), model[2](torch.zeros(2, 4)))  # and it acts
+    (record,) = hookscope.hooks(model)
+    assert (record.handle_id, record.owner, record.registered_by) == (handle.id, "0", "user")
+    assert hookscope.hooks(model).hidden_hookscope == 0
+    with hookscope.Tracer(model):  # the tracer's own hooks beside it are hookscope's
+        tracer_ids = {k for m in model.modules() for k in m._forward_hooks} - {handle.id}
+        everything = hookscope.hooks(model, include_hookscope=True)
+        inside = hookscope.hooks(model)
+    assert tracer_ids
+    assert {r.handle_id for r in everything if r.registered_by == "hookscope"} >= tracer_ids
+    assert [(r.handle_id, r.registered_by) for r in inside] == [(handle.id, "user")]
+
+
+class LogShapes(nn.Module):
+    """A module used as a forward hook."""
+
+    def forward(self, module: nn.Module, args: Any, output: Any) -> None:
+        pass
+
+
+def test_a_module_used_as_a_hook_is_named_by_its_class_and_forward() -> None:
+    """It was named ``Module._wrapped_call_impl`` at torch's module.py."""
+    model = nn.Sequential(nn.Linear(2, 2))
+    model[0].register_forward_hook(LogShapes())
+    (record,) = hookscope.hooks(model)
+    assert (record.name, record.module, record.file, record.line) == (
+        "LogShapes.forward", __name__, HERE, line(LogShapes.forward))

@@ -6,16 +6,16 @@ never changes, the dicts torch keeps hooks in (``module.__dict__``'s
 ``tensor._post_accumulate_grad_hooks``, and ``torch.nn.modules.module._global_*``)
 and describes each hook function by name and source line.
 
-A hook is hookscope's own when its function (or any function it wraps) is defined in
-the hookscope package, ``hookscope.examples`` excepted: that is where the tracer's
-hook closures live (``hookscope.core.tracer``).
+A hook is hookscope's own when hookscope holds the handle it was registered with (an
+active :class:`~hookscope.Tracer`, patch, lint run or monitor:
+``core/handles.py``'s ``HOOKSCOPE_HOOK_IDS``), not by where its function is defined:
+``m.register_forward_hook(hookscope.patches.zero())`` is the user's hook.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -23,11 +23,9 @@ import torch
 import torch.nn.modules.module as torch_module
 from torch import nn
 
+from hookscope.core.handles import HOOKSCOPE_HOOK_IDS
 from hookscope.errors import SpecError
 from hookscope.inventory import GLOBAL, HookKind, HookRecord, Scope
-
-_PACKAGE_DIR = os.path.dirname(os.path.realpath(__file__)) + os.sep
-_NOT_HOOKSCOPE = ("hookscope.examples",)  # models users may run; their hooks are theirs
 
 #: Per-module hook dicts, in the order a module's life calls them.
 _MODULE_DICTS: tuple[tuple[str, HookKind], ...] = (
@@ -179,27 +177,24 @@ def _flags(handle_id: int, flag_dicts: Mapping[str, Mapping[int, Any]]) -> tuple
     return tuple(sorted(flag for flag, ids in flag_dicts.items() if ids.get(handle_id)))
 
 
-def _record(fn: Callable[..., Any], **fields: Any) -> HookRecord:
-    name, module, file, line, ours = describe_function(fn)
+def _record(fn: Callable[..., Any], *, handle_id: int, **fields: Any) -> HookRecord:
+    name, module, file, line = describe_function(fn)
     return HookRecord(
-        name=name, module=module, file=file, line=line,
-        registered_by="hookscope" if ours else "user", **fields,
+        name=name, module=module, file=file, line=line, handle_id=handle_id,
+        registered_by="hookscope" if handle_id in HOOKSCOPE_HOOK_IDS else "user", **fields,
     )
 
 
-def describe_function(
-    fn: Any,
-) -> tuple[str, str | None, str | None, int | None, bool]:
-    """(qualified name, module, source file, first line, defined in hookscope) of a hook.
+def describe_function(fn: Any) -> tuple[str, str | None, str | None, int | None]:
+    """(qualified name, module, source file, first line) of a hook.
 
     Follows ``functools.partial``, ``__wrapped__`` (``functools.wraps``, torch's
-    ``_WrappedHook``) and bound methods to the function that was written; a callable
-    object is described by its class's ``__call__``.
+    ``_WrappedHook``) and bound methods to the function that was written; a module
+    used as a hook is described by its class's ``forward``, any other callable object
+    by its class's ``__call__``.
     """
     partial = False
-    layers: list[Any] = []
     for _ in range(32):  # NB: a bound; an object's __getattr__ may invent __wrapped__
-        layers.append(fn)
         if isinstance(fn, functools.partial):
             partial, fn = True, fn.func
         elif inspect.ismethod(fn):
@@ -209,17 +204,17 @@ def describe_function(
         else:
             break
     code_owner = fn
-    if getattr(fn, "__code__", None) is None and not inspect.isbuiltin(fn):
+    if isinstance(fn, nn.Module) and type(fn).__call__ is nn.Module.__call__:
+        code_owner = type(fn).forward  # what torch's Module.__call__ runs
+    elif getattr(fn, "__code__", None) is None and not inspect.isbuiltin(fn):
         # the class's __call__ function itself (B004 is about testing callability)
         call = getattr(type(fn), "__call__", None)  # noqa: B004
         if getattr(call, "__code__", None) is not None:
             code_owner = call
-            layers.append(call)
     name = getattr(code_owner, "__qualname__", None) or type(fn).__qualname__
     module = getattr(code_owner, "__module__", None)
     file, line = _source(code_owner)
-    ours = any(_is_hookscope(layer) for layer in layers)
-    return (f"functools.partial({name})" if partial else name), module, file, line, ours
+    return (f"functools.partial({name})" if partial else name), module, file, line
 
 
 def _source(fn: Any) -> tuple[str | None, int | None]:
@@ -231,16 +226,3 @@ def _source(fn: Any) -> tuple[str | None, int | None]:
     except TypeError:
         file = None
     return file or code.co_filename, code.co_firstlineno
-
-
-def _is_hookscope(fn: Any) -> bool:
-    module = getattr(fn, "__module__", None)
-    if isinstance(module, str) and module.startswith("hookscope.") and not any(
-        module == m or module.startswith(m + ".") for m in _NOT_HOOKSCOPE
-    ):
-        return True
-    code = getattr(fn, "__code__", None)
-    if code is None:
-        return False
-    file = os.path.realpath(code.co_filename)
-    return file.startswith(_PACKAGE_DIR) and not file.endswith(os.sep + "examples.py")

@@ -82,8 +82,10 @@ class HookRecord:
         flags: torch's options of this registration, sorted: ``with_kwargs``,
             ``always_call`` (forward hooks), ``legacy`` (a backward hook registered with
             the deprecated ``register_backward_hook``).
-        registered_by: ``"user"``, or ``"hookscope"`` for a hook of an active
-            :class:`~hookscope.Tracer`.
+        registered_by: ``"user"``, or ``"hookscope"`` for a hook that hookscope
+            registered and holds the handle of now (an active
+            :class:`~hookscope.Tracer`); a hook function of hookscope's that the user
+            registered (``hookscope.patches.zero()``) is the user's.
         aliases: the owner's other paths (a shared module, a tied tensor).
     """
 

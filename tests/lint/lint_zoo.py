@@ -203,6 +203,21 @@ class UsedParameter(UnusedParameter):
         return self.fc(x) * self.gain
 
 
+class RegistersInForward(nn.Module):
+    """A layer made on the first call: not in parameters() before it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not hasattr(self, "proj"):
+            self.proj = nn.Linear(4, 4)
+        return self.proj(x)
+
+
+class RegistersInInit(RegistersInForward):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+
 def bn_model() -> nn.Module:
     return nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
 
@@ -263,4 +278,5 @@ CASES: dict[str, Case] = {
     "HS503": (UnusedParameter, UsedParameter, _x, {"backward": True}),
     "HS504": (lambda: bn_model().train(), lambda: bn_model().eval(),
               lambda: (torch.randn(1, 3, 8, 8),), {}),
+    "HS505": (RegistersInForward, RegistersInInit, _x, {}),
 }

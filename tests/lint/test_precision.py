@@ -9,6 +9,7 @@ three families.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -156,3 +157,47 @@ def test_torch_s_own_reparametrizations_are_not_plain_tensors(reparametrize: str
     assert hookscope.lint(model, torch.randn(2, 4), backward=True).codes() == []
     model[2].stale = torch.ones(3, requires_grad=True)  # a real one is still found
     assert hookscope.lint(model).codes() == ["HS201"]
+
+
+def test_a_rope_model_in_bfloat16_has_no_mixed_dtypes() -> None:
+    """transformers keeps ``rotary_emb.inv_freq`` (a non-persistent buffer) in float32
+    in a bfloat16 model on purpose: HS402 fired on every such model."""
+    config = T.LlamaConfig(**SMALL, num_key_value_heads=1)
+    model = T.LlamaForCausalLM._from_config(config, dtype=torch.bfloat16).eval()
+    floats = {t.dtype for t in model.state_dict().values() if t.is_floating_point()}
+    assert floats == {torch.bfloat16}  # the truth: what the model saves is one dtype
+    kept = [(n, t.dtype) for n, t in model.named_buffers() if t.dtype == torch.float32]
+    assert kept and all(n.endswith("inv_freq") for n, _ in kept)
+    _check(model, IDS)
+
+
+def test_wav2vec2_in_eval_mode_trains_its_mask_embedding_in_training_mode() -> None:
+    """``masked_spec_embed`` is used on the training-only masking branch: HS503 said it
+    got no gradient and "the optimizer never changes it"."""
+    torch.manual_seed(0)
+    config = T.Wav2Vec2Config(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+        conv_dim=[16, 16], conv_stride=[5, 2], conv_kernel=[10, 3],
+        num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=2)
+    model, x = T.Wav2Vec2Model(config), torch.randn(2, 4000)
+    twin = copy.deepcopy(model).train()  # the oracle: a training step by hand
+    twin(x).last_hidden_state.sum().backward()
+    assert twin.masked_spec_embed.grad is not None
+    for mode in ("eval", "train"):
+        report = hookscope.lint(getattr(model, mode)(), x, backward=True)
+        assert report.backward and "HS503" not in report.codes(), report.to_text()
+
+
+def test_torchvision_detection_in_eval_mode_trains_its_rpn_head_in_training_mode() -> None:
+    """The RPN head's proposals are detached by design; its losses train it in training
+    mode: HS503 reported each of its parameters in eval mode."""
+    torch.manual_seed(0)
+    model = _vision("fasterrcnn_mobilenet_v3_large_320_fpn", family="det")
+    images = [torch.rand(3, 128, 128)]
+    twin = copy.deepcopy(model).train()  # the oracle: a training step by hand
+    targets = [{"boxes": torch.tensor([[10.0, 20.0, 60.0, 90.0]]), "labels": torch.tensor([1])}]
+    sum(twin(images, targets).values()).backward()
+    head = dict(twin.named_parameters())
+    assert all(head[n].grad is not None for n in head if n.startswith("rpn.head."))
+    report = hookscope.lint(model, images, backward=True)
+    assert report.backward and "HS503" not in report.codes(), report.to_text()

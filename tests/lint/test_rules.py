@@ -369,3 +369,37 @@ def test_a_backward_that_raises_is_a_model_run_error() -> None:
         hookscope.lint(model, torch.randn(3, 4), backward=True)
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
     assert all(p.grad is None for p in model.parameters())
+
+
+def test_a_single_unregistered_parameter_gets_the_fix_for_one_value() -> None:
+    """The fix said to hold "them" in an nn.ParameterList or nn.ParameterDict."""
+
+    class Scaled(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.__dict__["scale"] = nn.Parameter(torch.ones(3))  # bypasses registration
+
+    model = Scaled()
+    assert "scale" not in dict(model.named_parameters())  # the truth: unregistered
+    (finding,) = [f for f in hookscope.lint(model) if f.code == "HS102"]
+    assert "ParameterList" not in finding.fix and "ParameterDict" not in finding.fix
+    assert "self.scale = nn.Parameter(" in finding.fix
+    fixed = nn.Module()
+    fixed.scale = nn.Parameter(torch.ones(3))  # what the fix says registers it
+    assert "scale" in dict(fixed.named_parameters())
+
+
+def test_a_non_persistent_float32_constant_of_a_half_model_is_not_mixed_dtypes() -> None:
+    """transformers keeps RoPE's inv_freq in float32 in a bfloat16 model, on purpose:
+    HS402 fired on every such model."""
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4)).to(torch.bfloat16)
+    model[0].register_buffer("inv_freq", torch.ones(2), persistent=False)
+    assert model[0].inv_freq.dtype == torch.float32  # the truth: a float32 constant
+    assert all(t.dtype == torch.bfloat16 for t in model.state_dict().values())  # not saved
+    assert "HS402" not in hookscope.lint(model).codes()
+    model[1].register_buffer("scale", torch.ones(2))  # persistent: what a checkpoint holds
+    found = [f.target for f in hookscope.lint(model) if f.code == "HS402"]
+    assert found == ["1.scale"]
+    model[1].register_buffer("table", torch.ones(2, dtype=torch.float64), persistent=False)
+    found = [f.message for f in hookscope.lint(model) if f.code == "HS402"]
+    assert len(found) == 2 and any("float64" in m for m in found)

@@ -3,6 +3,9 @@
 Every registration hookscope makes (module hooks, tensor hooks, autograd graph hooks,
 context managers such as dispatch modes) is kept in a :class:`HandleGroup`. The group
 removes them in reverse order, exactly once, also when removal of one of them fails.
+While a group holds a torch ``RemovableHandle``, its id (the hook's key in torch's
+hook dict) is in :data:`HOOKSCOPE_HOOK_IDS`: ``hookscope.hooks`` tells hookscope's own
+hooks from the user's by it.
 """
 
 from __future__ import annotations
@@ -10,6 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from types import TracebackType
 from typing import Protocol
+
+HOOKSCOPE_HOOK_IDS: set[int] = set()
+"""Ids of the torch hook handles that a :class:`HandleGroup` holds now (torch numbers
+every ``RemovableHandle`` of the process from one counter)."""
 
 
 class Removable(Protocol):
@@ -57,10 +64,14 @@ class HandleGroup:
 
     def add(self, handle: Removable) -> Removable:
         self._handles.append(handle)
+        hook_id = _hook_id(handle)
+        if hook_id is not None:
+            HOOKSCOPE_HOOK_IDS.add(hook_id)
         return handle
 
     def extend(self, handles: list[Removable]) -> None:
-        self._handles.extend(handles)
+        for handle in handles:
+            self.add(handle)
 
     def __len__(self) -> int:
         return len(self._handles)
@@ -73,6 +84,10 @@ class HandleGroup:
                 handle.remove()
             except BaseException as e:  # keep removing the rest, then re-raise
                 error = error or e
+            finally:
+                hook_id = _hook_id(handle)
+                if hook_id is not None:
+                    HOOKSCOPE_HOOK_IDS.discard(hook_id)
         if error is not None:
             raise error
 
@@ -86,3 +101,10 @@ class HandleGroup:
         tb: TracebackType | None,
     ) -> None:
         self.remove()
+
+
+def _hook_id(handle: Removable) -> int | None:
+    """The key of a torch ``RemovableHandle`` in its hook dict; ``None`` for another
+    handle (and for a multi-grad hook's, whose hooks are on the graph's tensors)."""
+    hook_id = getattr(handle, "id", None)
+    return hook_id if isinstance(hook_id, int) else None

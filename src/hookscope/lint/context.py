@@ -4,8 +4,8 @@ forward (and backward) pass showed.
 The runner builds one :class:`LintContext` per :func:`hookscope.lint` run from
 :func:`hookscope.inspect` (parameters, buffers, tied tensors) and
 :func:`hookscope.core.module_table.module_table` (each module once, by first path). When
-inputs are given, ``lint/checks/dynamic.py`` runs the model once and stores what it saw
-in :attr:`LintContext.forward` (a :class:`ForwardFacts`). Rules only read the context.
+inputs are given, ``lint/observe.py`` runs the model once and stores what it saw in
+:attr:`LintContext.forward` (a :class:`ForwardFacts`). Rules only read the context.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -27,26 +27,52 @@ CONTAINERS = (nn.ModuleList, nn.ModuleDict, nn.ParameterList, nn.ParameterDict)
 
 _TORCH_ATTRIBUTES = frozenset(vars(nn.Module()))
 
+Lost = Literal["parameters", "buffers", "mode"]
+
 
 @dataclass(slots=True)
 class ForeignCall:
-    """Calls of a module that is not registered in the model, grouped by caller.
+    """Calls of a module that is not registered in the model, grouped by where it is held.
 
     Attributes:
-        caller: path of the innermost registered module running when it was called.
+        path: the module of the model whose plain attribute holds it, or (when none
+            does: made inside ``forward``) the innermost registered module running when
+            it was called.
+        attribute: that plain attribute (a list, say), or ``None`` when none holds it.
         class_name: the unregistered module's class.
+        lost: what goes wrong: ``"parameters"`` the model does not have (never
+            trained), ``"buffers"`` it does not have (never saved), or ``"mode"`` (a
+            ``training`` flag that ``.train()``/``.eval()`` do not reach, and that its
+            class reads).
         calls: how many calls were seen (a module made inside ``forward`` is a new
             object each time: each object counts once per call).
         objects: how many distinct module objects were called.
-        attribute: the plain attribute of ``caller`` that holds it (a list, say), or
-            ``None`` when no attribute does (made inside ``forward``).
     """
 
-    caller: str
+    path: str
+    attribute: str | None
     class_name: str
+    lost: Lost
     calls: int = 0
     objects: int = 0
-    attribute: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LateMember:
+    """A submodule or parameter that the forward registered on a module of the model
+    (``if not hasattr(self, "proj"): self.proj = nn.Linear(...)``).
+
+    Attributes:
+        path: the module of the model it was registered on.
+        name: its attribute.
+        class_name: its class (``Parameter`` for a parameter).
+        numel: its parameter values that the model did not have before.
+    """
+
+    path: str
+    name: str
+    class_name: str
+    numel: int
 
 
 @dataclass
@@ -56,6 +82,8 @@ class ForwardFacts:
     Attributes:
         calls: every call of a registered module, as the tracer recorded it.
         foreign: calls of modules not registered in the model.
+        late: submodules and parameters the forward registered (the run takes them
+            out again).
         no_grad: with ``backward=True``, paths of the parameters that require grad and
             got no gradient; ``None`` without a backward pass.
         backward_skipped: why no backward pass ran although one was asked for
@@ -64,6 +92,7 @@ class ForwardFacts:
 
     calls: list[Call]
     foreign: list[ForeignCall] = field(default_factory=list)
+    late: list[LateMember] = field(default_factory=list)
     no_grad: list[str] | None = None
     backward_skipped: str | None = None
 
@@ -88,6 +117,9 @@ class LintContext:
         self.members: list[tuple[str, nn.Module]] = module_table(model, extra_repr=False).members
         self.forward: ForwardFacts | None = None
         self._extremes: dict[int, tuple[float, float]] = {}
+        #: ``id`` of every registered parameter and buffer, read before any forward
+        #: (which may register more: HS505)
+        self.tensor_ids: set[int] = {id(t) for _, t in self.tensors()}
 
     @cached_property
     def modules(self) -> dict[str, nn.Module]:
@@ -98,11 +130,6 @@ class LintContext:
     def module_ids(self) -> set[int]:
         """``id`` of every registered module."""
         return {id(m) for _, m in self.members}
-
-    @cached_property
-    def tensor_ids(self) -> set[int]:
-        """``id`` of every registered parameter and buffer."""
-        return {id(t) for _, t in self.tensors()}
 
     def tensors(self, *, buffers: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
         """``(path, tensor)`` of each parameter (then buffer) once, at its first path."""

@@ -46,12 +46,14 @@ class Hit(NamedTuple):
         attribute: the attribute of that module concerned, or ``None``.
         message: one sentence saying what is wrong and what goes wrong because of it.
         severity: this finding's, when it is not the rule's (``None``: the rule's).
+        fix: this finding's fix, when the rule's does not fit it (``None``: the rule's).
     """
 
     path: str
     attribute: str | None
     message: str
     severity: Severity | None = None
+    fix: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

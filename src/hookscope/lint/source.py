@@ -6,6 +6,12 @@ in the class of the module a finding is about, then in its bases (nearest first,
 ``nn.Module`` and its own bases excluded). The class source comes from
 ``inspect.getsource``; it is parsed with ``ast`` once per class and cached.
 
+The rules also ask what a class's methods (``__init__`` excepted) read:
+:func:`uses_attribute` whether ``self.<attribute>`` may be read (HS502: a layer its
+class never uses), soundly: any use of ``self`` that may reach an attribute without
+naming it counts as reading them all; :func:`reads_training` whether a ``training``
+flag is read (``.train()``/``.eval()`` change what the class does).
+
 NB: an attribute set with ``setattr``, ``add_module`` or ``register_buffer``, or on a
 class whose source cannot be read (defined in a REPL, compiled), has no location:
 the finding is reported without one.
@@ -17,7 +23,8 @@ import ast
 import inspect
 import textwrap
 import weakref
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from torch import nn
 
@@ -39,7 +46,7 @@ def find_assignment(cls: type, attribute: str) -> Location | None:
 
 
 _ASSIGNED: weakref.WeakKeyDictionary[type, dict[str, Location]] = weakref.WeakKeyDictionary()
-_USED: weakref.WeakKeyDictionary[type, frozenset[str] | None] = weakref.WeakKeyDictionary()
+_USED: weakref.WeakKeyDictionary[type, _Reads | None] = weakref.WeakKeyDictionary()
 
 
 def _cached(cache: weakref.WeakKeyDictionary[type, Any], cls: type, make: Any) -> Any:
@@ -100,44 +107,62 @@ def _flatten(target: ast.expr) -> list[ast.expr]:
     return [target]
 
 
+class _Reads(NamedTuple):
+    """What the methods of one class (``__init__`` excepted) read."""
+
+    names: frozenset[str]  # attributes of any object, and every string named
+    of_self: frozenset[str]  # attributes of ``self`` (or an alias), and every string named
+    dynamic: bool  # ``self`` reached otherwise: any of its attributes may be read
+
+
 def uses_attribute(cls: type, attribute: str) -> bool | None:
     """Whether a method of ``cls`` or a base other than ``__init__`` reads
-    ``self.<attribute>`` (or names it in a string, as ``getattr(self, "x")`` does).
+    ``self.<attribute>`` (also through an alias, ``m = self``, or ``super()``), names it
+    in a string (``getattr(self, "x")``), or reaches the attributes of ``self`` without
+    naming them (``getattr(self, name)``, ``self._modules``, ``self.children()``,
+    ``helper(self)``): then any attribute may be read. ``x.norm()`` or ``F.linear`` is
+    not a read of ``self.norm`` or ``self.linear``.
 
     ``None`` when no source of ``cls`` can be read (nothing can be said).
     """
+    return _any_read(cls, lambda reads: reads.dynamic or attribute in reads.of_self)
+
+
+def reads_training(cls: type) -> bool | None:
+    """Whether a method of ``cls`` or a base other than ``__init__`` reads a
+    ``training`` flag, of ``self`` or of any module it is given (``module.training``),
+    or names it in a string; ``None`` when no source of ``cls`` can be read."""
+    return _any_read(cls, lambda reads: "training" in reads.names)
+
+
+def _any_read(cls: type, test: Callable[[_Reads], bool]) -> bool | None:
     readable = False
     for klass in cls.__mro__:
         if klass is nn.Module or not issubclass(klass, nn.Module):
             continue
-        names: frozenset[str] | None = _cached(_USED, klass, _uses)
-        if names is None:
+        reads: _Reads | None = _cached(_USED, klass, _uses)
+        if reads is None:
             continue
         readable = True
-        if attribute in names:
+        if test(reads):
             return True
     return False if readable else None
 
 
-def _uses(cls: type) -> frozenset[str] | None:
+def _uses(cls: type) -> _Reads | None:
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     except (OSError, TypeError, SyntaxError):
         # a class made inside a function (``kernels``' ``Func``): inspect finds no
         # class statement by its name, but each method's own source
         return _methods_use(cls)
-    names: set[str] = set()
-    for fn in _methods(tree):
-        if fn.name != "__init__":
-            _add_names_read(fn, names)
-    return frozenset(names)
+    return _reads([fn for fn in _methods(tree) if fn.name != "__init__"])
 
 
-def _methods_use(cls: type) -> frozenset[str] | None:
+def _methods_use(cls: type) -> _Reads | None:
     """What :func:`_uses` reads, from the source of each method ``cls`` defines itself
     (``None`` when none has any)."""
-    names: set[str] = set()
-    read = False
+    fns: list[ast.FunctionDef | ast.AsyncFunctionDef] = []
     for name, value in vars(cls).items():
         if name == "__init__" or not inspect.isfunction(value):
             continue
@@ -145,19 +170,88 @@ def _methods_use(cls: type) -> frozenset[str] | None:
             tree = ast.parse(textwrap.dedent(inspect.getsource(value)))
         except (OSError, TypeError, SyntaxError):
             continue
-        read = True
-        _add_names_read(tree, names)
-    return frozenset(names) if read else None
+        fns += [fn for fn in tree.body if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    return _reads(fns) if fns else None
 
 
-def _add_names_read(tree: ast.AST, names: set[str]) -> None:
-    """Add the attributes ``tree`` reads (``self.x``) and the strings it names
-    (``getattr(self, "x")``) to ``names``."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
-            names.add(node.attr)
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            names.add(node.value)
+#: attributes of a module that reach its other attributes without naming them
+_REACH_ALL = frozenset({
+    "__dict__", "__getattr__", "__getattribute__", "_modules", "_parameters", "_buffers",
+    "children", "named_children", "modules", "named_modules", "parameters",
+    "named_parameters", "buffers", "named_buffers", "get_submodule", "get_parameter",
+    "get_buffer", "state_dict",
+})
+#: builtins that reach an attribute of ``self`` by a name given as a string
+_BY_NAME = frozenset({"getattr", "hasattr", "setattr", "delattr"})
+
+
+def _reads(fns: list[ast.FunctionDef | ast.AsyncFunctionDef]) -> _Reads:
+    names: set[str] = set()
+    of_self: set[str] = set()
+    dynamic = False
+    for fn in fns:
+        parents: dict[int, ast.AST] = {
+            id(child): node for node in ast.walk(fn) for child in ast.iter_child_nodes(node)
+        }
+        selves = _selves(fn)
+        if selves is None:  # ``def forward(*args)``: self is args[0]
+            dynamic, selves = True, set()
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+                names.add(node.attr)
+                if _is_super(node.value):
+                    of_self.add(node.attr)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                names.add(node.value)
+                of_self.add(node.value)
+            elif isinstance(node, ast.Name) and node.id in selves and isinstance(
+                    node.ctx, ast.Load):
+                parent = parents.get(id(node))
+                if isinstance(parent, ast.Attribute):
+                    if parent.attr in _REACH_ALL:
+                        dynamic = True
+                    elif isinstance(parent.ctx, ast.Load):
+                        of_self.add(parent.attr)
+                elif not _names_attribute(parent, node):
+                    dynamic = True
+    return _Reads(frozenset(names), frozenset(of_self), dynamic)
+
+
+def _selves(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str] | None:
+    """The name of ``self`` in ``fn`` (its first parameter) and of its aliases
+    (``m = self``): none in a static or class method, ``None`` when a method has no
+    positional parameter to name it (``def forward(*args)``)."""
+    decorators = {d.id for d in fn.decorator_list if isinstance(d, ast.Name)}
+    if decorators & {"staticmethod", "classmethod"}:
+        return set()
+    positional = [*fn.args.posonlyargs, *fn.args.args]
+    if not positional:
+        return None
+    selves = {positional[0].arg}
+    for node in ast.walk(fn):
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Name)
+                and node.value.id in selves):
+            selves.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return selves
+
+
+def _names_attribute(parent: ast.AST | None, node: ast.Name) -> bool:
+    """Whether this bare use of ``self`` reads no attribute it does not name:
+    ``m = self``, ``getattr(self, "x")`` (the string is counted), ``super(C, self)``."""
+    if isinstance(parent, ast.Assign):
+        return parent.value is node
+    if not isinstance(parent, ast.Call) or not isinstance(parent.func, ast.Name):
+        return False
+    if parent.func.id == "super":
+        return True
+    return (parent.func.id in _BY_NAME and len(parent.args) >= 2 and parent.args[0] is node
+            and isinstance(parent.args[1], ast.Constant)
+            and isinstance(parent.args[1].value, str))
+
+
+def _is_super(node: ast.expr) -> bool:
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id == "super")
 
 
 def find_class(cls: type) -> Location | None:

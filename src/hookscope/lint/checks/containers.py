@@ -6,7 +6,9 @@ parameter; a ``list``, ``tuple``, ``dict`` or ``set`` of them is stored as a pla
 attribute, and what it holds is invisible to ``parameters()``, ``state_dict()``,
 ``.to()``, ``.train()``/``.eval()`` and ``print(model)``. The rules look into plain
 containers, nested too, and report only objects the model does not register anywhere
-else (a list of references to registered modules is harmless).
+else: a list of references to registered modules is harmless, and so is what an
+unregistered wrapper holds that the model registers (a view
+``nn.Sequential(self.conv, self.bn)`` loses nothing; it is information).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from torch import nn
 from hookscope.lint.context import LintContext
 from hookscope.lint.findings import Hit, Severity
 from hookscope.lint.rules import register_rule
-from hookscope.lint.source import uses_attribute
+from hookscope.lint.source import reads_training
 
 PLAIN = (list, tuple, dict, set, frozenset)
 MAX_DEPTH = 4  # NB: deeper nesting is not searched
@@ -58,17 +60,24 @@ def _count(n: int, what: str) -> str:
     fix="hold them in nn.ModuleList (list, tuple) or nn.ModuleDict (dict), nested as needed",
 )
 def module_in_plain_container(ctx: LintContext) -> Iterator[Hit]:
+    first = {id(m): p for p, m in ctx.members}
     for path, _, name, value in ctx.plain_attributes():
         lost = {id(m): m for m in contents(value)
                 if isinstance(m, nn.Module) and id(m) not in ctx.module_ids}
         if not lost:
             continue
-        params = {id(p): p.numel() for m in lost.values() for p in m.parameters()}
-        buffers = {id(b): b.numel() for m in lost.values() for b in m.buffers()}
+        # NB: what a wrapper holds that the model registers (a view
+        # ``nn.Sequential(self.conv, self.bn)``) is trained, saved, moved and switched
+        inner = {id(m): m for top in lost.values() for m in top.modules()}
+        unregistered = [m for key, m in inner.items() if key not in first]
+        wrapped = sorted({first[key] or "<root>" for key in inner if key in first})
+        params = {id(p): p.numel() for m in unregistered for p in m.parameters(recurse=False)
+                  if id(p) not in ctx.tensor_ids}
+        buffers = {id(b): b.numel() for m in unregistered for b in m.buffers(recurse=False)
+                   if id(b) not in ctx.tensor_ids}
         classes = sorted({type(m).__name__ for m in lost.values()})
         # NB: a class that reads ``training`` (Dropout, BatchNorm) misses .eval()
-        reads = {type(m): uses_attribute(type(m), "training")
-                 for top in lost.values() for m in top.modules()}
+        reads = {type(m): reads_training(type(m)) for m in unregistered}
         modal = sorted({cls.__name__ for cls, used in reads.items() if used})
         unread = sorted({cls.__name__ for cls, used in reads.items() if used is None})
         held = (f"self.{name} is a {_kind(value)} holding {_count(len(lost), 'module')} "
@@ -92,10 +101,13 @@ def module_in_plain_container(ctx: LintContext) -> Iterator[Hit]:
                 "not reach) could not be read from its source"), Severity.WARNING)
         elif not name.startswith("_"):  # ReLU, Tanh: nothing to train, save or switch
             # (NB: under a private name, a deliberate choice: kernels' ``_kernel_funcs``)
+            own = (f"the modules they wrap are registered ({', '.join(wrapped)}), they have "
+                   "no other parameters or buffers" if wrapped
+                   else "they have no parameters or buffers")
             yield Hit(path, name, held + (
-                "they have no parameters or buffers and do not read their training flag, "
-                "so nothing is lost, but print(model), named_modules() and module hooks do "
-                "not see them"), Severity.INFO)
+                f"{own} and do not read their training flag, so nothing is lost, but "
+                "print(model), named_modules() and module hooks do not see them"),
+                Severity.INFO)
 
 
 @register_rule(
@@ -103,7 +115,8 @@ def module_in_plain_container(ctx: LintContext) -> Iterator[Hit]:
     why="""An nn.Parameter kept in a plain list, tuple, dict or set attribute (or set on
     the instance dict directly) is not registered: it is not in model.parameters(), so
     the optimizer never updates it, not in state_dict(), so it is never saved, and
-    .to()/.cuda() does not move it.""",
+    .to()/.cuda() does not move it. (A single Parameter set on the instance dict gets
+    its own fix: assign it as self.name = nn.Parameter(...).)""",
     fix="hold them in nn.ParameterList (list, tuple) or nn.ParameterDict (dict)",
 )
 def parameter_in_plain_container(ctx: LintContext) -> Iterator[Hit]:
@@ -114,13 +127,16 @@ def parameter_in_plain_container(ctx: LintContext) -> Iterator[Hit]:
         if not lost:
             continue
         numel = sum(p.numel() for p in lost.values())
-        what = "an unregistered Parameter" if value is next(iter(lost.values())) else (
+        single = value is next(iter(lost.values()))
+        what = "an unregistered Parameter" if single else (
             f"a {_kind(value)} holding {_count(len(lost), 'Parameter')}")
         yield Hit(path, name, (
             f"self.{name} is {what} ({numel:,} values) that the model does not register: "
             "not in parameters() (never trained), not in state_dict() (never saved), "
             "and .to() does not move it"
-        ))
+        ), fix=(f"assign it as self.{name} = nn.Parameter(...), which registers it (or "
+                f"self.register_parameter({name!r}, parameter)), not through "
+                "self.__dict__ or object.__setattr__") if single else None)
 
 
 @register_rule(

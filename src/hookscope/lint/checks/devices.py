@@ -1,8 +1,9 @@
 """HS4xx: parameters and buffers on mixed devices, or with mixed floating dtypes.
 
 Both rules group the model's tensors (each parameter and buffer once) by device, or
-by floating dtype, take the group with the most elements as the model's, and report
-one finding per other group, at its first tensor. They read only metadata, so they
+by floating dtype (leaving out non-persistent float32 buffers, constants kept in full
+precision on purpose), take the group with the most elements as the model's, and
+report one finding per other group, at its first tensor. They read only metadata, so they
 work on the meta device.
 """
 
@@ -62,13 +63,23 @@ def mixed_devices(ctx: LintContext) -> Iterator[Hit]:
     say). Operations between them fail ("expected scalar type Float but found Half") or
     are promoted silently, costing memory and time. Usually a half-converted submodule
     or a tensor created with an explicit dtype= in __init__. Mixed precision through
-    torch.autocast keeps one parameter dtype and is not reported.""",
+    torch.autocast keeps one parameter dtype and is not reported, nor is a
+    non-persistent float32 buffer: a constant computed in __init__ and never loaded
+    from a checkpoint, which libraries keep in full precision on purpose in a bfloat16
+    or float16 model (the rotary embedding's inv_freq of transformers' Llama, Qwen,
+    Mistral...).""",
     fix="convert the whole model at once (model.to(dtype)); keep a deliberately "
     "float32 part (a norm) documented and silence this finding there",
 )
 def mixed_dtypes(ctx: LintContext) -> Iterator[Hit]:
+    full_precision = {id(b) for _, m in ctx.members for n, b in m._buffers.items()
+                      if n in m._non_persistent_buffers_set and b is not None
+                      and b.dtype == torch.float32}
+
     def floating(t: torch.Tensor) -> str | None:
-        return str(t.dtype).removeprefix("torch.") if t.is_floating_point() else None
+        if not t.is_floating_point() or id(t) in full_precision:
+            return None
+        return str(t.dtype).removeprefix("torch.")
 
     for dtype, paths, main, n_main in _minorities(ctx, floating):
         path, name = ctx.split(paths[0])

@@ -1,145 +1,24 @@
-"""HS5xx: what one forward (and backward) pass shows; and :func:`observe`, which runs it.
+"""HS5xx: what one forward (and backward) pass shows.
 
-:func:`observe` runs the model once under :class:`hookscope.Tracer` (shapes only) and,
-for as long as that pass lasts, one process-wide forward pre-hook
-(``torch.nn.modules.module.register_module_forward_pre_hook``) that notes every call of
-a module that is not registered in the model. Both are removed in a ``finally``
-(:class:`~hookscope.core.handles.HandleGroup`); the tracer restores ``training`` flags
-and ``requires_grad``, and :func:`observe` puts back every buffer the forward changed
-(BatchNorm running statistics), so the model is left as it was. With
-``backward=True`` the forward runs with grad enabled and gradients are taken with
-``torch.autograd.grad``: no ``.grad`` is touched.
-
-NB: while the pass runs, every module of the process goes through torch's hooked call
-path, as with any global module hook.
+The pass is run by :func:`hookscope.lint.observe.observe`, which stores what it saw in
+:attr:`LintContext.forward <hookscope.lint.context.LintContext.forward>`: the calls of
+registered modules, the calls of unregistered ones (HS501), what the forward
+registered (HS505) and, with ``backward=True``, the parameters that got no gradient
+(HS503).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-import hookscope
-from hookscope.core.buffer_state import restore_buffers, saved_buffers
-from hookscope.core.handles import HandleGroup
-from hookscope.core.run_backward import backward_roots
-from hookscope.errors import ModelRunError
-from hookscope.lint.checks.containers import contents
-from hookscope.lint.context import CONTAINERS, ForeignCall, ForwardFacts, LintContext
+from hookscope.lint.context import CONTAINERS, LintContext
 from hookscope.lint.findings import Hit, Severity
 from hookscope.lint.rules import Needs, register_rule
-from hookscope.lint.source import uses_attribute
-
-
-class _ForeignWatch:
-    """The global pre-hook's state: calls of unregistered modules, outermost only."""
-
-    def __init__(self, ctx: LintContext, tracer: hookscope.Tracer) -> None:
-        self.ctx, self.tracer = ctx, tracer
-        self.found: dict[tuple[str, str, str | None], ForeignCall] = {}
-        self.objects: dict[tuple[str, str, str | None], set[int]] = {}
-        self.inner: set[int] = set()  # submodules of an unregistered module seen
-
-    def __call__(self, module: nn.Module, args: Any) -> None:
-        key = id(module)
-        if key in self.ctx.module_ids or key in self.inner:
-            return
-        self.inner.update(id(m) for m in module.modules() if m is not module)
-        call = self.tracer.current_call
-        caller = call.path if call is not None else ""
-        if not _matters(module, self.ctx.modules.get(caller, self.ctx.model)):
-            return
-        attribute = _holder(self.ctx, caller, module)
-        group = (caller, type(module).__name__, attribute)
-        record = self.found.setdefault(group, ForeignCall(*group[:2], attribute=attribute))
-        record.calls += 1
-        self.objects.setdefault(group, set()).add(key)
-        record.objects = len(self.objects[group])
-
-
-def _matters(module: nn.Module, caller: nn.Module) -> bool:
-    """A module with state, or whose ``training`` flag differs from its caller's and is
-    read by its class (a ``Dropout`` made inside ``forward`` drops also in eval mode).
-    A stateless module that behaves the same either way (``nn.ReLU()(x)``, transformers'
-    module-level ``gelu``, made at import in training mode) changes nothing."""
-    has_state = any(True for _ in module.parameters()) or any(True for _ in module.buffers())
-    return has_state or (
-        module.training != caller.training and uses_attribute(type(module), "training") is not False
-    )
-
-
-def _holder(ctx: LintContext, caller: str, module: nn.Module) -> str | None:
-    """The plain attribute of ``caller`` (or of any module) that holds ``module``."""
-    owners = [m for p, m in ctx.members if p == caller] + [m for _, m in ctx.members]
-    for owner in owners:
-        for name, value in vars(owner).items():
-            if value is module or any(item is module for item in contents(value)):
-                return name
-    return None
-
-
-def observe(
-    ctx: LintContext, args: tuple[Any, ...], kwargs: dict[str, Any], *, backward: bool
-) -> ForwardFacts:
-    """Run the model once on ``args``/``kwargs`` and return what the rules need.
-
-    Raises:
-        ModelRunError: the model raised; ``.trace`` holds the partial trace.
-    """
-    model = ctx.model
-    tracer = hookscope.Tracer(model, shapes=True, restore_state=True)
-    tracer._restore_buffers = True  # its forward is run for the caller (parameters too)
-    watch = _ForeignWatch(ctx, tracer)
-    saved = saved_buffers(m for _, m in ctx.members)
-    handles = HandleGroup()
-    try:
-        handles.add(torch.nn.modules.module.register_module_forward_pre_hook(watch))
-        try:
-            with tracer, torch.set_grad_enabled(backward):
-                output = model(*args, **kwargs)
-        except Exception as e:
-            trace = tracer.trace
-            assert trace is not None
-            where = trace.error.path if trace.error is not None else None
-            raise ModelRunError(
-                f"the model raised during hookscope.lint's forward pass"
-                f"{f' in {where!r}' if where else ''}: {type(e).__name__}: {e}",
-                trace=trace, path=where,
-            ) from e
-        assert tracer.trace is not None
-        facts = ForwardFacts(tracer.trace.calls, list(watch.found.values()))
-        if backward:
-            try:
-                with torch.enable_grad():  # also when the caller is in torch.no_grad()
-                    facts.no_grad, facts.backward_skipped = _missing_gradients(ctx, output)
-            except Exception as e:  # the model's own backward raised
-                raise ModelRunError(
-                    f"the model's backward pass raised during hookscope.lint: "
-                    f"{type(e).__name__}: {e}", trace=tracer.trace, path=None,
-                ) from e
-    finally:
-        handles.remove()
-        restore_buffers(saved)  # values, and the versions the forward did not move
-    return facts
-
-
-def _missing_gradients(ctx: LintContext, output: Any) -> tuple[list[str], str | None]:
-    """Paths of trainable parameters that get no gradient from the floating (or
-    complex) outputs, wherever they are in the output (as ``trace(backward=True)`` finds
-    them: ``core/run_backward.py``)."""
-    leaves = backward_roots(output)
-    params = [(p, t) for p, t in ctx.tensors(buffers=False) if t.requires_grad]
-    if not leaves or not params:
-        return [], "no floating output requires grad (or no parameter does)"
-    total = torch.stack(
-        [t.float().sum() if t.is_floating_point() else t.abs().float().sum() for t in leaves]
-    ).sum()
-    grads = torch.autograd.grad(total, [t for _, t in params], allow_unused=True)
-    return [path for (path, _), g in zip(params, grads, strict=True) if g is None], None
+from hookscope.lint.source import reads_training, uses_attribute
 
 
 @register_rule(
@@ -147,9 +26,12 @@ def _missing_gradients(ctx: LintContext, output: Any) -> tuple[list[str], str | 
     why="""A module with parameters or buffers ran during forward but is not registered in
     the model. Created inside forward, it gets fresh random weights on every call and
     is never trained; kept in a plain list or dict (see HS101), it is never trained,
-    saved or moved. A stateless module made inside forward (nn.ReLU()(x)) is not
-    reported, unless its training flag differs from the model's and its class reads
-    that flag (a Dropout made in forward keeps dropping in eval mode).""",
+    saved or moved. Only what the model does not register counts: a wrapper made in
+    forward around registered layers (nn.Sequential(self.a, self.b)(x)) loses nothing,
+    and a stateless module made inside forward (nn.ReLU()(x)) is not reported, unless
+    its training flag differs from the model's and its class reads that flag (a
+    Dropout made in forward keeps dropping in eval mode). A module that forward
+    registers on its first call is HS505's.""",
     fix="create the module once in __init__ and assign it to self (or to an nn.ModuleList "
     "/ nn.ModuleDict); use torch.nn.functional for stateless operations",
 )
@@ -158,24 +40,39 @@ def unregistered_module_called(ctx: LintContext) -> Iterator[Hit]:
     for f in ctx.forward.foreign:
         times = f"{f.calls} time" + ("" if f.calls == 1 else "s")
         if f.attribute is not None:
-            yield Hit(f.caller, f.attribute, f"a {f.class_name} held in the plain attribute "
-                      f"self.{f.attribute} ran {times} during forward, unregistered: never "
-                      "trained, saved or moved")
+            yield Hit(f.path, f.attribute, f"a {f.class_name} held in the plain attribute "
+                      f"self.{f.attribute} ran {times} during forward, unregistered: "
+                      f"{_HELD[f.lost]}")
         else:
             fresh = f", {f.objects} different objects" if f.objects > 1 else ""
-            yield Hit(f.caller, None, f"a {f.class_name} not registered in the model ran "
-                      f"{times} during forward{fresh}: made inside forward, it has fresh "
-                      "weights on every call and is never trained")
+            yield Hit(f.path, None, f"a {f.class_name} not registered in the model ran "
+                      f"{times} during forward{fresh}: made inside forward, "
+                      f"{_MADE[f.lost]}")
+
+
+_HELD = {
+    "parameters": "never trained, saved or moved",
+    "buffers": "its buffers are never saved or moved",
+    "mode": ".train()/.eval() do not reach it, and its class reads its training flag",
+}
+_MADE = {
+    "parameters": "it has fresh weights on every call and is never trained",
+    "buffers": "its buffers start afresh on every call and are never saved",
+    "mode": "it keeps the training flag it was made with (.train()/.eval() do not "
+            "reach it), and its class reads that flag",
+}
 
 
 @register_rule(
     "HS502", "module-never-called", severity=Severity.WARNING, needs=Needs.FORWARD,
     why="""A registered module with parameters or buffers did not run during the forward
     pass, none of its submodules ran, and no method of the class that holds it (other
-    than __init__) mentions its attribute: a layer defined and forgotten. Its parameters
-    get no gradient but are saved, counted and moved. A module its class does mention
-    is taken to be on a branch these inputs did not take (an auxiliary head in eval
-    mode, an expert no token was routed to) and is not reported.""",
+    than __init__) reads self.<attribute>: a layer defined and forgotten (x.norm() or
+    F.linear is not a use of self.norm or self.linear). Its parameters get no gradient
+    but are saved, counted and moved. A module its class does use is taken to be on a
+    branch these inputs did not take (an auxiliary head in eval mode, an expert no
+    token was routed to) and is not reported, nor is one its class may reach
+    without naming it (getattr(self, name), self.children(), a helper given self).""",
     fix="call the layer in forward, or delete it from __init__",
 )
 def module_never_called(ctx: LintContext) -> Iterator[Hit]:
@@ -218,8 +115,14 @@ def _has_buffers(module: nn.Module) -> bool:
     "HS503", "parameter-without-gradient", severity=Severity.WARNING, needs=Needs.BACKWARD,
     why="""A parameter that requires grad got no gradient from the model's outputs,
     although the module that holds it ran: forward does not use it, uses it under
-    torch.no_grad(), or detaches it (.detach(), .data, .item()). The optimizer never
-    changes it. Parameters of modules that did not run are left to HS502.""",
+    torch.no_grad(), or detaches it (.detach(), .data, .item()). A loss computed from
+    the outputs does not train it (an optimizer skips a parameter whose .grad stays
+    None). In eval mode a parameter may be used on a training-only branch (wav2vec2's
+    masked_spec_embed; torchvision's RPN head, whose proposals are detached and which
+    is trained through its losses): when its module or one around it is in eval mode
+    and reads its training flag, it is not reported; lint the model in training mode
+    (model.train()) to check it. Parameters of modules that did not run are left to
+    HS502.""",
     fix="use the parameter in forward without detaching it, or freeze it "
     "(requires_grad_(False)) or delete it if it is not needed",
 )
@@ -232,8 +135,20 @@ def parameter_without_gradient(ctx: LintContext) -> Iterator[Hit]:
             ctx.modules.get(path), CONTAINERS) else (path, name)
         if holder and holder not in called:
             continue
+        if _eval_switch(ctx, path):
+            continue  # perhaps used on a branch taken in training mode only
         yield Hit(holder, attribute, f"{tensor_path} requires grad but got no gradient "
-                  "from the outputs: the optimizer never changes it")
+                  "from the outputs: a loss computed from them does not train it")
+
+
+def _eval_switch(ctx: LintContext, path: str) -> bool:
+    """Whether the module at ``path`` or one around it is in eval mode and reads its
+    ``training`` flag (wav2vec2's model, torchvision's ``RegionProposalNetwork``)."""
+    for at in ["", *(path[:i] for i in _prefix_ends(path))]:
+        module = ctx.modules.get(at)
+        if module is not None and not module.training and reads_training(type(module)):
+            return True
+    return False
 
 
 @register_rule(
@@ -260,3 +175,28 @@ def batchnorm_batch_of_one(ctx: LintContext) -> Iterator[Hit]:
             owner, attribute = ctx.owner(call.path)
             yield Hit(owner, attribute, f"{call.path} ({type(module).__name__}) in training "
                       f"mode got a batch of one (input {shape}): statistics of one sample")
+
+
+@register_rule(
+    "HS505", "registered-in-forward", severity=Severity.WARNING, needs=Needs.FORWARD,
+    why="""The forward pass registered a parameter, or a submodule with parameters,
+    that __init__ did not create (if not hasattr(self, "proj"): self.proj =
+    nn.Linear(...)). Until the first forward the model does not have it: an optimizer
+    built before then never trains it, a state_dict saved before then lacks it (and one
+    saved after does not load into a fresh model), and .to()/.cuda() before then does
+    not move it (it is created on the default device). The lint run takes it out again.
+    Buffers registered in forward (a cache), and submodules that add no parameter
+    (nn.ReLU(), a wrapper of registered layers), are not reported.""",
+    fix="create it in __init__; when a size is known only from the input, use torch's "
+    "lazy modules (nn.LazyLinear, nn.LazyConv2d) or run the model once before building "
+    "the optimizer",
+)
+def registered_in_forward(ctx: LintContext) -> Iterator[Hit]:
+    assert ctx.forward is not None
+    for late in ctx.forward.late:
+        size = (f"{late.numel:,} values" if late.class_name == "Parameter"
+                else f"{late.numel:,} parameters")
+        yield Hit(late.path, late.name, f"self.{late.name} ({late.class_name}, {size}) is "
+                  "created in forward and registered on its first call, not in __init__: "
+                  "before the first forward it is not in parameters() (an optimizer built "
+                  "then never trains it) nor in state_dict()")
