@@ -10,16 +10,20 @@ when it raised: one hook per call instead of two. NB: so a ``forward`` that chan
 its input's shape in place (``x.unsqueeze_(0)``) records the changed shape.
 
 Most calls take one tensor and return one. For those, the hook reads the tensors'
-``shape``, ``dtype``, ``device``, ``requires_grad`` and ``layout`` and looks the record
-up by them: identical records are shared (within a trace and between traces: records
-are read-only), so a model traced again makes none. NB: the lookup is made in the
-hook, while what it reads is in the cache; keeping the fields for ``finalize`` to look
-up cost more, as a second visit of every call after the forward finds nothing cached
-(0.4 ms on MobileNetV3-Large's 255 calls, ``benchmarks/README.md``).
+``shape``, ``dtype``, ``device``, ``requires_grad`` and ``layout`` and looks the pair of
+records up by them: identical records are shared (within a trace and between traces:
+records are read-only), so a model traced again makes none. NB: the lookup is made in
+the hook, while what it reads is in the cache; keeping the fields for ``finalize`` to
+look up cost more, as a second visit of every call after the forward finds nothing
+cached (0.4 ms on MobileNetV3-Large's 255 calls, ``benchmarks/README.md``). NB: the
+fields are read by one ``attrgetter`` call per tensor and the pair is one lookup: this
+hook runs on every module call, and five attribute reads in bytecode, two keys and two
+lookups cost a third more (``benchmarks/README.md``, session 15).
 """
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -40,12 +44,13 @@ _Fields = tuple[Any, ...]
 
 _Tensor = torch.Tensor
 
-#: The records of the fields seen so far, in every trace: a record is read-only, and a
-#: model traced again makes the same ones (NB: making them was most of this probe's
-#: time per run). Cleared, when a run starts, once it has grown too large.
-_INPUT_METAS: dict[_Fields, TensorMeta] = {}
-_OUTPUT_METAS: dict[_Fields, TensorMeta] = {}
-_MAX_METAS = 4096
+#: The records of the input's and the output's fields seen so far, in every trace: a
+#: record is read-only, and a model traced again makes the same ones (NB: making them
+#: was most of this probe's time per run). Cleared, when a run starts, once it has
+#: grown too large.
+_PAIRS: dict[tuple[_Fields, _Fields], tuple[TensorMeta, TensorMeta]] = {}
+_MAX_PAIRS = 4096
+_fields = attrgetter("shape", "dtype", "device", "requires_grad", "layout")
 
 
 def _numel(metas: list[TensorMeta]) -> float | None:
@@ -86,9 +91,8 @@ class ShapeProbe(Probe):
     )
 
     def install(self, tracer: Tracer) -> list[Removable]:
-        if len(_INPUT_METAS) + len(_OUTPUT_METAS) > _MAX_METAS:
-            _INPUT_METAS.clear()
-            _OUTPUT_METAS.clear()
+        if len(_PAIRS) > _MAX_PAIRS:
+            _PAIRS.clear()
         return []
 
     def on_exit(
@@ -101,20 +105,18 @@ class ShapeProbe(Probe):
         # attributes
         if type(t) is _Tensor and type(o) is _Tensor and not failed:
             try:
-                fields_in = (t.shape, t.dtype, t.device, t.requires_grad, t.layout)
-                fields_out = (o.shape, o.dtype, o.device, o.requires_grad, o.layout)
+                key = (_fields(t), _fields(o))
             except RuntimeError:  # a strided nested tensor has no ``shape``: asking
                 pass  # raises, which costs nothing until it does (not is_nested twice)
             else:
-                meta_in = _INPUT_METAS.get(fields_in)
-                if meta_in is None:
-                    meta_in = _INPUT_METAS[fields_in] = meta_from_fields("args[0]", *fields_in)
-                meta_out = _OUTPUT_METAS.get(fields_out)
-                if meta_out is None:
-                    meta_out = _OUTPUT_METAS[fields_out] = meta_from_fields("out", *fields_out)
+                pair = _PAIRS.get(key)
+                if pair is None:
+                    pair = _PAIRS[key] = (
+                        meta_from_fields("args[0]", *key[0]), meta_from_fields("out", *key[1])
+                    )
                 facts = call.facts
-                facts["inputs"] = [meta_in]
-                facts["outputs"] = [meta_out]
+                facts["inputs"] = [pair[0]]
+                facts["outputs"] = [pair[1]]
                 return
         facts = call.facts
         facts["inputs"] = call_input_metas(args, kwargs)
