@@ -38,10 +38,8 @@ every probe.
 from __future__ import annotations
 
 import threading
-import weakref
 from collections.abc import Callable, Iterable
 from itertools import pairwise
-from time import perf_counter_ns
 from typing import Any
 
 import torch
@@ -49,7 +47,8 @@ from torch.autograd.graph import register_multi_grad_hook
 
 from hookscope.core import torch_private
 from hookscope.core.handles import HandleGroup
-from hookscope.core.node_owners import NodeOwners
+from hookscope.core.leaf_hooks import hook_leaves
+from hookscope.core.node_owners import NodeOwners, OwnEnds, hook_own_nodes
 from hookscope.core.records import Call, ParamGrad
 from hookscope.core.tensors import iter_call_inputs, iter_tensors
 
@@ -168,50 +167,14 @@ class BackwardWatch:
             self._watch_leaves(call, out_leaves, entering=True)
 
     def _watch_nodes(self, outputs: list[torch.Tensor], start: int) -> None:
-        """Hook every autograd node a top-level call's forward made (sequence number
-        ``start`` or later, reached from its outputs), once, for the call that made it:
-        when it finishes, it is the latest own node of that call and of every call
-        enclosing it (``own_end``).
-
-        NB: one walk and one hook per node, when the forward is over: every node exists
-        then. A node is never kept alive here (that would keep its saved tensors).
-        Sequence numbers count per thread: a forward that made part of its graph on
-        another thread (``torch.jit.fork``, threaded replicas) may have its nodes
-        attributed to the wrong call."""
-        clock, ends, task = self._clock, self._own_ends, torch_private.current_graph_task_id
-        makers, ancestry, lock = self._makers, self._ancestry, self._ends_lock
-        assert clock is not None and makers is not None
-
-        def finished_for(calls: tuple[int, ...]) -> Callable[[Any, Any], None]:
-            def finished(grad_inputs: Any, grad_outputs: Any) -> None:
-                now, current = perf_counter_ns(), task()
-                overhead = clock(now)
-                with lock:  # NB: the latest time wins, not the last thread to write
-                    for index in calls:
-                        last = ends.get(index)
-                        if last is None or last[0] != current or last[1] < now:
-                            ends[index] = (current, now, overhead)
-
-            return finished
-
-        hooks: dict[int, Callable[[Any, Any], None]] = {}  # one per making call
-        seen: set[int] = set()
-        todo = [t.grad_fn for t in outputs]
-        while todo:
-            node = todo.pop()
-            if node is None or id(node) in seen:
-                continue
-            seen.add(id(node))
-            seq = torch_private.node_sequence_nr(node)
-            if seq is None or seq < start:  # made before the forward, or a leaf's
-                continue
-            maker = makers.owner(node)
-            if maker is not None:
-                hook = hooks.get(maker)
-                if hook is None:
-                    hook = hooks[maker] = finished_for(ancestry.get(maker, (maker,)))
-                self._handles.add(node.register_hook(hook))
-            todo.extend(next_node for next_node, _ in node.next_functions)
+        """Time the end of every node a top-level call's forward made, for the call that
+        made it and every call enclosing it (:func:`~hookscope.core.node_owners.
+        hook_own_nodes`, read by :meth:`own_end`)."""
+        assert self._clock is not None and self._makers is not None
+        hook_own_nodes(
+            outputs, start, self._makers, self._ancestry, self._handles,
+            OwnEnds(self._own_ends, self._ends_lock, self._clock),
+        )
 
     def failed_in(self, calls: list[Call]) -> Call | None:
         """Read right after a backward pass raised: the innermost call whose backward
@@ -239,51 +202,16 @@ class BackwardWatch:
     def _watch_leaves(
         self, call: Call, leaves: list[torch.Tensor], *, entering: bool = False
     ) -> None:
-        """A hook on each leaf input of ``call``; the last gradient to arrive ends its
-        backward. Hooked when the call ends, so an inner call's hooks on the same leaf
-        (registered earlier) run first and the inner call ends first, as it should.
-        ``entering``: ``leaves`` are the call's outputs (``nn.Identity`` on the model's
-        input, a module returning its parameter), and the last gradient starts its
-        backward; hooked once (a later pass over a retained graph does not start it).
+        """Hook ``call``'s leaf inputs (``entering``: its leaf outputs) as
+        :func:`~hookscope.core.leaf_hooks.hook_leaves` says."""
 
-        The hooks go once the call's backward ended (a leaf is the user's tensor: its
-        hooks must not pile up over the steps of a long ``Tracer`` block), and come back
-        when a later pass over a retained graph enters the call again
-        (``backward(retain_graph=True)`` twice): the leaves are held weakly meanwhile.
-        NB: hooked again as each call is entered, the outer call's hook comes first in
-        that pass, and it ends a moment before the inner one."""
-        # NB: a parameter (the model's own, alive as long as it) is held as it is: a weak
-        # reference would make torch.utils.swap_tensors refuse it (``Module._apply``)
-        refs = [t if isinstance(t, torch.nn.Parameter) else weakref.ref(t) for t in leaves]
-        count = len(leaves)
-        armed = [False]
+        def deliver(grads: tuple[Any, ...]) -> None:
+            (self._enter if entering else self._exit)(call, grads)
 
-        def arm() -> None:
-            found = [r if isinstance(r, torch.Tensor) else r() for r in refs]
-            tensors = [t for t in found if t is not None]
-            if armed[0] or len(tensors) < count:
-                return
-            armed[0] = True
-            grads: dict[int, torch.Tensor] = {}
-            handles: list[Any] = []
+        def spend(handles: list[Any]) -> None:
+            self._spent += handles  # NB: the attribute, rebound by _end
 
-            def arrived(i: int, grad: torch.Tensor) -> None:
-                if not armed[0]:
-                    return  # ended already: removed at the end of the pass
-                grads[i] = grad
-                if len(grads) == count:
-                    armed[0] = False
-                    (self._enter if entering else self._exit)(
-                        call, tuple(grads[j] for j in range(count)))
-                    self._spent += handles
-
-            for i, leaf in enumerate(tensors):
-                handle = leaf.register_hook(  # type: ignore[no-untyped-call]
-                    lambda g, i=i: arrived(i, g))  # returns None: the gradient is unchanged
-                handles.append(handle)
-                self._handles.add(handle)
-
-        arm()
+        arm = hook_leaves(leaves, deliver, spend, self._handles)
         if not entering:
             self._rearm[call.index] = arm
 
