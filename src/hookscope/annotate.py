@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from hookscope.core.records import Trace
-from hookscope.core.tracer import check_model
+from hookscope.core.structure import check_model
 from hookscope.errors import SpecError
 from hookscope.render.annotate import NOT_CALLED, module_notes
 

@@ -211,6 +211,32 @@ ProbeSpec = Probe | type[Probe] | str
 """What ``probes=`` takes: a probe instance, a probe class, or a registered name."""
 
 
+def probe_flags(builtin: dict[str, bool], options: dict[str, Any]) -> dict[str, bool]:
+    """The probes a tracer switches on by name: the built-in ones' flags (``builtin``),
+    and ``NAME=True`` options naming registered probes.
+
+    NB: the built-in probes register themselves when ``hookscope.probes`` is imported,
+    which ``hookscope.api`` (behind ``hookscope.Tracer`` and ``hookscope.trace``) does:
+    the engine never imports the layer above it.
+
+    Raises:
+        SpecError: an option names no registered probe, or a flag is not a bool.
+    """
+    flags = dict(builtin)
+    for key, value in options.items():
+        if key not in PROBES:
+            known = ", ".join(sorted({*PROBES, *flags}))
+            raise SpecError(f"unknown probe option {key!r}; known options: {known}")
+        flags[key] = value
+    for key, value in flags.items():
+        if not isinstance(value, bool):
+            raise SpecError(
+                f"probe option {key}= must be True or False, got {value!r}; "
+                f"write {key}=True to record it or {key}=False to skip it"
+            )
+    return flags
+
+
 def build_probes(flags: dict[str, bool], extra: Iterable[ProbeSpec]) -> list[Probe]:
     """The probes of a tracer: those switched on by name, then ``extra``, by ``order``.
 

@@ -24,6 +24,7 @@ from torch.nn.parameter import is_lazy
 from hookscope.core.module_table import Walk, first_paths, module_table
 from hookscope.core.records import ModelSummary, ModuleInfo
 from hookscope.core.tensors import device_str, dtype_str
+from hookscope.errors import SpecError
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,3 +241,19 @@ def inspect(model: nn.Module) -> ModelInfo:
     buffers, tied_buffers = _collect_buffers(table.walk)
     tied.update(tied_buffers)
     return ModelInfo(type(model).__name__, table.modules, params, buffers, tied)
+
+
+def check_model(model: Any) -> None:
+    """Raise :class:`~hookscope.errors.SpecError` unless ``model`` is an ``nn.Module``
+    hookscope can observe (not a TorchScript module)."""
+    if not isinstance(model, nn.Module):
+        raise SpecError(
+            f"hookscope expects a torch.nn.Module, got {type(model).__name__}; "
+            "pass the model object, not its output or its class"
+        )
+    if isinstance(model, torch.jit.ScriptModule):
+        raise SpecError(
+            f"hookscope cannot observe the TorchScript module {type(model).__name__} "
+            "(torch.jit.script/trace): it runs compiled code that calls no module hooks; "
+            "pass the nn.Module you scripted instead"
+        )

@@ -50,7 +50,13 @@ from hookscope.core.module_hooks import as_inputs
 from hookscope.core.module_table import ModuleTable, module_table
 from hookscope.core.node_owners import NodeOwners
 from hookscope.core.observe import observe_module_calls
-from hookscope.core.probe import BACKWARD_EVENTS, PROBES, Probe, ProbeSpec, build_probes
+from hookscope.core.probe import (
+    BACKWARD_EVENTS,
+    Probe,
+    ProbeSpec,
+    build_probes,
+    probe_flags,
+)
 from hookscope.core.process import PROCESS
 from hookscope.core.records import Call, StopRecord, Trace
 from hookscope.core.run_facts import cuda_devices, run_facts
@@ -60,6 +66,7 @@ from hookscope.core.selectors import (
     compile_selector,
     module_classes,
 )
+from hookscope.core.structure import check_model
 from hookscope.errors import HookscopeError, ProbeError, RunStopped, SpecError
 
 __all__ = ["ProbeSpec", "Tracer", "describe_failure", "internal_work", "is_internal"]
@@ -130,21 +137,10 @@ class Tracer:
         **options: bool,
     ) -> None:
         check_model(model)
-        flags = {"shapes": shapes, "time": time, "stats": stats, "memory": memory, "ops": ops}
-        # NB: the built-in probes register themselves when hookscope.probes is imported,
-        # which hookscope.api (behind hookscope.Tracer and hookscope.trace) does: the
-        # engine never imports the layer above it.
-        for key, value in options.items():
-            if key not in PROBES:
-                known = ", ".join(sorted({*PROBES, *flags}))
-                raise SpecError(f"unknown probe option {key!r}; known options: {known}")
-            flags[key] = value
-        for key, value in flags.items():
-            if not isinstance(value, bool):
-                raise SpecError(
-                    f"probe option {key}= must be True or False, got {value!r}; "
-                    f"write {key}=True to record it or {key}=False to skip it"
-                )
+        flags = probe_flags(
+            {"shapes": shapes, "time": time, "stats": stats, "memory": memory, "ops": ops},
+            options,
+        )
         self.model = model
         self.probes: list[Probe] = build_probes(flags, probes)
         #: a module class selects its instances, found in the table on entry
@@ -326,7 +322,7 @@ class Tracer:
         assert trace is not None
         control = exc if isinstance(exc, _CONTROL) else self._control
         if isinstance(control, RunStopped):
-            trace.stop = _stop_record(trace, control)
+            trace.stop = StopRecord(control.probe, control.reason, control.call, control.path)
         elif exc is not None and control is None and trace.error is None:
             trace.error = self._failures.failure_of(exc, self.model, self._selects)
         if materialised is not None:
@@ -580,26 +576,6 @@ class Tracer:
 
 
 # -- helpers --------------------------------------------------------------------------
-
-
-def check_model(model: Any) -> None:
-    """Raise :class:`~hookscope.errors.SpecError` unless ``model`` is an ``nn.Module``
-    hookscope can observe (not a TorchScript module)."""
-    if not isinstance(model, nn.Module):
-        raise SpecError(
-            f"hookscope expects a torch.nn.Module, got {type(model).__name__}; "
-            "pass the model object, not its output or its class"
-        )
-    if isinstance(model, torch.jit.ScriptModule):
-        raise SpecError(
-            f"hookscope cannot observe the TorchScript module {type(model).__name__} "
-            "(torch.jit.script/trace): it runs compiled code that calls no module hooks; "
-            "pass the nn.Module you scripted instead"
-        )
-
-
-def _stop_record(trace: Trace, stop: RunStopped) -> StopRecord:
-    return StopRecord(stop.probe, stop.reason, stop.call, stop.path)
 
 
 def _named_parameters(table: ModuleTable) -> list[tuple[str, nn.Parameter]]:

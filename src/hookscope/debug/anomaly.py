@@ -20,7 +20,7 @@ from torch.utils._pytree import tree_leaves
 
 from hookscope.api import trace as _trace
 from hookscope.core.meta import is_on_meta
-from hookscope.core.tracer import check_model
+from hookscope.core.structure import check_model
 from hookscope.debug.nonfinite import NonFiniteError, NonFiniteGradProbe, NonFiniteProbe
 from hookscope.debug.records import AnomalyReport
 from hookscope.errors import SpecError
