@@ -1,4 +1,4 @@
-"""Every assumption ``core/torch_private.py`` makes about torch, checked against the
+"""Every assumption ``core/torch_private/`` makes about torch, checked against the
 installed release: a torch that changes one fails the test named after it, instead of
 hookscope degrading silently. Each wrapper's fallback warns once (checked too)."""
 
@@ -14,6 +14,11 @@ from torch.nn.modules import module as torch_module
 from torch.nn.modules.module import register_module_forward_hook
 
 from hookscope.core import torch_private
+from hookscope.core.torch_private import _warnings as private_warnings
+from hookscope.core.torch_private import autograd as private_autograd
+from hookscope.core.torch_private import call_impl as private_call_impl
+from hookscope.core.torch_private import dispatch as private_dispatch
+from hookscope.core.torch_private import jit as private_jit
 
 
 def test_module_calls_look_call_impl_up_at_call_time() -> None:
@@ -119,8 +124,8 @@ def test_vmap_is_told_from_other_torch_func_transforms() -> None:
 def test_without_the_interpreter_stack_vmap_is_not_seen_and_that_is_said(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(torch_private, "_functorch_stack", None)
-    monkeypatch.setattr(torch_private, "_warned", set())
+    monkeypatch.setattr(private_dispatch, "_functorch_stack", None)
+    monkeypatch.setattr(private_warnings, "_warned", set())
     with pytest.warns(torch_private.HookscopeTorchWarning, match="inside torch.func.vmap"):
         assert torch_private.vmap_running() is False
 
@@ -155,8 +160,8 @@ def test_a_buffer_s_version_can_be_set_back() -> None:
 def test_without_the_version_setter_buffers_keep_their_version_and_that_is_said(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(torch_private, "_set_versions", None)
-    monkeypatch.setattr(torch_private, "_warned", set())
+    monkeypatch.setattr(private_dispatch, "_set_versions", None)
+    monkeypatch.setattr(private_warnings, "_warned", set())
     with pytest.warns(torch_private.HookscopeTorchWarning, match="buffers back"):
         assert torch_private.set_versions([torch.zeros(1)], [0]) is False
 
@@ -214,8 +219,8 @@ def test_a_dispatch_mode_keeps_its_torch_dispatch_unwrapped() -> None:
 
 
 def test_a_missing_private_api_degrades_with_one_warning(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(torch_private, "_get_sequence_nr", None)
-    monkeypatch.setattr(torch_private, "_warned", set())
+    monkeypatch.setattr(private_autograd, "_get_sequence_nr", None)
+    monkeypatch.setattr(private_warnings, "_warned", set())
     with pytest.warns(torch_private.HookscopeTorchWarning, match="_get_sequence_nr"):
         assert torch_private.next_sequence_nr() is None
     model = nn.Linear(2, 2)
@@ -254,9 +259,9 @@ def test_a_changed_call_impl_turns_the_shortcut_off_with_a_warning(
     def changed(self: nn.Module, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover
         return self.forward(*args, **kwargs)
 
-    monkeypatch.setattr(torch_private, "_TORCH_CALL_IMPL", changed)
-    monkeypatch.setattr(torch_private, "_shortcut", [])
-    monkeypatch.setattr(torch_private, "_warned", set())
+    monkeypatch.setattr(private_call_impl, "_TORCH_CALL_IMPL", changed)
+    monkeypatch.setattr(private_call_impl, "_shortcut", [])
+    monkeypatch.setattr(private_warnings, "_warned", set())
     with pytest.warns(torch_private.HookscopeTorchWarning, match="hook-free path"):
         assert torch_private.call_impl_shortcut() is None
     monkeypatch.undo()
@@ -275,7 +280,7 @@ def test_a_changed_call_impl_turns_the_shortcut_off_with_a_warning(
     assert asked == []  # the shortcut: forward called without torch's _call_impl
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", torch_private.HookscopeTorchWarning)
-        monkeypatch.setattr(torch_private, "_shortcut", [None])
+        monkeypatch.setattr(private_call_impl, "_shortcut", [None])
         trace = hookscope.trace(model, torch.randn(1, 2), time=False, stats=False)
     assert [c.path for c in trace.calls] == ["", "0", "1"]
     assert len(asked) == 3  # without it: torch's _call_impl for every call
@@ -310,8 +315,8 @@ def test_a_changed_slow_forward_falls_back_to_the_tracing_state_with_a_warning(
         return self.forward(*input, **kwargs)
 
     monkeypatch.setattr(nn.Module, "_slow_forward", changed)
-    monkeypatch.setattr(torch_private, "_jit_scopes", [])
-    monkeypatch.setattr(torch_private, "_warned", set())
+    monkeypatch.setattr(private_jit, "_jit_scopes", [])
+    monkeypatch.setattr(private_warnings, "_warned", set())
     with pytest.warns(torch_private.HookscopeTorchWarning, match="_slow_forward"):
         scopes = torch_private.jit_trace_scopes()
     assert scopes is not torch.jit._trace
@@ -360,7 +365,7 @@ def test_a_module_with_its_own_slow_forward_keeps_torch_s_call_path() -> None:
 def test_a_module_call_inside_another_is_told_from_a_top_level_one() -> None:
     """``inside_another_module_call`` counts ``Module.__call__`` frames: torch's
     ``__call__`` must still be ``_wrapped_call_impl``, with its own code object."""
-    assert torch_private._WRAPPED_CALL_CODE is not None
+    assert private_call_impl._WRAPPED_CALL_CODE is not None
     seen: list[bool] = []
 
     class Probe(nn.Module):
@@ -431,7 +436,7 @@ def test_hooks_first_warns_when_it_cannot_reorder() -> None:
         def hooks_dict_ref(self) -> None:
             return None
 
-    torch_private._warned.clear()
+    private_warnings._warned.clear()
     with pytest.warns(torch_private.HookscopeTorchWarning, match="cannot reorder"):
         assert torch_private.hooks_first(Opaque()) is False
 
@@ -444,7 +449,7 @@ def test_a_grad_scaler_s_overflow_flags_are_readable_after_unscale() -> None:
     scaler.unscale_(opt)
     flags = torch_private.scaler_found_inf(scaler, opt)
     assert flags is not None and any(bool(f.item()) for f in flags)
-    torch_private._warned.clear()
+    private_warnings._warned.clear()
     with pytest.warns(torch_private.HookscopeTorchWarning, match="overflow flags"):
         assert torch_private.scaler_found_inf(object(), opt) is None
 

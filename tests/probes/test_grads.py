@@ -320,9 +320,11 @@ def test_without_sequence_numbers_a_backward_ends_with_its_exit_event(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from hookscope.core import torch_private
+    from hookscope.core.torch_private import _warnings as private_warnings
+    from hookscope.core.torch_private import autograd as private_autograd
 
-    monkeypatch.setattr(torch_private, "_get_sequence_nr", None)
-    monkeypatch.setattr(torch_private, "_warned", set())
+    monkeypatch.setattr(private_autograd, "_get_sequence_nr", None)
+    monkeypatch.setattr(private_warnings, "_warned", set())
     model = nn.Sequential(nn.Linear(4, 4), _Branches())
     with pytest.warns(torch_private.HookscopeTorchWarning, match="_get_sequence_nr"):
         trace = hookscope.trace(model, torch.randn(2, 4), backward=True, time=False,

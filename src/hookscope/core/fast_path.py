@@ -3,7 +3,7 @@
 In ``trace()``/``summary()`` nothing but the model runs inside the tracer, so no hook
 can be added between two calls. There, every module without hooks of its own is
 observed by one function that stands in for ``torch.nn.Module._call_impl`` while the
-run lasts (``core/torch_private.py``): it records the call around torch's own
+run lasts (``core/torch_private/``): it records the call around torch's own
 ``_call_impl``, which it calls unchanged, so the module's forward, its hooks, tracing
 and compilation run exactly as they would; where torch's ``_call_impl`` would only
 call ``forward`` (no hook anywhere, no ``torch.jit.trace`` recording module scopes:

@@ -20,7 +20,7 @@ Control: a probe stops the run with :meth:`Tracer.stop` (the caller gets
 :class:`~hookscope.errors.RunStopped` with the partial trace); a probe that raises is
 reported as :class:`~hookscope.errors.ProbeError`, never as the model's failure.
 Failure attribution is in ``core/failures.py``, process-wide settings in
-``core/process.py``, every private torch API in ``core/torch_private.py``.
+``core/process.py``, every private torch API in ``core/torch_private/``.
 
 ``trace()`` (in ``hookscope/api.py``) is the one-call form.
 """

@@ -1,0 +1,111 @@
+"""Every use of a private torch API, in one package.
+
+hookscope relies on a few things torch does not promise: that every module call looks
+``Module._call_impl`` up when it runs (the exclusive fast path stands in for it), the
+registries of global module hooks, the sources of ``Module._call_impl`` and
+``Module._slow_forward`` and ``torch.jit.trace``'s scope map
+(``torch.jit._trace._trace_module_map``), autograd's node sequence numbers and
+current node, the saved-tensor hooks currently active, the execution engine's
+end-of-backward callback queue, functorch's wrapper check, the dispatcher's kernel
+table and the guard that turns Python dispatch off. Each is wrapped here with a
+fallback for a torch release that changed it: the fallback **warns once**
+(``HookscopeTorchWarning``) and degrades that one feature, never silently.
+``tests/core/test_torch_private.py`` checks every assumption against the installed
+torch, so a release that breaks one fails a test by name.
+
+Nothing outside this package touches these APIs; ``torch.utils._pytree`` (the
+documented way to walk nested values) is imported here too. Callers use the names
+below (``torch_private.next_sequence_nr()``); the submodules hold them:
+
+- ``call_impl.py``: ``Module._call_impl``, torch's and the fast path's stand-in for
+  it (:func:`replace_call_impl`, :func:`stand_in_call_impl`,
+  :func:`call_impl_replaceable`, :func:`call_impl_shortcut`,
+  :func:`overrides_call_impl`), its frames in a traceback and on the stack
+  (:func:`raised_in_call_of`, :func:`inside_another_module_call`), and the global module
+  hook registries (:func:`global_module_hooks_present`).
+- ``jit.py``: ``torch.jit.trace``'s scope map and tracing state
+  (:func:`jit_trace_scopes`, :func:`jit_tracing_paused`).
+- ``autograd.py``: node sequence numbers, the current node and graph task, the
+  end-of-backward queue, saved-tensor hooks, a tensor's hook order
+  (:func:`hooks_first`), whether a backward accumulates into a leaf
+  (:func:`accumulates_now`) and a ``GradScaler``'s overflow flags.
+- ``dispatch.py``: functorch's wrappers and batches, version counters, the
+  dispatcher's kernel table, and Python dispatch (:func:`dispatch_off`,
+  :func:`unwrapped_dispatch_mode`).
+- ``_warnings.py``: :class:`HookscopeTorchWarning` and the warn-once bookkeeping every
+  fallback shares.
+"""
+
+from __future__ import annotations
+
+from torch.utils import _pytree as pytree
+
+from hookscope.core.torch_private._warnings import HookscopeTorchWarning
+from hookscope.core.torch_private.autograd import (
+    accumulates_now,
+    current_autograd_node,
+    current_graph_task_id,
+    graph_task_id_function,
+    graph_task_running,
+    hooks_first,
+    next_sequence_nr,
+    node_sequence_nr,
+    queue_end_of_backward,
+    saved_tensor_default_hooks,
+    scaler_found_inf,
+)
+from hookscope.core.torch_private.call_impl import (
+    call_impl_replaceable,
+    call_impl_shortcut,
+    global_module_hooks_present,
+    inside_another_module_call,
+    overrides_call_impl,
+    raised_in_call_of,
+    replace_call_impl,
+    stand_in_call_impl,
+    torch_call_impl,
+)
+from hookscope.core.torch_private.dispatch import (
+    batched,
+    dispatch_has_composite_kernel,
+    dispatch_off,
+    is_functorch_wrapped,
+    set_versions,
+    unwrapped_dispatch_mode,
+    vmap_running,
+)
+from hookscope.core.torch_private.jit import jit_trace_scopes, jit_tracing_paused
+
+__all__ = [
+    "HookscopeTorchWarning",
+    "accumulates_now",
+    "batched",
+    "call_impl_replaceable",
+    "call_impl_shortcut",
+    "current_autograd_node",
+    "current_graph_task_id",
+    "dispatch_has_composite_kernel",
+    "dispatch_off",
+    "global_module_hooks_present",
+    "graph_task_id_function",
+    "graph_task_running",
+    "hooks_first",
+    "inside_another_module_call",
+    "is_functorch_wrapped",
+    "jit_trace_scopes",
+    "jit_tracing_paused",
+    "next_sequence_nr",
+    "node_sequence_nr",
+    "overrides_call_impl",
+    "pytree",
+    "queue_end_of_backward",
+    "raised_in_call_of",
+    "replace_call_impl",
+    "saved_tensor_default_hooks",
+    "scaler_found_inf",
+    "set_versions",
+    "stand_in_call_impl",
+    "torch_call_impl",
+    "unwrapped_dispatch_mode",
+    "vmap_running",
+]
