@@ -4,7 +4,7 @@ The ops probe (``probes/ops.py``) asks :func:`find_formula` for every aten op it
 Formulas come, first match wins, from the per-run mapping (``OpsProbe(formulas=...)``),
 the user's registry (:func:`register_flop_formula`), ``torch.utils.flop_counter``'s
 ``flop_registry``, and hookscope's table of fused attention kernels
-(``hookscope/_flop_rules.py``). A formula is called exactly as ``FlopCounterMode``
+(``hookscope/_flop_formulas.py``). A formula is called exactly as ``FlopCounterMode``
 calls it: ``formula(*args, **kwargs, out_val=out)``; formulas registered without
 ``get_raw=True`` receive shapes instead of tensors (``torch.utils.flop_counter``'s
 ``shape_wrapper``). Ops without a formula are free, 0 by convention, or uncounted
@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch.utils import flop_counter as fc
 
-from hookscope._flop_rules import (
+from hookscope._flop_formulas import (
     HOOKSCOPE_FORMULAS,
     HOOKSCOPE_OVERRIDES,
     FlopFormula,

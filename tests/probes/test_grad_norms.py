@@ -325,9 +325,9 @@ def test_a_backward_inside_vmap_records_no_norm_and_says_so(
     norm cannot be one number; reading one raised a ProbeError and stopped the run."""
     from torch.func import functional_call, grad, vmap
 
-    import hookscope.probes.grads as grads_probe
+    import hookscope.probes.grad_values as grad_values
 
-    monkeypatch.setattr(grads_probe, "_VMAP_WARNED", [])
+    monkeypatch.setattr(grad_values, "_VMAP_WARNED", [])
     torch.manual_seed(15)
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
     params = {k: v.detach() for k, v in model.named_parameters()}
@@ -357,9 +357,9 @@ def test_batched_gradients_of_the_older_vmap_record_no_norm_and_say_so(
     True)`` runs): each gradient is a batch. A parameter's one stopped the run with a
     ProbeError (``detach`` has no batching rule there); the calls' were left out
     without a word."""
-    import hookscope.probes.grads as grads_probe
+    import hookscope.probes.grad_values as grad_values
 
-    monkeypatch.setattr(grads_probe, "_BATCHED_WARNED", [])
+    monkeypatch.setattr(grad_values, "_BATCHED_WARNED", [])
     torch.manual_seed(16)
     model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
     x = torch.randn(3)
@@ -373,7 +373,7 @@ def test_batched_gradients_of_the_older_vmap_record_no_norm_and_say_so(
     stats = tracer.trace.param_grads
     assert [s.status for s in stats] == ["ok"] * 4 and all(s.norm is None for s in stats)
     assert all(c.facts.get("grad_output_norm") is None for c in tracer.trace.calls)
-    monkeypatch.setattr(grads_probe, "_BATCHED_WARNED", [])
+    monkeypatch.setattr(grad_values, "_BATCHED_WARNED", [])
     with pytest.warns(UserWarning, match=said), hookscope.Tracer(model, grads=True):
         jac = torch.autograd.functional.jacobian(model, x, vectorize=True)
     assert torch.equal(jac, torch.autograd.functional.jacobian(model, x, vectorize=True))
@@ -401,9 +401,9 @@ def test_a_backward_for_the_inputs_only_does_not_call_parameters_unused() -> Non
 def test_a_batched_gradient_after_a_real_one_leaves_its_numbers(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import hookscope.probes.grads as grads_probe
+    import hookscope.probes.grad_values as grad_values
 
-    monkeypatch.setattr(grads_probe, "_BATCHED_WARNED", [True])  # said already
+    monkeypatch.setattr(grad_values, "_BATCHED_WARNED", [True])  # said already
     torch.manual_seed(19)
     model = nn.Linear(3, 2)
     x = torch.randn(4, 3)

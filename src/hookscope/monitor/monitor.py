@@ -5,14 +5,16 @@ or tensor hook at all. A step is read where the gradients are final, after every
 backward of the step (gradient accumulation) and before the optimizer uses them:
 
 - ``mon.step()``, called by the user after ``backward()`` (with a ``GradScaler``: it
-  calls ``scaler.unscale_(optimizer)`` first, so norms are unscaled), or
+  calls ``scaler.unscale_(optimizer)`` first, so norms are unscaled:
+  ``monitor/scaler.py``), or
 - an optimizer step pre-hook (``optimizer=``), its handle in a ``HandleGroup``
   removed by ``close()``.
 
 Per step: one ``torch._foreach_norm`` over the ``.grad`` of the monitored parameters
-(per device and dtype, on the device), stacked into one tensor per device; the rows
-move to the host once per ``log_every`` steps (``monitor/history.py``), where the
-thresholds are checked (``monitor/checks.py``). Clipping (``clip=``) multiplies or
+(``monitor/watched_params.py``), per device and dtype, on the device, stacked into
+one tensor per device (``monitor/norms.py``); the rows move to the host once per
+``log_every`` steps (``monitor/history.py``), where the thresholds are checked
+(``monitor/checks.py``). Clipping (``clip=``, ``monitor/clipping.py``) multiplies or
 clamps the gradients in place, before the optimizer step, from the norms already
 computed. Without clipping nothing is written: training is bit-identical.
 """
@@ -28,22 +30,18 @@ from typing import Any
 import torch
 from torch import nn
 
-from hookscope.core import torch_private
 from hookscope.core.handles import HandleGroup
-from hookscope.core.selectors import Selector, compile_selector
+from hookscope.core.selectors import Selector
 from hookscope.errors import HookscopeError, SpecError
 from hookscope.monitor.checks import AnomalyChecker, check_action, check_threshold, clip_limits
+from hookscope.monitor.clipping import check_value_clip, clip_grads
 from hookscope.monitor.history import GradAnomaly, GradHistory
+from hookscope.monitor.norms import grad_norms, rows_to_host, scatter_present, stack_norms
 from hookscope.monitor.output import open_writer, plot_flow, plot_history, write_scalars
+from hookscope.monitor.scaler import Scaled, step_skipped, unscale
+from hookscope.monitor.watched_params import watched_params
 
 __all__ = ["GradientMonitor"]
-
-_EPS = 1e-6  # as torch.nn.utils.clip_grad_norm_: limit / (norm + eps)
-
-
-_Scaled = bool | list[torch.Tensor]
-"""Whether a scaler unscaled the step: its overflow flags, or ``True`` where they
-cannot be read, ``False`` without a scaler."""
 
 
 class GradientMonitor:
@@ -98,33 +96,10 @@ class GradientMonitor:
             raise SpecError(f"window= must be a positive integer, got {window!r}")
         if clip_mode not in ("norm", "value"):
             raise SpecError(f"clip_mode= must be 'norm' or 'value', got {clip_mode!r}")
-        matches = compile_selector(select) if select is not None else None
-        # a tied parameter is watched once, by its first path, and selected or clipped
-        # by any of its paths (``lm_head.weight`` of a model that ties it to the input
-        # embedding)
-        paths: dict[int, list[str]] = {}
-        named = []
-        for n, p in model.named_parameters(remove_duplicate=False):
-            if p.requires_grad:
-                if id(p) not in paths:
-                    paths[id(p)] = []
-                    named.append((n, p))
-                paths[id(p)].append(n)
-        named = [(n, p) for n, p in named
-                 if matches is None or any(map(matches, paths[id(p)]))]
-        if not named:
-            raise SpecError("GradientMonitor found no parameter that requires grad to watch"
-                            + (f" matching select={select!r}" if select is not None else ""))
-        self.names = [n for n, _ in named]
-        self._params = [p for _, p in named]
-        self._clip = clip_limits([paths[id(p)] for p in self._params], clip)
+        self.names, self._params, paths = watched_params(model, select)
+        self._clip = clip_limits(paths, clip)
         if clip_mode == "value":
-            complex_ = [self.names[i] for i in self._clip if self._params[i].is_complex()]
-            if complex_:
-                raise SpecError(
-                    f"clip_mode='value' clamps real values, but {complex_[0]!r} is complex; "
-                    f"use clip_mode='norm' for it, or leave it out of clip="
-                )
+            check_value_clip(self._clip, self.names, self._params)
         self._clip_mode, self._flow, self._log_every = clip_mode, flow, log_every
         self._checker = AnomalyChecker(
             self.names, explode_above=check_threshold("explode_above", explode_above),
@@ -135,7 +110,7 @@ class GradientMonitor:
         self._optimizer, self._scaler = optimizer, scaler
         self._writer = open_writer(writer)
         #: recorded steps not yet on the host: step, present, norm rows, scaler flags
-        self._pending: list[tuple[int, list[bool], list[torch.Tensor], _Scaled]] = []
+        self._pending: list[tuple[int, list[bool], list[torch.Tensor], Scaled]] = []
         self._count = 0
         self._manual = False
         self._handles = HandleGroup()
@@ -205,7 +180,7 @@ class GradientMonitor:
         """
         if self._closed:
             raise HookscopeError("this GradientMonitor is closed; create a new one")
-        self._record(self._unscale())
+        self._record(unscale(self._scaler, self._optimizer))
         self._manual = self._optimizer is not None
 
     def _pre_step(self, optimizer: Any, args: Any, kwargs: Any) -> Any:
@@ -232,23 +207,7 @@ class GradientMonitor:
             return (*args[:at], recorded, *args[at + 1:]), kwargs
         return args, {**kwargs, "closure": recorded}
 
-    def _unscale(self) -> _Scaled:
-        """With a scaler: unscale the optimizer's gradients (once per step); the
-        scaler's overflow flags, which decide whether it skips the step (``True``
-        where they cannot be read: judged from the monitored norms then); ``False``
-        without a scaler."""
-        scaler = self._scaler
-        if scaler is None or not scaler.is_enabled():
-            return False
-        try:
-            scaler.unscale_(self._optimizer)
-        except RuntimeError as e:
-            if "already been called" not in str(e):
-                raise
-        flags = torch_private.scaler_found_inf(scaler, self._optimizer)
-        return True if flags is None else flags
-
-    def _record(self, scaled: _Scaled, *, keep: bool = True) -> None:
+    def _record(self, scaled: Scaled, *, keep: bool = True) -> None:
         """Record (``keep``) and clip the gradients there are now as one step."""
         grads = [p.grad for p in self._params]
         present = [g is not None for g in grads]
@@ -266,37 +225,14 @@ class GradientMonitor:
                     l1 = grad_norms(found, 1)
                     sizes = [max(1, g.numel()) for g in found]
                     rows.append(stack_norms([n / k for n, k in zip(l1, sizes, strict=True)]))
-                self._apply_clip(index, found, norms)
+                clip_grads(self._clip, index, found, norms, mode=self._clip_mode,
+                           names=self.names)
         if not keep:
             return
         self._pending.append((self._count, present, rows, scaled))
         self._count += 1
         if len(self._pending) >= self._log_every:
             self.flush()
-
-    def _apply_clip(self, index: list[int], grads: list[torch.Tensor],
-                    norms: list[torch.Tensor]) -> None:
-        limits = self._clip
-        if not limits:
-            return
-        chosen = [(j, limits[i]) for j, i in enumerate(index) if i in limits]
-        if not chosen:
-            return
-        targets = [grads[j] for j, _ in chosen]
-        if self._clip_mode == "value":
-            # NB: every one checked before any is clamped: a refusal changes no .grad
-            for g, (j, _) in zip(targets, chosen, strict=True):
-                if g.layout != torch.strided:  # torch has no clamp_ of a sparse tensor
-                    raise SpecError(
-                        f"clip_mode='value' cannot clamp the sparse gradient of "
-                        f"{self.names[index[j]]!r} (an nn.Embedding(sparse=True)?); use "
-                        "clip_mode='norm' for it, or leave it out of clip="
-                    )
-            for g, (_, limit) in zip(targets, chosen, strict=True):
-                g.clamp_(-limit, limit)
-            return
-        coefs = [(limit / (norms[j] + _EPS)).clamp(max=1.0) for j, limit in chosen]
-        torch._foreach_mul_(targets, [c.to(g.dtype) for c, g in zip(coefs, targets, strict=True)])
 
     def flush(self) -> None:
         """Move the recorded steps to the host, check them and log them.
@@ -320,12 +256,7 @@ class GradientMonitor:
             # a step without any gradient: NaN rows, as many as a step with them has
             full = [scatter_present(v, present) for v in values] or [
                 [math.nan] * len(present) for _ in range(3 if self._flow else 1)]
-            if isinstance(scaled, list):  # the scaler's own flags: every gradient
-                skipped = any(bool(flag.item()) for flag in scaled)
-            else:  # judged from the monitored gradients
-                skipped = scaled and any(
-                    p and not math.isfinite(v) for v, p in zip(full[0], present, strict=True)
-                )
+            skipped = step_skipped(scaled, full[0], present)
             self._append(step, full, skipped, present)
             checks.append((step, full[0], present, skipped))
         # NB: every step recorded before any check may raise, and every one checked
@@ -374,69 +305,3 @@ class GradientMonitor:
         for row in range(len(self.history)):
             write_scalars(w, self.history, row)
         w.flush()
-
-
-def grad_norms(grads: list[torch.Tensor], ord: float) -> list[torch.Tensor]:
-    """The ``ord``-norm of each gradient, 0-d, accumulated in float32 at least (float64
-    for float64 gradients): in a float16 one, the norm of finite values overflows at
-    65504 (``_foreach_norm`` per dtype, as ``clip_grad_norm_`` groups them)."""
-    out: list[torch.Tensor | None] = [None] * len(grads)
-    groups: dict[torch.dtype, list[int]] = {}
-    for i, g in enumerate(grads):
-        groups.setdefault(g.dtype, []).append(i)
-    for dtype, indices in groups.items():
-        wide = _NORM_DTYPE.get(dtype, dtype)
-        chosen = [grads[i] for i in indices]
-        try:
-            found = torch._foreach_norm(chosen, ord, dtype=None if wide is dtype else wide)
-        except (TypeError, RuntimeError):  # no dtype= in this torch, or not a float dtype
-            if wide is not dtype and not _NARROW_WARNED:
-                _NARROW_WARNED.append(True)
-                warnings.warn(f"hookscope: this torch cannot take {dtype} gradient norms in "
-                              f"{wide}; they are taken in {dtype} (they may overflow)",
-                              UserWarning, stacklevel=4)
-            found = torch._foreach_norm(chosen, ord)
-        for i, n in zip(indices, found, strict=True):
-            out[i] = n
-    return out  # type: ignore[return-value]
-
-
-_NARROW_WARNED: list[bool] = []
-
-#: The dtype a gradient's norm accumulates in, where it is not the gradient's own.
-_NORM_DTYPE = {
-    dtype: torch.float32 for dtype in (
-        torch.float16, torch.bfloat16, *(
-            getattr(torch, name) for name in ("float8_e4m3fn", "float8_e5m2")
-            if hasattr(torch, name)
-        ),
-    )
-}
-
-
-def stack_norms(values: list[torch.Tensor]) -> torch.Tensor:
-    """One float64 tensor per step (per device) from 0-d norms (NB: float64, not
-    float32: a float64 gradient's norm keeps its digits and its range)."""
-    devices = {v.device for v in values}
-    if len(devices) > 1:
-        values = [v.to(values[0].device) for v in values]
-    wide = torch.float32 if values[0].device.type == "mps" else torch.float64  # MPS: no f64
-    return torch.stack([v if v.dtype == wide else v.to(wide) for v in values])
-
-
-def rows_to_host(rows: list[torch.Tensor]) -> list[list[float]]:
-    """The steps' rows as lists of floats, in one transfer to the host."""
-    if not rows:
-        return []
-    flat = torch.cat(rows).to("cpu", torch.float64).tolist()
-    out, offset = [], 0
-    for r in rows:
-        out.append(flat[offset:offset + r.numel()])
-        offset += r.numel()
-    return out
-
-
-def scatter_present(values: list[float], present: list[bool]) -> list[float]:
-    """``values`` where ``present``, NaN elsewhere (a parameter without a gradient)."""
-    it = iter(values)
-    return [next(it) if p else math.nan for p in present]

@@ -16,14 +16,15 @@ registers no hook):
   gradient (after accumulation for ``.backward()``).
 
 Every value is computed on the gradient's own device and kept there as a 0-d
-tensor; ``finalize`` moves them to the host in one transfer per device. How
-(``probes/grad_norms.py``): on the CPU without a float64 copy of each gradient, norms to
-better than 1e-6 relative, max-abs exact, the mean torch's float32 mean (its absolute
-error about 1e-7 of the mean magnitude); on an accelerator all from a float64 copy. A
-sparse gradient's statistics cover all its elements, implicit zeros too; a complex
-one's are of its magnitudes (the mean is the mean magnitude). The
-parameter list (``trace.param_grads``) also holds parameters that got no gradient:
-``frozen`` (``requires_grad=False``: no gradient, said so, not zero), ``unused``
+tensor (``probes/grad_values.py``); ``finalize`` moves them to the host in one
+transfer per device. How (``probes/grad_norms.py``): on the CPU without a float64 copy
+of each gradient, norms to better than 1e-6 relative, max-abs exact, the mean torch's
+float32 mean (its absolute error about 1e-7 of the mean magnitude); on an accelerator
+all from a float64 copy. A sparse gradient's statistics cover all its elements,
+implicit zeros too; a complex one's are of its magnitudes (the mean is the mean
+magnitude). The parameter list (``trace.param_grads``, records of
+``probes/grad_records.py``) also holds parameters that got no gradient: ``frozen``
+(``requires_grad=False``: no gradient, said so, not zero), ``unused``
 (``requires_grad=True``, no gradient arrived although a backward that asked for every
 parameter ran: what DDP's ``find_unused_parameters`` error is about) and
 ``no_backward`` (no backward asked for its gradient: none ran, or only
@@ -44,9 +45,7 @@ it ends when the gradient of all its inputs is known, or with the pass.
 
 from __future__ import annotations
 
-import math
 import warnings
-from dataclasses import dataclass, field
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any
 
@@ -59,7 +58,8 @@ from hookscope.core.meta import is_on_meta
 from hookscope.core.probe import Probe, register_probe
 from hookscope.core.run_backward import backward_roots
 from hookscope.core.value_json import float_in, float_out
-from hookscope.probes.grad_norms import grad_stats, joint_norm
+from hookscope.probes.grad_records import ParamGradStats, _ParamSlot, _stats_in, _stats_out
+from hookscope.probes.grad_values import _grad_stats, _joint_norm, _skipped_batched, _to_host
 
 if TYPE_CHECKING:
     from torch import nn
@@ -69,69 +69,6 @@ if TYPE_CHECKING:
     from hookscope.core.tracer import Tracer
 
 __all__ = ["GradsProbe", "ParamGradStats"]
-
-OK, UNUSED, FROZEN, NO_BACKWARD = "ok", "unused", "frozen", "no_backward"
-
-
-@dataclass(frozen=True)
-class ParamGradStats:
-    """The gradient of one parameter in a trace (a record: plain values only).
-
-    Attributes:
-        path: the parameter's first path (``fc.weight``).
-        aliases: its other paths when tied (``lm_head.weight``).
-        shape: the parameter's shape.
-        status: ``"ok"`` (a gradient arrived), ``"unused"`` (requires grad, got none
-            although a backward computed other parameters' gradients), ``"frozen"``
-            (``requires_grad=False``) or
-            ``"no_backward"`` (requires grad; no backward pass computed a parameter's
-            gradient while the tracer was active: none ran, or one asked only for the
-            inputs', ``torch.autograd.grad(out, x)``). Only ``"ok"`` has statistics.
-        norm, max_abs, mean: of the gradient, as floats (on the CPU the mean is torch's
-            float32 mean; everything else, and everything on an accelerator, is exact to
-            about 1e-6 relative or better); of every element of a sparse gradient;
-            of the magnitudes of a complex one (its norm and max-abs are the complex
-            tensor's own, the mean is the mean magnitude).
-        nan_count, inf_count: non-finite elements of the gradient.
-        events: how many gradients arrived (one per backward pass).
-    """
-
-    path: str
-    aliases: tuple[str, ...] = ()
-    shape: tuple[int, ...] = ()
-    status: str = OK
-    norm: float | None = None
-    max_abs: float | None = None
-    mean: float | None = None
-    nan_count: int | None = None
-    inf_count: int | None = None
-    events: int = 0
-
-    @property
-    def module(self) -> str:
-        """Path of the module that owns the parameter (``""``: the root)."""
-        return self.path.rpartition(".")[0]
-
-
-def _stats_out(items: list[ParamGradStats]) -> list[dict[str, Any]]:
-    return [
-        {"path": s.path, "aliases": list(s.aliases), "shape": list(s.shape),
-         "status": s.status, "norm": float_out(s.norm), "max_abs": float_out(s.max_abs),
-         "mean": float_out(s.mean), "nan_count": s.nan_count, "inf_count": s.inf_count,
-         "events": s.events}
-        for s in items
-    ]
-
-
-def _stats_in(items: list[dict[str, Any]]) -> list[ParamGradStats]:
-    return [
-        ParamGradStats(
-            d["path"], tuple(d["aliases"]), tuple(d["shape"]), d["status"],
-            float_in(d["norm"]), float_in(d["max_abs"]), float_in(d["mean"]),
-            d["nan_count"], d["inf_count"], d["events"],
-        )
-        for d in items
-    ]
 
 
 def _fact(name: str) -> Any:
@@ -321,125 +258,6 @@ def _reachable(roots: list[Any], found: set[int], seen: dict[int, Any]) -> None:
         stack += [n for n, _ in getattr(node, "next_functions", ())]
 
 
-@dataclass
-class _ParamSlot:
-    path: str
-    shape: tuple[int, ...]
-    requires_grad: bool
-    aliases: list[str] = field(default_factory=list)
-    values: torch.Tensor | None = None  # [norm, max_abs, mean, nan, inf] on the device
-    events: int = 0
-    param: torch.Tensor | None = None  # a frozen one: unfrozen by the block's end?
-
-    def record(self, stats: list[float] | None, backward_seen: bool,
-               used: bool | None = None) -> ParamGradStats:
-        """The parameter's record; ``used``: whether the model's outputs depend on it
-        (``None``: not known)."""
-        base = ParamGradStats(self.path, tuple(self.aliases), self.shape, events=self.events)
-        if stats is None:
-            if not self.requires_grad:
-                return _replace(base, status=FROZEN)
-            if self.events:  # a gradient arrived without values (meta): ok, no numbers
-                return base
-            unused = backward_seen and not used
-            return _replace(base, status=UNUSED if unused else NO_BACKWARD)
-        norm, max_abs, mean, nan, inf = stats
-        return _replace(base, norm=norm, max_abs=max_abs, mean=mean, nan_count=int(nan),
-                        inf_count=int(inf))
-
-
-def _replace(record: ParamGradStats, **changes: Any) -> ParamGradStats:
-    from dataclasses import replace
-
-    return replace(record, **changes)
-
-
-def _joint_norm(grads: tuple[Any, ...]) -> torch.Tensor | None:
-    """The L2 norm of all the tensors in ``grads`` together (``None``: no tensor, or a
-    backward inside ``torch.func.vmap``, whose gradients are batches: see
-    :func:`_under_vmap`)."""
-    if _under_vmap():
-        return None
-    found = [
-        g for g in grads
-        if isinstance(g, torch.Tensor) and (g.is_floating_point() or g.is_complex())
-        and not g.is_meta
-    ]
-    if any(map(torch_private.batched, found)):  # NB: before detach, which they refuse
-        _skipped_batched()
-        return None
-    if not found:
-        return None
-    tensors = [g.detach() for g in found]
-    with torch.no_grad():
-        return joint_norm(tensors)
-
-
-def _under_vmap() -> bool:
-    """Whether a backward runs inside ``torch.func.vmap`` (``jacrev``, per-sample
-    gradients): its gradients are batches of gradients, each norm a batch of norms, so
-    the probe records none there, and says so once per process. (The older vmap of
-    ``torch.autograd.functional.jacobian(vectorize=True)`` is not on functorch's stack:
-    its batched gradients are left out one by one, ``torch_private.batched``.)"""
-    if not torch_private.vmap_running():
-        return False
-    if not _VMAP_WARNED:
-        _VMAP_WARNED.append(True)
-        warnings.warn(
-            "hookscope: gradient norms are not recorded for a backward inside "
-            "torch.func.vmap (jacrev, per-sample gradients): each gradient there is a "
-            "batch; run the backward outside vmap to measure it",
-            UserWarning, stacklevel=2,
-        )
-    return True
-
-
-_VMAP_WARNED: list[bool] = []
-
-
-def _skipped_batched() -> None:
-    """Say once per process that batched gradients (the older vmap of
-    ``torch.autograd.functional.jacobian(vectorize=True)``, ``torch.autograd.grad(...,
-    is_grads_batched=True)``) were left out."""
-    if _BATCHED_WARNED:
-        return
-    _BATCHED_WARNED.append(True)
-    warnings.warn(
-        "hookscope: gradient norms are not recorded for batched gradients "
-        "(torch.autograd.functional.jacobian(vectorize=True), torch.autograd.grad(..., "
-        "is_grads_batched=True)): each is a batch; use vectorize=False to measure them",
-        UserWarning, stacklevel=3,
-    )
-
-
-_BATCHED_WARNED: list[bool] = []
-
-
-def _grad_stats(grad: torch.Tensor) -> torch.Tensor:
-    """``[norm, max_abs, mean, nan_count, inf_count]`` of ``grad``, float64, on its device."""
-    with torch.no_grad():
-        g = grad.detach()
-        if g.numel() == 0 or not (g.is_floating_point() or g.is_complex()):
-            zero = torch.zeros((), dtype=torch.float64, device=g.device)
-            return torch.stack([zero, zero, zero, zero, zero])
-        return grad_stats(g)
-
-
-def _to_host(values: list[torch.Tensor]) -> list[list[float]]:
-    """Each value as a list of floats (NaN as the one ``math.nan``), one transfer per
-    device."""
-    out: list[list[float]] = [[] for _ in values]
-    by_device: dict[torch.device, list[int]] = {}
-    for i, v in enumerate(values):
-        by_device.setdefault(v.device, []).append(i)
-    for indices in by_device.values():
-        flat = torch.cat([values[i].reshape(-1) for i in indices]).cpu().tolist()
-        offset = 0
-        for i in indices:
-            n = values[i].numel()
-            out[i] = [math.nan if x != x else x for x in flat[offset:offset + n]]
-            offset += n
-    return out
 
 
 def _set_self_times(trace: Trace) -> None:
