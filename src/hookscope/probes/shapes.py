@@ -15,16 +15,14 @@ records up by them: identical records are shared (within a trace and between tra
 records are read-only), so a model traced again makes none. NB: the lookup is made in
 the hook, while what it reads is in the cache; keeping the fields for ``finalize`` to
 look up cost more, as a second visit of every call after the forward finds nothing
-cached (0.4 ms on MobileNetV3-Large's 255 calls, ``benchmarks/README.md``). NB: the
-fields are read by one ``attrgetter`` call per tensor and the pair is one lookup: this
-hook runs on every module call, and five attribute reads in bytecode, two keys and two
-lookups cost about 0.5 µs more per call measured alone (about 0.1 µs in a forward,
-where what the hook reads is mostly out of the cache: ``benchmarks/README.md``).
+cached (0.4 ms on MobileNetV3-Large's 255 calls, ``benchmarks/README.md``). NB: one
+key for both tensors, one lookup; the fields read as attributes in bytecode (the
+interpreter specialises those reads; an ``attrgetter`` of the five cost more
+instructions under callgrind, ``benchmarks/README.md``, session 15).
 """
 
 from __future__ import annotations
 
-from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -40,7 +38,7 @@ if TYPE_CHECKING:
     from hookscope.core.handles import Removable
     from hookscope.core.tracer import Tracer
 
-# (shape, dtype, device, requires_grad, layout) of a plain tensor
+# (shape, dtype, device, requires_grad, layout) of the input, then of the output
 _Fields = tuple[Any, ...]
 
 _Tensor = torch.Tensor
@@ -49,9 +47,8 @@ _Tensor = torch.Tensor
 #: record is read-only, and a model traced again makes the same ones (NB: making them
 #: was most of this probe's time per run). Cleared, when a run starts, once it has
 #: grown too large.
-_PAIRS: dict[tuple[_Fields, _Fields], tuple[TensorMeta, TensorMeta]] = {}
+_PAIRS: dict[_Fields, tuple[TensorMeta, TensorMeta]] = {}
 _MAX_PAIRS = 4096
-_fields = attrgetter("shape", "dtype", "device", "requires_grad", "layout")
 
 
 def _numel(metas: list[TensorMeta]) -> float | None:
@@ -106,14 +103,15 @@ class ShapeProbe(Probe):
         # attributes
         if type(t) is _Tensor and type(o) is _Tensor and not failed:
             try:
-                key = (_fields(t), _fields(o))
+                key = (t.shape, t.dtype, t.device, t.requires_grad, t.layout,
+                       o.shape, o.dtype, o.device, o.requires_grad, o.layout)
             except RuntimeError:  # a strided nested tensor has no ``shape``: asking
                 pass  # raises, which costs nothing until it does (not is_nested twice)
             else:
                 pair = _PAIRS.get(key)
                 if pair is None:
                     pair = _PAIRS[key] = (
-                        meta_from_fields("args[0]", *key[0]), meta_from_fields("out", *key[1])
+                        meta_from_fields("args[0]", *key[:5]), meta_from_fields("out", *key[5:])
                     )
                 facts = call.facts
                 facts["inputs"] = [pair[0]]
