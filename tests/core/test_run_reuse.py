@@ -186,3 +186,33 @@ def test_a_flag_set_to_an_equal_value_of_another_type_is_put_back() -> None:
     for _ in range(3):
         hookscope.summary(model, torch.randn(2, 3))
         assert model.act.training is True
+
+
+class Slots(nn.Module):
+    """Two parameter entries, the second maybe ``None`` (as ``bias=False`` registers)."""
+
+    def __init__(self, second: bool) -> None:
+        super().__init__()
+        self.p = nn.Parameter(torch.ones(5))
+        self.register_parameter("q", nn.Parameter(torch.ones(5)) if second else None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.p if self.q is None else x * self.p + self.q
+
+
+def test_a_parameter_moved_into_another_modules_none_entry_is_seen() -> None:
+    # The same number of entries per module, the same tensors' counts and dtypes in the
+    # same order: only which entry is None changed. The oracle is hookscope.inspect,
+    # which never reuses a table.
+    model = nn.Sequential(Slots(second=False), Slots(second=True))
+    x = torch.randn(5)
+    for _ in range(2):
+        hookscope.trace(model, x, **SHAPES_ONLY)
+    q = model[1].q
+    model[1].register_parameter("q", None)
+    model[0].register_parameter("q", q)
+    reused = hookscope.trace(model, x, **SHAPES_ONLY)
+    fresh = hookscope.inspect(model)
+    for path in ("0", "1"):
+        assert reused.modules[path].own_params == fresh[path].own_params
+    assert reused.modules["0"].own_params == 10

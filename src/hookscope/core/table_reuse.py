@@ -20,7 +20,6 @@ with the caches cold, costs about as much as the work in it (``benchmarks/README
 from __future__ import annotations
 
 import weakref
-from collections import OrderedDict
 from contextlib import suppress
 from dataclasses import dataclass, field
 from functools import partial
@@ -160,7 +159,6 @@ _tables = itemgetter(
 _dtype_and_grad, _dtype = attrgetter("dtype", "requires_grad"), attrgetter("dtype")
 _second = itemgetter(1)
 _not_none = partial(is_not, None)
-_DICTS = {dict, OrderedDict}
 
 
 def _fingerprint(
@@ -177,35 +175,36 @@ def _fingerprint(
     root: the same submodules under the same names, in the same order), and so are the
     counts. Submodules are compared by ``id``: the caller holds every module the last
     fingerprint named (alive: no other object has its ``id``), and ``==`` would call a
-    module's own ``__eq__``. A tensor's ``id`` only tells it from ``None`` here (none
-    is held: a replaced one may even have a freed one's ``id``): the table depends on
-    the tensors' counts, dtypes and flags alone, which are compared. NB: C-level
-    ``map`` loops only, the fixed cost of every run (each module's ``__dict__`` read
-    once). ``None`` when a module's tables are not plain dicts, or not in its
-    ``__dict__``.
+    module's own ``__eq__``. Of a tensor entry only whether it is ``None`` counts (none
+    is held, nor its ``id``: a replaced one may even have a freed one's): the table
+    depends on the tensors' counts, dtypes and flags alone, which are compared. NB:
+    C-level ``map`` loops only, the fixed cost of every run (each module's ``__dict__``
+    read once; no list of ``id``s where no entry is ``None``: 3 % of a summary's
+    instructions beyond the forward on MobileNetV3, ``benchmarks/README.md``). ``None``
+    when a module's tables are not dicts, or not in its ``__dict__``.
     """
     dicts = list(map(vars, walked))
     try:
         subs, params, bufs, training, hooks, pre_hooks = zip(*map(_tables, dicts), strict=True)
-    except KeyError:  # a module whose __init__ did not run, or odd tables
+        # NB: each table's entries read once, then kept (``dict.values`` raises for a
+        # table that is not a dict: a TorchScript module's, or something a user put there)
+        children = list(_chain(map(dict.values, subs)))
+        param_entries = list(_chain(map(dict.values, params)))
+        buffer_entries = list(_chain(map(dict.values, bufs)))
+    except (KeyError, TypeError):  # a module whose __init__ did not run, or odd tables
         return None
-    if not {*map(type, subs), *map(type, params), *map(type, bufs)} <= _DICTS:
-        return None  # a TorchScript module's tables, or something else a user put there
-    # NB: each table's entries read once, then kept: ids (where the None entries are)
-    # and tensors from the same list
-    param_entries = list(_chain(map(dict.values, params)))
-    buffer_entries = list(_chain(map(dict.values, bufs)))
     parameters = list(filter(_not_none, param_entries))
     buffers = list(filter(_not_none, buffer_entries))
     numel = torch.Tensor.numel
     types = list(map(type, walked))
     dtypes_and_grads = list(map(_dtype_and_grad, parameters))
+    sizes = list(map(len, subs)), list(map(len, params)), list(map(len, bufs))
     fingerprint = (
-        types,
-        list(map(len, subs)), list(_chain(subs)), list(map(id, _chain(map(dict.values, subs)))),
-        # the ids place each None entry: which module's tensor a count belongs to
-        list(map(len, params)), list(map(id, param_entries)),
-        list(map(len, bufs)), list(map(id, buffer_entries)),
+        types, sizes[0], list(_chain(subs)), list(map(id, children)),
+        # where the None entries are (which module's tensor a count belongs to), when
+        # there are any (NB: no list, no comparison, when there are none)
+        sizes[1], _none_places(param_entries, parameters),
+        sizes[2], _none_places(buffer_entries, buffers),
         list(map(numel, parameters)), dtypes_and_grads,
         list(map(numel, buffers)), list(map(_dtype, buffers)),
     )
@@ -217,6 +216,11 @@ def _fingerprint(
     scan = ModelScan(
         walked, dicts, types, list(training), list(map(_second, dtypes_and_grads)), plain,
         list(map(contains, dicts, repeat("forward"))), subs + params + bufs,
-        fingerprint[1] + fingerprint[4] + fingerprint[6],
+        sizes[0] + sizes[1] + sizes[2],
     )
     return fingerprint, parameters, scan
+
+
+def _none_places(entries: list[Any], tensors: list[Any]) -> list[bool] | None:
+    """Which of a table's ``entries`` are tensors, ``None`` when every one is."""
+    return None if len(tensors) == len(entries) else list(map(_not_none, entries))
