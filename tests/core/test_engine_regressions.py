@@ -391,3 +391,23 @@ def test_hookscope_s_own_failure_on_leaving_a_run_is_not_called_the_model_s(
     monkeypatch.setattr(HandleGroup, "remove", broken)
     with pytest.raises(LookupError, match="hookscope's own bug"):
         hookscope.trace(_mlp(), torch.randn(2, 4))
+
+
+def test_a_patch_replaces_values_again_in_a_backward_run_inside_an_except_block() -> None:
+    """A recompute that runs while an exception is being handled (the user's backward in
+    an ``except`` block) did not raise itself: the patch still applies there."""
+    torch.manual_seed(0)
+    model, x = CheckpointedBlock(False), torch.randn(3, 4, requires_grad=True)
+    triple = {"block.0": lambda m, a, out: out * 3}
+    with hookscope.patch(model, triple):
+        expected = _grads(model, x)
+    try:
+        raise KeyError("handled by the user")
+    except KeyError:
+        with hookscope.patch(model, triple):
+            got = _grads(model, x)
+    unpatched = _grads(model, x)
+    for name, grad in expected.items():
+        torch.testing.assert_close(got[name], grad, rtol=1e-6, atol=1e-7, msg=name)
+    assert not torch.allclose(unpatched["block.0.weight"], expected["block.0.weight"])
+    assert sum(count_hooks(model).values()) == 0

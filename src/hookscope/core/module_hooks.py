@@ -54,6 +54,7 @@ def make_module_pre_hook(
     replaces = bool(tracer._enter_replacers or tracer._exit_replacers)
     enter_replaces = bool(tracer._enter_replacers)
     recomputed = tracer._recomputable  # id(module) -> its call, its calls in the run
+    outer = tracer._recompute_outer
 
     def recomputed_enter(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         call = recomputed_call(recomputed, module, path)
@@ -72,6 +73,8 @@ def make_module_pre_hook(
         # a forward run again by a backward pass (activation checkpointing recomputes):
         # not a call of this run, but what replaces values replaces them again
         if graph_task() != -1:
+            if replaces:  # a backward run inside an ``except`` block: that one is not its
+                outer.setdefault(id(module), []).append(exc_info()[1])
             return recomputed_enter(module, args, kwargs) if enter_replaces else None
         if get_ident() != thread:  # the model run by another thread meanwhile
             return None
@@ -275,12 +278,16 @@ def make_module_post_hook(tracer: Tracer) -> Callable[..., Any]:
     jit = torch_private.jit_trace_scopes() if not (
         tracer._enter_replacers or tracer._exit_replacers) else _NEVER_TRACING
     exit_replaces, recomputed = bool(tracer._exit_replacers), tracer._recomputable
+    outer = tracer._recompute_outer
 
     def post_hook(
         module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
     ) -> Any:
         if graph_task() != -1:  # as in the pre-hook
-            if exit_replaces and exc_info()[1] is None:
+            started = outer.get(id(module))
+            # the recompute raised only if an exception other than the one being
+            # handled when it began is active now
+            if exit_replaces and exc_info()[1] is (started.pop() if started else None):
                 call = recomputed_call(recomputed, module, None)
                 if call is not None:
                     return replace_again(tracer, call, module, args, kwargs, (output,))

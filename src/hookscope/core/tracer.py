@@ -156,6 +156,8 @@ class Tracer:
         #: id(module) -> its last call and its number of calls in the run, for replacing
         #: values again in a recompute (``module_hooks.recomputed_call``)
         self._recomputable: dict[int, tuple[Call, int]] = {}
+        #: id(module) -> the exception being handled when each recompute of it began
+        self._recompute_outer: dict[int, list[BaseException | None]] = {}
         self._exits, self._backward_probes = plan.exits, plan.backward_probes
         self._backward_handlers, self._watches_calls = plan.backward_handlers, plan.watches_calls
         self._replaces_only, self._installs_keep_modules = (
@@ -234,6 +236,7 @@ class Tracer:
         self._stack.clear()
         self._overhead_at_start.clear()
         self._recomputable.clear()
+        self._recompute_outer.clear()
         self._failures = FailureTracker(self.trace.calls)
         self._control = None
         self._undelivered = None
