@@ -52,9 +52,9 @@ def make_module_pre_hook(
     # what the caller receives
     replaces_only = tracer._replaces_only
     replaces = bool(tracer._enter_replacers or tracer._exit_replacers)
-    enter_replaces = bool(tracer._enter_replacers)
+    enter_replaces, exit_replaces = bool(tracer._enter_replacers), bool(tracer._exit_replacers)
     recomputed = tracer._recomputable  # id(module) -> its call, its calls in the run
-    outer = tracer._recompute_outer
+    outer = tracer._recompute_outer  # the exception being handled as a recompute began
 
     def recomputed_enter(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         call = recomputed_call(recomputed, module, path)
@@ -73,7 +73,7 @@ def make_module_pre_hook(
         # a forward run again by a backward pass (activation checkpointing recomputes):
         # not a call of this run, but what replaces values replaces them again
         if graph_task() != -1:
-            if replaces:  # a backward run inside an ``except`` block: that one is not its
+            if exit_replaces:  # a backward run in an ``except`` block: not the recompute's
                 outer.setdefault(id(module), []).append(exc_info()[1])
             return recomputed_enter(module, args, kwargs) if enter_replaces else None
         if get_ident() != thread:  # the model run by another thread meanwhile
@@ -265,6 +265,12 @@ def after_hooks_before_recorders(hooks: dict[int, Any], post_id: int) -> None:
         hooks.update(items)
 
 
+def _started(outer: dict[int, list[BaseException | None]], module: nn.Module) -> Any:
+    """The exception being handled when the recompute of ``module`` ending now began."""
+    started = outer.get(id(module))
+    return started.pop() if started else None
+
+
 def make_module_post_hook(tracer: Tracer) -> Callable[..., Any]:
     """The forward hook of every module with per-module hooks: it finds its call on the
     stack, and hands it to the tracer's one exit dispatch."""
@@ -284,10 +290,9 @@ def make_module_post_hook(tracer: Tracer) -> Callable[..., Any]:
         module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
     ) -> Any:
         if graph_task() != -1:  # as in the pre-hook
-            started = outer.get(id(module))
             # the recompute raised only if an exception other than the one being
             # handled when it began is active now
-            if exit_replaces and exc_info()[1] is (started.pop() if started else None):
+            if exit_replaces and exc_info()[1] is _started(outer, module):
                 call = recomputed_call(recomputed, module, None)
                 if call is not None:
                     return replace_again(tracer, call, module, args, kwargs, (output,))
