@@ -203,7 +203,7 @@ def make_traced_call(
     """
     stack, clocked, dispatch_exit = tracer._stack, tracer._clocked, tracer._dispatch_exit
     assert tracer.trace is not None
-    calls, owners, origin, clock = tracer.trace.calls, tracer._owners, tracer._t0, tracer._clock
+    calls, owners, origin = tracer.trace.calls, tracer._owners, tracer._t0
     at_start = tracer._overhead_at_start
     dispatch_enter = tracer._dispatch_enter if tracer._enters else None
     get_ident, thread = threading.get_ident, tracer._thread
@@ -274,7 +274,7 @@ def make_traced_call(
             start = perf_counter_ns()
             if clocked:
                 tracer.chain_start_ns = start
-            clock[0] = begun = start - origin
+            begun = start - origin
             index = len(calls)  # NB: new_call inline, as in the leaf path above
             call = new(Call)
             if stack:
@@ -329,10 +329,8 @@ def make_traced_call(
                     fn(call, module, args, kwargs, output, False)
             except Exception as e:
                 raise exit_failed(e, fn, call, module, args, kwargs, output, False) from e
-        now = perf_counter_ns()
-        clock[0] = now - origin
         if clocked:
-            tracer.overhead_ns += now - tracer.chain_start_ns
+            tracer.overhead_ns += perf_counter_ns() - tracer.chain_start_ns
         return output
 
     return traced_call_impl
@@ -366,7 +364,5 @@ def _raised(
         cause = probe_error.__cause__ or probe_error
         add_note(exc, f"hookscope: also, a probe raised while recording this failure "
                       f"in {call.path or '<root>'!r}: {type(cause).__name__}: {cause}")
-    now = perf_counter_ns()
-    tracer._clock[0] = now - tracer._t0
     if tracer._clocked:
-        tracer.overhead_ns += now - tracer.chain_start_ns
+        tracer.overhead_ns += perf_counter_ns() - tracer.chain_start_ns

@@ -41,7 +41,7 @@ def make_module_pre_hook(
     stack, clocked, exc_info = tracer._stack, tracer._clocked, sys.exc_info
     trace = tracer.trace
     assert trace is not None
-    calls, owners, origin, clock = trace.calls, tracer._owners, tracer._t0, tracer._clock
+    calls, owners, origin = trace.calls, tracer._owners, tracer._t0
     dispatch = tracer._dispatch_enter if (
         tracer._enters or tracer._enter_replacers or tracer._watches_calls
     ) else None
@@ -91,7 +91,7 @@ def make_module_pre_hook(
             # replace the output: run ours last, to record what the caller receives.
             # The order of the user's own hooks is unchanged.
             hooks[post_id] = hooks.pop(post_id)
-        clock[0] = begun = start - origin
+        begun = start - origin
         call = new_call(stack, calls, path, cls, count, begun)
         if clocked:
             tracer._overhead_at_start[call.index] = tracer.overhead_ns
@@ -275,7 +275,7 @@ def make_module_post_hook(tracer: Tracer) -> Callable[..., Any]:
     """The forward hook of every module with per-module hooks: it finds its call on the
     stack, and hands it to the tracer's one exit dispatch."""
     stack, clocked, exc_info = tracer._stack, tracer._clocked, sys.exc_info
-    dispatch, failures, clock = tracer._dispatch_exit, tracer._failures, tracer._clock
+    dispatch, failures = tracer._dispatch_exit, tracer._failures
     control = tracer._control_types
     get_ident, thread = threading.get_ident, tracer._thread
     graph_task = torch_private.graph_task_id_function()
@@ -329,10 +329,8 @@ def make_module_post_hook(tracer: Tracer) -> Callable[..., Any]:
                 result = dispatch(call, module, args, kwargs, output, failed)
         else:
             result = dispatch(call, module, args, kwargs, output, failed)
-        now = perf_counter_ns()
-        clock[0] = now - tracer._t0
         if clocked:
-            tracer.overhead_ns += now - start
+            tracer.overhead_ns += perf_counter_ns() - start
         return result
 
     return post_hook

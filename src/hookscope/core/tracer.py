@@ -192,7 +192,6 @@ class Tracer:
         self._owners: NodeOwners | None = None
         self._active = False
         self._t0 = 0
-        self._clock = [0]  # the last hook event, ns since the trace started
         self._thread = 0
         #: Bookkeeping clock (``time.perf_counter_ns``): when the running hook began, and
         #: the total time spent in finished hooks (tracer and probe work). The timing
@@ -243,7 +242,6 @@ class Tracer:
         self._state = ModelState(table, buffers=self._restore_buffers) \
             if self._restore_state else None
         self._t0 = perf_counter_ns()
-        self._clock[0] = 0
         #: forward events come from this thread only: another thread running the same
         #: model meanwhile is not this trace's (backward events may come from autograd's)
         self._thread = threading.get_ident()
