@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 from torch import nn
 
-from hookscope.core.fast_path import install_call_path, plan_calls
+from hookscope.core.call_plan import plan_calls
+from hookscope.core.fast_path import install_call_path
 from hookscope.core.handles import CallbackHandle
 from hookscope.core.module_hooks import (
     RECORDING_HOOKS,
