@@ -181,24 +181,32 @@ class BackwardStartsOnly(Probe):
         self.started.append(call.path)
 
 
-def counting_multi_grad_hooks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+def counting_call_hooks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Count the hooks the engine puts on calls' tensors: "outputs" (a call's backward
+    start) and "inputs" (its end)."""
     from hookscope.core import backward
 
-    made: list[int] = []
-    real = backward.register_multi_grad_hook
+    made: list[str] = []  # NB: a call with several output tensors counts "inputs" too
+    real_outputs = backward.BackwardWatch._on_gradients
+    real_inputs = backward.register_multi_grad_hook
 
-    def counted(tensors: Any, fn: Any) -> Any:
-        made.append(len(tensors))
-        return real(tensors, fn)
+    def outputs(tensors: Any, fn: Any) -> Any:
+        made.append("outputs")
+        return real_outputs(tensors, fn)
 
-    monkeypatch.setattr(backward, "register_multi_grad_hook", counted)
+    def inputs(tensors: Any, fn: Any) -> Any:
+        made.append("inputs")
+        return real_inputs(tensors, fn)
+
+    monkeypatch.setattr(backward.BackwardWatch, "_on_gradients", staticmethod(outputs))
+    monkeypatch.setattr(backward, "register_multi_grad_hook", inputs)
     return made
 
 
 def test_a_probe_gets_only_the_backward_events_it_takes(monkeypatch: pytest.MonkeyPatch) -> None:
     """Parameter gradients alone need no hook on any call's tensors (and leave the
     forward on the fast path); a call's backward start needs hooks on its outputs only."""
-    made = counting_multi_grad_hooks(monkeypatch)
+    made = counting_call_hooks(monkeypatch)
     model, x = mlp(), torch.randn(5, 4)
     params = ParamGradsOnly()
     hookscope.trace(model, x, backward=True, probes=[params], grads=False, time=False,
@@ -212,7 +220,7 @@ def test_a_probe_gets_only_the_backward_events_it_takes(monkeypatch: pytest.Monk
     with hookscope.Tracer(model, shapes=False, probes=[starts]):
         model(x).sum().backward()
     assert sorted(starts.started) == ["", "0", "1", "2"]
-    assert len(made) == 4  # the outputs of the four calls; no input hooks
+    assert made == ["outputs"] * 4  # the outputs of the four calls; no input hooks
     assert all(p.grad is not None for p in model.parameters())
 
 

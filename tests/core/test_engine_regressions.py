@@ -137,6 +137,63 @@ def test_a_reentrant_checkpoints_own_backward_pass_does_not_end_the_models() -> 
     assert sum(count_hooks(model).values()) == 0
 
 
+def test_the_calls_inside_a_reentrant_checkpoint_get_their_backward_events() -> None:
+    """Their forward ran under no_grad (no hooks then); the recompute, which builds the
+    graph the checkpoint's backward runs, hooks them. The oracle: torch's full backward
+    hooks on the same modules, on a run without hookscope."""
+    torch.manual_seed(0)
+    model, x = ReentrantCheckpointed(), torch.randn(3, 4, requires_grad=True)
+    seen: dict[str, tuple[float, float]] = {}  # path -> |grad out|, |grad in|
+    handles = [
+        m.register_full_backward_hook(lambda m, gi, go, name=name: seen.__setitem__(
+            name, (float(go[0].norm()), float(gi[0].norm()))))
+        for name, m in [("block.0", model.block[0]), ("block.1", model.block[1])]
+    ]
+    model(x).sum().backward()
+    for handle in handles:
+        handle.remove()
+    with hookscope.Tracer(model, grads=True) as tracer:
+        model(x).sum().backward()
+    trace = tracer.trace
+    assert trace is not None
+    for path in ("block", "block.0", "block.1"):
+        assert trace[path].backward_ns is not None, path
+    for path, (out_norm, in_norm) in seen.items():
+        assert trace[path].grad_output_norm == pytest.approx(out_norm, rel=1e-6), path
+        assert trace[path].grad_input_norm == pytest.approx(in_norm, rel=1e-6), path
+    # the recorded calls are the forward's, once each: the recompute adds none
+    assert [c.path for c in trace.calls].count("block.0") == 1
+    assert sum(count_hooks(model).values()) == 0
+
+
+class TwiceInside(nn.Module):
+    """A module called twice inside a reentrant checkpoint: a recompute does not say
+    which call it repeats."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def run(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(torch.tanh(self.lin(x)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = checkpoint(self.run, x, use_reentrant=True)
+        return out
+
+
+def test_a_module_called_twice_in_a_reentrant_checkpoint_gets_no_backward_events() -> None:
+    model, x = TwiceInside(), torch.randn(3, 4, requires_grad=True)
+    with hookscope.Tracer(model, grads=True) as tracer:
+        model(x).sum().backward()
+    trace = tracer.trace
+    assert trace is not None
+    assert [c.backward_ns for c in trace.calls if c.path == "lin"] == [None, None]
+    assert trace[""].backward_ns is not None
+    assert {s.status for s in trace.param_grads} == {"ok"}
+    assert sum(count_hooks(model).values()) == 0
+
+
 class FailsOnce(torch.autograd.Function):
     """Identity whose backward raises the first time."""
 
@@ -411,3 +468,38 @@ def test_a_patch_replaces_values_again_in_a_backward_run_inside_an_except_block(
         torch.testing.assert_close(got[name], grad, rtol=1e-6, atol=1e-7, msg=name)
     assert not torch.allclose(unpatched["block.0.weight"], expected["block.0.weight"])
     assert sum(count_hooks(model).values()) == 0
+
+
+class ReturnsItsLoss(nn.Module):
+    """A model that returns its loss (as transformers models do with labels)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x).pow(2).mean()
+
+
+def test_the_call_whose_output_the_backward_starts_from_gets_its_events() -> None:
+    """``register_multi_grad_hook`` never fires for a tensor the backward starts from
+    (torch counts no gradient to wait for on that root): the root call of a model
+    returning its loss, or of ``out.backward(g)``, had no backward events."""
+    torch.manual_seed(0)
+    model, x = ReturnsItsLoss(), torch.randn(3, 4)
+    with hookscope.Tracer(model, grads=True) as tracer:
+        model(x).backward()
+    trace = tracer.trace
+    assert trace is not None
+    assert trace[""].grad_output_norm == pytest.approx(1.0)  # d loss / d loss
+    assert trace[""].backward_ns is not None
+    seq = nn.Sequential(nn.Linear(4, 4), nn.Tanh())
+    grad = torch.randn(3, 4)
+    with hookscope.Tracer(seq, grads=True) as tracer:
+        seq(x).backward(grad)
+    trace = tracer.trace
+    assert trace is not None
+    for path in ("", "1"):  # both returned the tensor the backward starts from
+        assert trace[path].grad_output_norm == pytest.approx(float(grad.norm()), rel=1e-6)
+        assert trace[path].backward_ns is not None
+    assert sum(count_hooks(model).values()) + sum(count_hooks(seq).values()) == 0

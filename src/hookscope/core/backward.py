@@ -110,6 +110,7 @@ class BackwardWatch:
         # call index -> its pass, the exit that came before its enter
         self._early: dict[int, tuple[int | None, tuple[Any, ...]]] = {}
         self._leaf_inputs: dict[int, list[torch.Tensor]] = {}  # call index -> leaf inputs
+        self._without_grad: set[int] = set()  # calls whose forward ran without grad
         self._spent: list[Any] = []  # hooks on leaves whose call ended: removed at the end
         # call index -> hooks its leaf inputs again (``_watch_leaves``)
         self._rearm: dict[int, Callable[[], None]] = {}
@@ -126,6 +127,9 @@ class BackwardWatch:
                 self._makers.mark(call.index)
                 parent = () if call.parent is None else self._ancestry.get(call.parent, ())
                 self._ancestry[call.index] = (call.index, *parent)
+        self._hook_inputs(call, args, kwargs)
+
+    def _hook_inputs(self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         inputs = list(iter_call_inputs(args, kwargs))
         tensors = _needing_grad(inputs)
         if tensors:
@@ -152,19 +156,59 @@ class BackwardWatch:
             self._makers.mark(call.parent)  # from now on, nodes are the parent's
         leaves = self._leaf_inputs.pop(call.index, None)
         if not torch.is_grad_enabled():
+            self._without_grad.add(call.index)  # a recompute may hook it (see below)
             return
+        self._hook_outputs(call, output, leaves, start)
+
+    def _hook_outputs(
+        self, call: Call, output: Any, leaves: list[torch.Tensor] | None, start: int | None,
+    ) -> None:
         if leaves:
             self._watch_leaves(call, leaves)
         outputs = list(iter_tensors(output, "out"))
         tensors = _needing_grad(outputs)
         if tensors:
-            self._handles.add(
-                register_multi_grad_hook(tensors, lambda grads: self._enter(call, tuple(grads)))
-            )
+            self._handles.add(self._on_gradients(tensors, lambda grads: self._enter(call, grads)))
             if start is not None and call.parent is None:  # the graph of a whole forward
                 self._watch_nodes(tensors, start)
         elif out_leaves := _leaves(outputs):  # returned a leaf as it is (its input, a parameter)
             self._watch_leaves(call, out_leaves, entering=True)
+
+    @staticmethod
+    def _on_gradients(
+        tensors: list[torch.Tensor], fn: Callable[[tuple[Any, ...]], None]
+    ) -> Any:
+        """A hook calling ``fn(grads)`` once the gradients of all of ``tensors`` are
+        known, in each backward pass; its handle.
+
+        NB: one tensor gets a plain tensor hook, not ``register_multi_grad_hook``, which
+        never fires for a tensor the backward starts from (``out.backward(g)``, a model
+        that returns its loss: ``torch._C._will_engine_execute_node`` is False for that
+        root's node, so torch counts no gradient to wait for). Several tensors that are
+        all such roots stay unseen (torch's limit)."""
+        if len(tensors) == 1:
+            return tensors[0].register_hook(  # type: ignore[no-untyped-call]
+                lambda grad: fn((grad,)))  # returns None: the gradient is unchanged
+        return register_multi_grad_hook(tensors, lambda grads: fn(tuple(grads)))
+
+    # -- calls recomputed by a backward pass ------------------------------------------
+
+    def watch_recomputed_inputs(
+        self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        """A backward pass runs ``call``'s forward again (``core/recompute.py``): a
+        call whose forward ran without grad (inside a ``use_reentrant=True``
+        checkpoint) gets its backward hooks on the recompute's graph, the one the
+        backward then runs. NB: no sequence numbers are marked (the recompute may run on
+        one of autograd's device threads): such a call's backward ends when the
+        gradient of its inputs is known."""
+        if self._inputs and call.index in self._without_grad:
+            self._hook_inputs(call, args, kwargs)
+
+    def watch_recomputed_outputs(self, call: Call, output: Any) -> None:
+        """The recompute of ``call`` ended (see :meth:`watch_recomputed_inputs`)."""
+        if call.index in self._without_grad:
+            self._hook_outputs(call, output, self._leaf_inputs.pop(call.index, None), None)
 
     def _watch_nodes(self, outputs: list[torch.Tensor], start: int) -> None:
         """Time the end of every node a top-level call's forward made, for the call that

@@ -25,9 +25,7 @@ from torch import nn
 
 from hookscope.core import torch_private
 from hookscope.core.failures import add_note
-from hookscope.core.internal import internal_work
 from hookscope.core.records import started_call
-from hookscope.errors import SpecError
 
 if TYPE_CHECKING:
     from hookscope.core.records import Call
@@ -52,15 +50,8 @@ def make_module_pre_hook(
     # what the caller receives
     replaces_only = tracer._replaces_only
     replaces = bool(tracer._enter_replacers or tracer._exit_replacers)
-    enter_replaces, exit_replaces = bool(tracer._enter_replacers), bool(tracer._exit_replacers)
-    recomputed = tracer._recomputable  # id(module) -> its call, its calls in the run
-    outer = tracer._recompute_outer  # the exception being handled as a recompute began
-
-    def recomputed_enter(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        call = recomputed_call(recomputed, module, path)
-        if call is None:
-            return None
-        return replace_again(tracer, call, module, args, kwargs, None)
+    recomputes = tracer._recomputes  # what replaces values or watches the backward
+    keep = recomputes.keeps_calls()  # does so again in a recompute (``core/recompute.py``)
     get_ident, thread = threading.get_ident, tracer._thread
     graph_task = torch_private.graph_task_id_function()
     # torch.jit.trace recording: the probes' work is paused out of its graph, unless a
@@ -73,9 +64,7 @@ def make_module_pre_hook(
         # a forward run again by a backward pass (activation checkpointing recomputes):
         # not a call of this run, but what replaces values replaces them again
         if graph_task() != -1:
-            if exit_replaces:  # a backward run in an ``except`` block: not the recompute's
-                outer.setdefault(id(module), []).append(exc_info()[1])
-            return recomputed_enter(module, args, kwargs) if enter_replaces else None
+            return recomputes.started(module, path, args, kwargs) if keep else None
         if get_ident() != thread:  # the model run by another thread meanwhile
             return None
         start = perf_counter_ns()
@@ -96,8 +85,8 @@ def make_module_pre_hook(
         if clocked:
             tracer._overhead_at_start[call.index] = tracer.overhead_ns
         count += 1
-        if replaces:  # what a recompute of this call replaces again (``recomputed_call``)
-            recomputed[id(module)] = (call, count)
+        if keep:  # what a recompute of this call repeats
+            recomputes.calls[id(module)] = (call, count)
         stack.append((call, module, exc_info()[1]))
         if owners is not None:
             owners.mark(call.index)
@@ -130,59 +119,6 @@ def _dispatch_failed(
         add_note(exc, f"hookscope: also, a probe raised while recording this failure in "
                       f"{call.path or '<root>'!r}: {type(cause).__name__}: {cause}")
         return None
-
-
-def recomputed_call(
-    recomputable: dict[int, tuple[Call, int]], module: nn.Module, path: str | None
-) -> Call | None:
-    """The call of ``module`` that a backward pass runs again (activation
-    checkpointing recomputes its forward), for the probes that replace values, which
-    must replace them again: the gradients are those of the recomputed forward. ``None``
-    when the module was not called in the run (nothing to replace).
-
-    NB: told apart only for a module called once in the run: a recompute does not say
-    which of several calls it repeats (segments recompute in any order), and a patch may
-    depend on which (``patches.replace_with`` finds a captured value by call name)."""
-    found = recomputable.get(id(module))
-    if found is None:
-        return None
-    call, count = found
-    if count > 1:
-        raise SpecError(
-            f"module {path or call.path or '<root>'!r} has values replaced (a patch) and "
-            f"is recomputed by activation checkpointing, but it was called {count} times "
-            "in the forward: which call a recompute repeats is not known. Patch a module "
-            "called once, or run without activation checkpointing"
-        )
-    return call
-
-
-def replace_again(
-    tracer: Tracer, call: Call, module: nn.Module, args: tuple[Any, ...],
-    kwargs: dict[str, Any], output: tuple[Any] | None,
-) -> Any:
-    """The replacing probes of ``tracer`` on a recomputed ``call`` (``output``: its
-    output, boxed, at its end; ``None`` at its start): the inputs or output to use, or
-    ``None``; nothing is recorded. A probe that raises is a ``ProbeError``, as ever."""
-    fn: Callable[..., Any] | None = None
-    event = "on_enter" if output is None else "on_exit"
-    replaced = None
-    with internal_work():
-        try:
-            if output is None:
-                for fn in tracer._enter_replacers:
-                    result = fn(call, module, args, kwargs)
-                    if result is not None:
-                        args, kwargs = replaced = as_inputs(result)
-            else:
-                value = output[0]
-                for fn in tracer._exit_replacers:
-                    result = fn(call, module, args, kwargs, value, False)
-                    if result is not None:
-                        value = replaced = result
-        except Exception as e:
-            raise tracer._failed(e, fn, event, call) from e
-    return replaced
 
 
 def as_inputs(result: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -265,12 +201,6 @@ def after_hooks_before_recorders(hooks: dict[int, Any], post_id: int) -> None:
         hooks.update(items)
 
 
-def _started(outer: dict[int, list[BaseException | None]], module: nn.Module) -> Any:
-    """The exception being handled when the recompute of ``module`` ending now began."""
-    started = outer.get(id(module))
-    return started.pop() if started else None
-
-
 def make_module_post_hook(tracer: Tracer) -> Callable[..., Any]:
     """The forward hook of every module with per-module hooks: it finds its call on the
     stack, and hands it to the tracer's one exit dispatch."""
@@ -283,20 +213,15 @@ def make_module_post_hook(tracer: Tracer) -> Callable[..., Any]:
     # probe replaces values (a patch): what it returns must be traced as the model's
     jit = torch_private.jit_trace_scopes() if not (
         tracer._enter_replacers or tracer._exit_replacers) else _NEVER_TRACING
-    exit_replaces, recomputed = bool(tracer._exit_replacers), tracer._recomputable
-    outer = tracer._recompute_outer
+    recomputes = tracer._recomputes
+    on_recompute = bool(tracer._exit_replacers) or (
+        tracer._backward is not None and tracer._watches_calls)
 
     def post_hook(
         module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
     ) -> Any:
         if graph_task() != -1:  # as in the pre-hook
-            # the recompute raised only if an exception other than the one being
-            # handled when it began is active now
-            if exit_replaces and exc_info()[1] is _started(outer, module):
-                call = recomputed_call(recomputed, module, None)
-                if call is not None:
-                    return replace_again(tracer, call, module, args, kwargs, (output,))
-            return None
+            return recomputes.ended(module, args, kwargs, output) if on_recompute else None
         if get_ident() != thread:
             return None
         if clocked:

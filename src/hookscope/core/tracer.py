@@ -58,6 +58,7 @@ from hookscope.core.probe import (
     probe_flags,
 )
 from hookscope.core.process import PROCESS
+from hookscope.core.recompute import Recomputes
 from hookscope.core.records import Call, StopRecord, Trace
 from hookscope.core.run_facts import cuda_devices, run_facts
 from hookscope.core.selectors import (
@@ -153,11 +154,8 @@ class Tracer:
         plan = plan_dispatch(self.probes)
         self._enters: list[Callable[..., Any]] = []  # set on entry (plan_starts)
         self._enter_replacers, self._exit_replacers = plan.enter_replacers, plan.exit_replacers
-        #: id(module) -> its last call and its number of calls in the run, for replacing
-        #: values again in a recompute (``module_hooks.recomputed_call``)
-        self._recomputable: dict[int, tuple[Call, int]] = {}
-        #: id(module) -> the exception being handled when each recompute of it began
-        self._recompute_outer: dict[int, list[BaseException | None]] = {}
+        #: the run's calls, for what a recompute (activation checkpointing) does again
+        self._recomputes = Recomputes(self)
         self._exits, self._backward_probes = plan.exits, plan.backward_probes
         self._backward_handlers, self._watches_calls = plan.backward_handlers, plan.watches_calls
         self._replaces_only, self._installs_keep_modules = (
@@ -234,8 +232,7 @@ class Tracer:
             self.trace.meta["selected"] = [p for p, _ in table.members if self._selects(p)]
         self._stack.clear()
         self._overhead_at_start.clear()
-        self._recomputable.clear()
-        self._recompute_outer.clear()
+        self._recomputes.clear()
         self._failures = FailureTracker(self.trace.calls)
         self._control = None
         self._undelivered = None

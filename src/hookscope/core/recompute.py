@@ -1,0 +1,166 @@
+"""A forward run again by a backward pass: activation checkpointing's recompute.
+
+``torch.utils.checkpoint`` runs a segment's forward a second time while the backward
+pass runs (the per-module hooks see it: ``core/module_hooks.py``; the exclusive fast
+path lets it through unobserved). The recompute is not a call of the run and nothing
+of it is recorded, but two things must happen in it, for the module calls of the
+forward it repeats (:class:`Recomputes`):
+
+- the probes that replace values (a patch) replace them again: the gradients are those
+  of the recomputed forward;
+- with ``use_reentrant=True`` the forward ran under ``torch.no_grad()``, so its calls
+  got no backward hooks; the recompute, which builds the graph the backward then runs,
+  gets them (``BackwardWatch.watch_recomputed_inputs``/``_outputs``): the calls inside
+  a reentrant checkpoint have their backward events too.
+
+NB: a recompute does not say which call of a module it repeats (segments recompute in
+any order): only a module called once in the run is told apart. A patched module called
+more than once is refused (``SpecError``: a patch may depend on the call); such a call
+gets no backward events from the recompute.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from torch import nn
+
+from hookscope.core.internal import internal_work
+from hookscope.core.module_hooks import as_inputs
+from hookscope.errors import SpecError
+
+if TYPE_CHECKING:
+    from hookscope.core.records import Call
+    from hookscope.core.tracer import Tracer
+
+
+class Recomputes:
+    """What a tracer keeps of its run's calls for their recomputes, and what it does in
+    them."""
+
+    def __init__(self, tracer: Tracer) -> None:
+        self._tracer = tracer
+        #: id(module) -> its last call of the run, its number of calls in the run
+        self.calls: dict[int, tuple[Call, int]] = {}
+        #: id(module) -> the exception being handled when each recompute of it began
+        self._outer: dict[int, list[BaseException | None]] = {}
+
+    def clear(self) -> None:
+        self.calls.clear()
+        self._outer.clear()
+
+    def keeps_calls(self) -> bool:
+        """Whether the run's calls must be kept (``self.calls``) for their recomputes."""
+        tracer = self._tracer
+        return bool(tracer._enter_replacers or tracer._exit_replacers) or self._watches()
+
+    def started(
+        self, module: nn.Module, path: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+    ) -> Any:
+        """The recompute of ``module`` starts: the inputs to use instead (as a forward
+        pre-hook returns them), or ``None``."""
+        tracer = self._tracer
+        if tracer._exit_replacers or self._watches():  # a backward run in an ``except``
+            self._outer.setdefault(id(module), []).append(sys.exc_info()[1])  # block
+        replaced = None
+        if tracer._enter_replacers:
+            call = recomputed_call(self.calls, module, path)
+            if call is not None:
+                replaced = replace_again(tracer, call, module, args, kwargs, None)
+        call = self._watched_call(module)
+        if call is not None:
+            assert tracer._backward is not None
+            if replaced is not None:
+                args, kwargs = replaced
+            tracer._backward.watch_recomputed_inputs(call, args, kwargs)
+        return replaced
+
+    def ended(
+        self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any,
+    ) -> Any:
+        """The recompute of ``module`` ends (or raised): the output to use instead, or
+        ``None``."""
+        tracer = self._tracer
+        started = self._outer.get(id(module))
+        # the recompute raised only if an exception other than the one being handled
+        # when it began is active now
+        if sys.exc_info()[1] is not (started.pop() if started else None):
+            return None
+        replaced = None
+        if tracer._exit_replacers:
+            call = recomputed_call(self.calls, module, None)
+            if call is not None:
+                replaced = replace_again(tracer, call, module, args, kwargs, (output,))
+        call = self._watched_call(module)
+        if call is not None:
+            assert tracer._backward is not None
+            tracer._backward.watch_recomputed_outputs(
+                call, output if replaced is None else replaced)
+        return replaced
+
+    def _watches(self) -> bool:
+        return self._tracer._backward is not None and self._tracer._watches_calls
+
+    def _watched_call(self, module: nn.Module) -> Call | None:
+        """The call of the run a recompute of ``module`` repeats, for backward events:
+        ``None`` when no probe takes them, or the module was not called exactly once."""
+        if not self._watches():
+            return None
+        found = self.calls.get(id(module))
+        return found[0] if found is not None and found[1] == 1 else None
+
+
+def recomputed_call(
+    recomputable: dict[int, tuple[Call, int]], module: nn.Module, path: str | None
+) -> Call | None:
+    """The call of ``module`` that a backward pass runs again, for the probes that
+    replace values, which must replace them again. ``None`` when the module was not
+    called in the run (nothing to replace).
+
+    Raises:
+        SpecError: the module was called more than once (a patch may depend on which
+            call a recompute repeats: ``patches.replace_with`` finds a captured value by
+            call name).
+    """
+    found = recomputable.get(id(module))
+    if found is None:
+        return None
+    call, count = found
+    if count > 1:
+        raise SpecError(
+            f"module {path or call.path or '<root>'!r} has values replaced (a patch) and "
+            f"is recomputed by activation checkpointing, but it was called {count} times "
+            "in the forward: which call a recompute repeats is not known. Patch a module "
+            "called once, or run without activation checkpointing"
+        )
+    return call
+
+
+def replace_again(
+    tracer: Tracer, call: Call, module: nn.Module, args: tuple[Any, ...],
+    kwargs: dict[str, Any], output: tuple[Any] | None,
+) -> Any:
+    """The replacing probes of ``tracer`` on a recomputed ``call`` (``output``: its
+    output, boxed, at its end; ``None`` at its start): the inputs or output to use, or
+    ``None``; nothing is recorded. A probe that raises is a ``ProbeError``, as ever."""
+    fn: Callable[..., Any] | None = None
+    event = "on_enter" if output is None else "on_exit"
+    replaced = None
+    with internal_work():
+        try:
+            if output is None:
+                for fn in tracer._enter_replacers:
+                    result = fn(call, module, args, kwargs)
+                    if result is not None:
+                        args, kwargs = replaced = as_inputs(result)
+            else:
+                value = output[0]
+                for fn in tracer._exit_replacers:
+                    result = fn(call, module, args, kwargs, value, False)
+                    if result is not None:
+                        value = replaced = result
+        except Exception as e:
+            raise tracer._failed(e, fn, event, call) from e
+    return replaced
