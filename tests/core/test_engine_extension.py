@@ -186,9 +186,8 @@ def counting_call_hooks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     start) and "inputs" (its end)."""
     from hookscope.core import backward
 
-    made: list[str] = []  # NB: a call with several output tensors counts "inputs" too
-    real_outputs = backward.BackwardWatch._on_gradients
-    real_inputs = backward.register_multi_grad_hook
+    made: list[str] = []
+    real_outputs, real_inputs = backward.on_gradients, backward.register_multi_grad_hook
 
     def outputs(tensors: Any, fn: Any) -> Any:
         made.append("outputs")
@@ -198,7 +197,7 @@ def counting_call_hooks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         made.append("inputs")
         return real_inputs(tensors, fn)
 
-    monkeypatch.setattr(backward.BackwardWatch, "_on_gradients", staticmethod(outputs))
+    monkeypatch.setattr(backward, "on_gradients", outputs)
     monkeypatch.setattr(backward, "register_multi_grad_hook", inputs)
     return made
 

@@ -10,7 +10,9 @@ the probes that override it:
   gradient of all of them, the end of that call's backward (``on_backward_exit``;
   only when a probe takes that event);
 - when the call ends, its outputs that require grad get another: it fires once the
-  gradient of all of them is known, the start of its backward (``on_backward_enter``).
+  gradient of all of them is known, the start of its backward (``on_backward_enter``);
+  one output gets a plain tensor hook (``grad_hooks.on_gradients``: a multi-grad hook
+  never fires for the tensor a backward starts from, a model that returns its loss).
 
 A probe gets ``on_backward_exit`` only after ``on_backward_enter`` for the same call: a
 call whose outputs get no gradient (unused, or not differentiable) has no backward,
@@ -46,37 +48,14 @@ import torch
 from torch.autograd.graph import register_multi_grad_hook
 
 from hookscope.core import torch_private
+from hookscope.core.grad_hooks import hook_leaves, leaves_of, needing_grad, on_gradients
 from hookscope.core.handles import HandleGroup
-from hookscope.core.leaf_hooks import hook_leaves
 from hookscope.core.node_owners import NodeOwners, OwnEnds, hook_own_nodes
 from hookscope.core.records import Call, ParamGrad
 from hookscope.core.tensors import iter_call_inputs, iter_tensors
 
 Dispatch = Callable[[str, Call | None, Any], None]
 """``dispatch(event, call, payload)``: the tracer's delivery of one backward event."""
-
-
-def _needing_grad(tensors: Iterable[tuple[str, torch.Tensor]]) -> list[torch.Tensor]:
-    """Tensors that require grad and were computed (have a ``grad_fn``).
-
-    NB: leaves are left out: ``register_multi_grad_hook`` cannot watch a leaf while
-    ``torch.autograd.grad`` runs (torch raises). A call whose inputs needing grad are all
-    leaves (the model's own input with ``requires_grad=True``) is watched by a tensor
-    hook on each instead (:meth:`BackwardWatch.watch_outputs`).
-
-    Each tensor once: one passed or returned several times (``mha(x, x, x)``) gets the
-    whole gradient in each of its hooks, and the norm of them all was sqrt(k) too large.
-    """
-    return _once([t for _, t in tensors if t.requires_grad and t.grad_fn is not None])
-
-
-def _leaves(tensors: Iterable[tuple[str, torch.Tensor]]) -> list[torch.Tensor]:
-    return _once([t for _, t in tensors if t.requires_grad and t.grad_fn is None])
-
-
-def _once(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    """``tensors`` without repeats (by identity, in order)."""
-    return list({id(t): t for t in tensors}.values())  # NB: a dict keeps the first order
 
 
 class BackwardWatch:
@@ -131,14 +110,14 @@ class BackwardWatch:
 
     def _hook_inputs(self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         inputs = list(iter_call_inputs(args, kwargs))
-        tensors = _needing_grad(inputs)
+        tensors = needing_grad(inputs)
         if tensors:
             handle = register_multi_grad_hook(tensors, lambda grads: self._exit(call, tuple(grads)))
             self._handles.add(handle)
             # before the output hook of the call that made an input (and an enclosing
             # call's input hook): this call's backward made the gradient it sees
             torch_private.hooks_first(handle)
-        elif leaves := _leaves(inputs):  # hooked when the call ends (watch_outputs)
+        elif leaves := leaves_of(inputs):  # hooked when the call ends (watch_outputs)
             self._leaf_inputs[call.index] = leaves
 
     def forget(self, call: Call) -> None:
@@ -166,30 +145,13 @@ class BackwardWatch:
         if leaves:
             self._watch_leaves(call, leaves)
         outputs = list(iter_tensors(output, "out"))
-        tensors = _needing_grad(outputs)
+        tensors = needing_grad(outputs)
         if tensors:
-            self._handles.add(self._on_gradients(tensors, lambda grads: self._enter(call, grads)))
+            self._handles.add(on_gradients(tensors, lambda grads: self._enter(call, grads)))
             if start is not None and call.parent is None:  # the graph of a whole forward
                 self._watch_nodes(tensors, start)
-        elif out_leaves := _leaves(outputs):  # returned a leaf as it is (its input, a parameter)
+        elif out_leaves := leaves_of(outputs):  # returned a leaf as it is (its input, a parameter)
             self._watch_leaves(call, out_leaves, entering=True)
-
-    @staticmethod
-    def _on_gradients(
-        tensors: list[torch.Tensor], fn: Callable[[tuple[Any, ...]], None]
-    ) -> Any:
-        """A hook calling ``fn(grads)`` once the gradients of all of ``tensors`` are
-        known, in each backward pass; its handle.
-
-        NB: one tensor gets a plain tensor hook, not ``register_multi_grad_hook``, which
-        never fires for a tensor the backward starts from (``out.backward(g)``, a model
-        that returns its loss: ``torch._C._will_engine_execute_node`` is False for that
-        root's node, so torch counts no gradient to wait for). Several tensors that are
-        all such roots stay unseen (torch's limit)."""
-        if len(tensors) == 1:
-            return tensors[0].register_hook(  # type: ignore[no-untyped-call]
-                lambda grad: fn((grad,)))  # returns None: the gradient is unchanged
-        return register_multi_grad_hook(tensors, lambda grads: fn(tuple(grads)))
 
     # -- calls recomputed by a backward pass ------------------------------------------
 
