@@ -48,7 +48,7 @@ if _typing.TYPE_CHECKING:
     from hookscope.interventions.capture import Capture, capture
     from hookscope.interventions.functions import patches
     from hookscope.interventions.patch import patch, patch_inputs
-    from hookscope.interventions.storage import load_activations
+    from hookscope.interventions.storage_reader import load_activations
     from hookscope.inventory import HookInventory, hooks
     from hookscope.lint.findings import Finding, Severity
     from hookscope.lint.runner import lint
@@ -107,7 +107,7 @@ _EXPORTS: dict[str, str] = {
     "Summary": "hookscope.render.summary",
     "Capture": "hookscope.interventions.capture",
     "capture": "hookscope.interventions.capture",
-    "load_activations": "hookscope.interventions.storage",
+    "load_activations": "hookscope.interventions.storage_reader",
     "patch": "hookscope.interventions.patch",
     "patch_inputs": "hookscope.interventions.patch",
     "patches": "hookscope.interventions.functions",  # a namespace of patch functions

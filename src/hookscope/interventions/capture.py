@@ -10,6 +10,8 @@ safetensors shards during the forward. Calls are named as the trace names them:
 ``path`` for a module's first call, ``path#N`` for its N-th reuse (and, in a
 :class:`Capture` around a loop, for the N-th batch).
 
+The probes and the in-memory dict they fill are in ``recording.py``.
+
 Recording probes run after replacing ones, so what is captured is what the caller
 received, also inside a :func:`hookscope.patch` block entered before the capture.
 """
@@ -19,7 +21,6 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from enum import Enum
 from types import TracebackType
 from typing import Any
 
@@ -27,26 +28,21 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_leaves
 
-from hookscope.core import torch_private
 from hookscope.core.failures import describe_failure
 from hookscope.core.inputs import parse_device
 from hookscope.core.meta import is_on_meta
 from hookscope.core.module_table import module_paths
-from hookscope.core.probe import Probe
 from hookscope.core.records import Call
 from hookscope.core.selectors import ModuleSelector, compile_module_selector
-from hookscope.core.tensors import map_tensors
 from hookscope.core.tracer import Tracer
 from hookscope.errors import HookscopeError, ModelRunError, SpecError
+from hookscope.interventions.recording import (
+    CapturedActivations,
+    What,
+    _InputCapture,
+    _OutputCapture,
+)
 from hookscope.interventions.storage import Activations, ModuleInputs, ShardWriter, load_activations
-
-
-class What(str, Enum):
-    """Which values of a call a capture keeps."""
-
-    OUTPUT = "output"
-    INPUT = "input"
-    BOTH = "both"
 
 
 def selected_paths(model: nn.Module, select: ModuleSelector, *, api: str) -> set[str]:
@@ -71,83 +67,6 @@ def selected_paths(model: nn.Module, select: ModuleSelector, *, api: str) -> set
 _ON_META = ("capture copies values, and the meta device has shapes but no values; run it "
             "with the model and inputs on 'cpu' or 'cuda' (hookscope.trace(..., "
             "device='meta') gives every call's shapes)")
-
-
-class CapturedActivations(dict[str, Any]):
-    """Captured values held in memory, by call name (a plain ``dict`` otherwise)."""
-
-    def calls_of(self, path: str) -> list[Any]:
-        """The values of every call of the module at ``path``, in call order (also
-        inside the block, where a recursive module's calls are kept as they end)."""
-        found = []
-        for key, value in self.items():
-            name, sep, n = key.partition("#")
-            if name == path:
-                found.append((int(n) if sep else 0, value))
-        return [value for _, value in sorted(found, key=lambda item: item[0])]
-
-
-class _OutputCapture(Probe):
-    """Copies each observed call's output at its exit."""
-
-    name = "capture"
-
-    def __init__(self, capture: Capture) -> None:
-        self.capture = capture
-
-    def on_exit(
-        self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
-        output: Any, failed: bool,
-    ) -> None:
-        if failed:
-            return
-        self.capture._keep(call, self._copy(output, call))
-
-    def _copy(self, value: Any, call: Call) -> Any:
-        device = self.capture.to
-        under_vmap = torch_private.vmap_running()
-
-        def copy(t: torch.Tensor) -> torch.Tensor:
-            # NB: inside torch.func.vmap a module's tensors are vmap's wrappers of one
-            # sample (shape [4] of a batch [3, 4]), whose copy means nothing once the
-            # transform ends (no op takes it, safetensors cannot save it): refused, not
-            # unwrapped (functorch's private API, and the batch dimension may be any)
-            if under_vmap and torch_private.is_functorch_wrapped(t):
-                raise SpecError(
-                    f"capture: {call.name!r} ran inside torch.func.vmap, where its tensors "
-                    "are vmap's per-sample wrappers, meaningless outside it; capture the "
-                    "module run outside vmap (for vmap(model)(x): model(x), same values)"
-                )
-            return t.detach().to(t.device if device is None else device, copy=True)
-
-        return map_tensors(copy, value)  # NB: also into dataclasses, which pytree leaves whole
-
-
-class _InputCapture(_OutputCapture):
-    """Copies what ``forward`` receives when the call starts (before it can change it in
-    place), and the output too for ``what="both"``."""
-
-    def __init__(self, capture: Capture) -> None:
-        super().__init__(capture)
-        self._pending: dict[int, ModuleInputs] = {}
-
-    def on_enter(
-        self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> None:
-        self._pending[call.index] = ModuleInputs(self._copy(args, call),
-                                                 self._copy(kwargs, call))
-
-    def on_exit(
-        self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
-        output: Any, failed: bool,
-    ) -> None:
-        inputs = self._pending.pop(call.index, None)
-        if failed or inputs is None:
-            return
-        if self.capture.what is What.INPUT:
-            self.capture._keep(call, inputs)
-        else:
-            self.capture._keep(call, {"input": inputs, "output": self._copy(output, call)})
 
 
 class Capture:

@@ -1,0 +1,108 @@
+"""What a capture records (the API: ``capture.py``): which values of a call
+(:class:`What`), the recording probes that copy them (``detach`` and a copy to ``to=``;
+inputs when ``forward`` starts, the output at the call's exit) and hand them to the
+capture, and the dict the copies are kept in, in memory (:class:`CapturedActivations`).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from hookscope.core import torch_private
+from hookscope.core.probe import Probe
+from hookscope.core.records import Call
+from hookscope.core.tensors import map_tensors
+from hookscope.errors import SpecError
+from hookscope.interventions.storage_format import ModuleInputs
+
+if TYPE_CHECKING:
+    from hookscope.interventions.capture import Capture
+
+
+class What(str, Enum):
+    """Which values of a call a capture keeps."""
+
+    OUTPUT = "output"
+    INPUT = "input"
+    BOTH = "both"
+
+
+class CapturedActivations(dict[str, Any]):
+    """Captured values held in memory, by call name (a plain ``dict`` otherwise)."""
+
+    def calls_of(self, path: str) -> list[Any]:
+        """The values of every call of the module at ``path``, in call order (also
+        inside the block, where a recursive module's calls are kept as they end)."""
+        found = []
+        for key, value in self.items():
+            name, sep, n = key.partition("#")
+            if name == path:
+                found.append((int(n) if sep else 0, value))
+        return [value for _, value in sorted(found, key=lambda item: item[0])]
+
+
+class _OutputCapture(Probe):
+    """Copies each observed call's output at its exit."""
+
+    name = "capture"
+
+    def __init__(self, capture: Capture) -> None:
+        self.capture = capture
+
+    def on_exit(
+        self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+        output: Any, failed: bool,
+    ) -> None:
+        if failed:
+            return
+        self.capture._keep(call, self._copy(output, call))
+
+    def _copy(self, value: Any, call: Call) -> Any:
+        device = self.capture.to
+        under_vmap = torch_private.vmap_running()
+
+        def copy(t: torch.Tensor) -> torch.Tensor:
+            # NB: inside torch.func.vmap a module's tensors are vmap's wrappers of one
+            # sample (shape [4] of a batch [3, 4]), whose copy means nothing once the
+            # transform ends (no op takes it, safetensors cannot save it): refused, not
+            # unwrapped (functorch's private API, and the batch dimension may be any)
+            if under_vmap and torch_private.is_functorch_wrapped(t):
+                raise SpecError(
+                    f"capture: {call.name!r} ran inside torch.func.vmap, where its tensors "
+                    "are vmap's per-sample wrappers, meaningless outside it; capture the "
+                    "module run outside vmap (for vmap(model)(x): model(x), same values)"
+                )
+            return t.detach().to(t.device if device is None else device, copy=True)
+
+        return map_tensors(copy, value)  # NB: also into dataclasses, which pytree leaves whole
+
+
+class _InputCapture(_OutputCapture):
+    """Copies what ``forward`` receives when the call starts (before it can change it in
+    place), and the output too for ``what="both"``."""
+
+    def __init__(self, capture: Capture) -> None:
+        super().__init__(capture)
+        self._pending: dict[int, ModuleInputs] = {}
+
+    def on_enter(
+        self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        self._pending[call.index] = ModuleInputs(self._copy(args, call),
+                                                 self._copy(kwargs, call))
+
+    def on_exit(
+        self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+        output: Any, failed: bool,
+    ) -> None:
+        inputs = self._pending.pop(call.index, None)
+        if failed or inputs is None:
+            return
+        if self.capture.what is What.INPUT:
+            self.capture._keep(call, inputs)
+        else:
+            self.capture._keep(call, {"input": inputs, "output": self._copy(output, call)})
