@@ -503,3 +503,42 @@ def test_the_call_whose_output_the_backward_starts_from_gets_its_events() -> Non
         assert trace[path].grad_output_norm == pytest.approx(float(grad.norm()), rel=1e-6)
         assert trace[path].backward_ns is not None
     assert sum(count_hooks(model).values()) + sum(count_hooks(seq).values()) == 0
+
+
+class LossAndLogits(nn.Module):
+    """Returns ``(loss, logits)``, as a transformers model with labels does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = self.lin(x)
+        return logits.pow(2).mean(), logits
+
+
+def test_a_call_returning_the_loss_and_what_it_came_from_starts_its_backward_once() -> None:
+    """torch's multi-grad hook fired twice for such a call (once for the loss, which it
+    never counts, once for the logits), each time with one of the two gradients."""
+    torch.manual_seed(0)
+    model, x = LossAndLogits(), torch.randn(2, 4)
+    loss, logits = model(x)
+    (d_logits,) = torch.autograd.grad(loss, logits)  # the oracle: the logits' gradient
+    started: list[str] = []
+
+    class Starts(hookscope.Probe):
+        name = "starts_for_test"
+
+        def on_backward_enter(self, call: Any, grad_outputs: tuple[Any, ...]) -> None:
+            started.append(call.path)
+
+    with hookscope.Tracer(model, grads=True, probes=[Starts()]) as tracer:
+        loss, _ = model(x)
+        loss.backward()
+    trace = tracer.trace
+    assert trace is not None
+    assert sorted(started) == ["", "lin"]
+    assert trace[""].grad_output_norm == pytest.approx(
+        float((1 + d_logits.norm() ** 2) ** 0.5), rel=1e-6)  # d loss/d loss is 1
+    assert trace["lin"].grad_output_norm == pytest.approx(float(d_logits.norm()), rel=1e-6)
+    assert sum(count_hooks(model).values()) == 0

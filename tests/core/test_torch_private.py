@@ -412,6 +412,61 @@ def test_a_tensor_hook_can_tell_whether_the_pass_accumulates_into_the_leaf() -> 
     assert seen == [True, False, False, True]
 
 
+def test_a_tensor_hook_can_tell_which_nodes_the_pass_runs_but_not_its_root() -> None:
+    """What ``grad_hooks.on_gradients`` counts on: a node the pass runs reads True, one
+    it does not False, and so does the node a pass starts from when nothing else
+    reaches it (the reason hookscope does not use ``register_multi_grad_hook`` there)."""
+    runs = torch_private.node_runs_function()
+    assert runs is not None
+    x = torch.randn(3, requires_grad=True)
+    y = torch.tanh(x)
+    z, unused = y * 2, y * 3
+    seen: dict[str, tuple[bool, bool, bool]] = {}
+    handles = [
+        t.register_hook(lambda g, name=name: seen.__setitem__(
+            name, (runs(y.grad_fn), runs(z.grad_fn), runs(unused.grad_fn))))
+        for name, t in [("y", y), ("z", z)]
+    ]
+    try:
+        z.backward(torch.ones(3), retain_graph=True)  # z is the root
+        first = dict(seen)
+        z.sum().backward()  # z is reached from the sum
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert first == {"y": (True, False, False), "z": (True, False, False)}
+    assert seen == {"y": (True, True, False), "z": (True, True, False)}
+
+
+def test_without_the_node_check_a_call_with_two_outputs_falls_back_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Fallback: torch's own multi-grad hook, which still starts the backward of a call
+    whose outputs are both reached from the loss."""
+    import hookscope
+
+    monkeypatch.setattr(private_autograd, "_will_run", None)
+    monkeypatch.setattr(private_warnings, "_warned", set())
+
+    class Two(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(2, 2)
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            y = self.lin(x)
+            return y * 2, y * 3
+
+    model, x = Two(), torch.randn(3, 2)
+    warned = pytest.warns(torch_private.HookscopeTorchWarning, match="_will_engine_execute_node")
+    with warned, hookscope.Tracer(model, grads=True) as tracer:
+        a, b = model(x)
+        (a + b).sum().backward()
+    assert tracer.trace is not None
+    # d sum / d a and d sum / d b: ones, 3 x 2 each
+    assert tracer.trace[""].grad_output_norm == pytest.approx(12 ** 0.5, rel=1e-6)
+
+
 def test_a_tensor_s_hooks_run_in_the_order_of_their_dict_which_can_be_rebuilt() -> None:
     """``hooks_first``: autograd runs a tensor's hooks in the insertion order of the
     ``OrderedDict`` behind the handle (``move_to_end`` alone does not reorder them)."""

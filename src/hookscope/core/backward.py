@@ -11,8 +11,8 @@ the probes that override it:
   only when a probe takes that event);
 - when the call ends, its outputs that require grad get another: it fires once the
   gradient of all of them is known, the start of its backward (``on_backward_enter``);
-  one output gets a plain tensor hook (``grad_hooks.on_gradients``: a multi-grad hook
-  never fires for the tensor a backward starts from, a model that returns its loss).
+  tensor hooks counted as ``grad_hooks.on_gradients`` says (torch's multi-grad hook
+  never fires for the tensor a backward starts from: a model that returns its loss).
 
 A probe gets ``on_backward_exit`` only after ``on_backward_enter`` for the same call: a
 call whose outputs get no gradient (unused, or not differentiable) has no backward,
@@ -147,7 +147,7 @@ class BackwardWatch:
         outputs = list(iter_tensors(output, "out"))
         tensors = needing_grad(outputs)
         if tensors:
-            self._handles.add(on_gradients(tensors, lambda grads: self._enter(call, grads)))
+            self._handles.extend(on_gradients(tensors, lambda grads: self._enter(call, grads)))
             if start is not None and call.parent is None:  # the graph of a whole forward
                 self._watch_nodes(tensors, start)
         elif out_leaves := leaves_of(outputs):  # returned a leaf as it is (its input, a parameter)

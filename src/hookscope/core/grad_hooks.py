@@ -1,6 +1,6 @@
 """The hooks on tensors' gradients that backward events come from
 (:class:`~hookscope.core.backward.BackwardWatch`): which tensors of a call to watch
-(:func:`needing_grad`, :func:`leaves_of`), a hook when the gradients of all of them
+(:func:`needing_grad`, :func:`leaves_of`), hooks for when the gradients of all of them
 are known (:func:`on_gradients`), and the hooks on leaves (:func:`hook_leaves`).
 
 Leaves get hooks of their own: ``torch.autograd.graph.register_multi_grad_hook``
@@ -12,6 +12,7 @@ backward when the last of their gradients arrives; a call that returns a leaf as
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import torch
 from torch.autograd.graph import register_multi_grad_hook
 
+from hookscope.core import torch_private
 from hookscope.core.handles import HandleGroup
 
 
@@ -47,19 +49,47 @@ def once(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
 
 def on_gradients(
     tensors: list[torch.Tensor], fn: Callable[[tuple[Any, ...]], None]
-) -> Any:
-    """A hook calling ``fn(grads)`` once the gradients of all of ``tensors`` are
-    known, in each backward pass; its handle.
+) -> list[Any]:
+    """Hooks calling ``fn(grads)`` once per backward pass, when the gradients of all of
+    the non-leaf ``tensors`` this pass computes are known (``None`` for the others);
+    their handles.
 
-    NB: one tensor gets a plain tensor hook, not ``register_multi_grad_hook``, which
-    never fires for a tensor the backward starts from (``out.backward(g)``, a model
-    that returns its loss: ``torch._C._will_engine_execute_node`` is False for that
-    root's node, so torch counts no gradient to wait for). Several tensors that are
-    all such roots stay unseen (torch's limit)."""
+    NB: not ``register_multi_grad_hook``, which never fires for the tensor a backward
+    starts from (``out.backward(g)``, a model that returns its loss): it counts the
+    gradients to wait for with ``torch._C._will_engine_execute_node``, False for the
+    node a pass starts from; with the loss and the logits (a transformers model's
+    output), it fired twice, once for each. Here the tensor whose hook fires first
+    counts as computed, and a pass delivers once. One tensor gets a plain hook."""
     if len(tensors) == 1:
-        return tensors[0].register_hook(  # type: ignore[no-untyped-call]
-            lambda grad: fn((grad,)))  # returns None: the gradient is unchanged
-    return register_multi_grad_hook(tensors, lambda grads: fn(tuple(grads)))
+        return [tensors[0].register_hook(  # type: ignore[no-untyped-call]
+            lambda grad: fn((grad,)))]  # returns None: the gradient is unchanged
+    runs = torch_private.node_runs_function()
+    if runs is None:  # this torch cannot tell: its own hook (roots unseen)
+        return [register_multi_grad_hook(tensors, lambda grads: fn(tuple(grads)))]
+    nodes = [t.grad_fn for t in tensors]
+    lock = threading.Lock()  # hooks run on autograd's device threads
+    waiting: dict[int | None, tuple[list[Any], list[int]]] = {}  # pass -> grads, expected
+    delivered: set[int | None] = set()
+
+    def arrived(i: int, grad: torch.Tensor) -> None:
+        task = torch_private.current_graph_task_id()
+        with lock:
+            if task in delivered:
+                return
+            if task not in waiting:  # the first of this pass: this one's node runs
+                expected = sum(j == i or runs(n) for j, n in enumerate(nodes))
+                waiting[task] = ([None] * len(nodes), [expected])
+            grads, left = waiting[task]
+            grads[i] = grad
+            left[0] -= 1
+            if left[0] > 0:
+                return
+            del waiting[task]
+            delivered.add(task)
+        fn(tuple(grads))
+
+    return [t.register_hook(lambda g, i=i: arrived(i, g))  # type: ignore[no-untyped-call]
+            for i, t in enumerate(tensors)]
 
 
 def hook_leaves(

@@ -28,7 +28,8 @@ below (``torch_private.next_sequence_nr()``); the submodules hold them:
 - ``autograd.py``: node sequence numbers, the current node and graph task, the
   end-of-backward queue, saved-tensor hooks, a tensor's hook order
   (:func:`hooks_first`), whether a backward accumulates into a leaf
-  (:func:`accumulates_now`) and a ``GradScaler``'s overflow flags.
+  (:func:`accumulates_now`), whether a pass runs a node (:func:`node_runs_function`)
+  and a ``GradScaler``'s overflow flags.
 - ``dispatch.py``: functorch's wrappers and batches, version counters, the
   dispatcher's kernel table, and Python dispatch (:func:`dispatch_off`,
   :func:`unwrapped_dispatch_mode`).
@@ -49,6 +50,7 @@ from hookscope.core.torch_private.autograd import (
     graph_task_running,
     hooks_first,
     next_sequence_nr,
+    node_runs_function,
     node_sequence_nr,
     queue_end_of_backward,
     saved_tensor_default_hooks,
@@ -95,6 +97,7 @@ __all__ = [
     "jit_trace_scopes",
     "jit_tracing_paused",
     "next_sequence_nr",
+    "node_runs_function",
     "node_sequence_nr",
     "overrides_call_impl",
     "pytree",

@@ -5,7 +5,7 @@ Private: ``torch._C._autograd._get_sequence_nr``, ``torch._C._current_autograd_n
 ``torch._C._current_graph_task_id``, the execution engine's ``queue_callback``,
 ``_top_saved_tensors_default_hooks``, a tensor's hook dict behind its handle
 (:func:`hooks_first`), ``torch._C._will_engine_execute_node``
-(:func:`accumulates_now`) and a ``GradScaler``'s per-optimizer state
+(:func:`accumulates_now`, :func:`node_runs_function`) and a ``GradScaler``'s per-optimizer state
 (:func:`scaler_found_inf`).
 """
 
@@ -157,6 +157,21 @@ def scaler_found_inf(scaler: Any, optimizer: Any) -> list[torch.Tensor] | None:
                    "keeps a GradScaler's overflow flags where hookscope cannot read them")
         return None
     return flags
+
+
+_will_run: Callable[[Any], bool] | None = getattr(torch._C, "_will_engine_execute_node", None)
+
+
+def node_runs_function() -> Callable[[Any], bool] | None:
+    """``runs(node)``, read in a tensor hook during a backward pass: whether this pass
+    runs ``node`` (a non-leaf tensor's ``grad_fn``). NB: False for the node a pass
+    starts from when nothing else reaches it (``out.backward(g)``: torch's own
+    ``register_multi_grad_hook`` then waits for a gradient that never comes); ``None``
+    where this torch cannot tell (the caller falls back on torch's multi-grad hook)."""
+    if _will_run is None:
+        _warn_once("backward events of calls with several outputs",
+                   "has no _will_engine_execute_node")
+    return _will_run
 
 
 def accumulates_now(p: torch.Tensor) -> bool | None:
