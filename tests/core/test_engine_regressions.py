@@ -542,3 +542,32 @@ def test_a_call_returning_the_loss_and_what_it_came_from_starts_its_backward_onc
         float((1 + d_logits.norm() ** 2) ** 0.5), rel=1e-6)  # d loss/d loss is 1
     assert trace["lin"].grad_output_norm == pytest.approx(float(d_logits.norm()), rel=1e-6)
     assert sum(count_hooks(model).values()) == 0
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_a_patch_and_a_tracer_span_several_training_steps_with_checkpointing(
+    reentrant: bool,
+) -> None:
+    """A module called once per forward is called once in each step's forward: the
+    count that tells which call a recompute repeats starts anew with each forward of
+    the model (it said "called 2 times" at the second step)."""
+    torch.manual_seed(0)
+    model, x = CheckpointedBlock(reentrant), torch.randn(3, 4, requires_grad=True)
+    handle = model.block[0].register_forward_hook(lambda m, a, out: out * 3)
+    expected = _grads(model, x)  # the oracle: torch's own hook, run in the recompute too
+    handle.remove()
+    with hookscope.patch(model, {"block.0": lambda m, a, out: out * 3}):
+        for _ in range(2):
+            got = _grads(model, x)
+            for name, grad in expected.items():
+                torch.testing.assert_close(got[name], grad, rtol=1e-6, atol=1e-7, msg=name)
+    with hookscope.Tracer(model, grads=True) as tracer:
+        for _ in range(2):
+            model(x).pow(2).sum().backward()
+    trace = tracer.trace
+    assert trace is not None
+    inner = [c for c in trace.calls if c.path == "block.1"]
+    assert len(inner) == 2
+    assert all(c.grad_output_norm is not None for c in inner)
+    assert inner[0].grad_output_norm == pytest.approx(inner[1].grad_output_norm, rel=1e-6)
+    assert sum(count_hooks(model).values()) == 0

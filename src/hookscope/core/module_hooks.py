@@ -86,7 +86,7 @@ def make_module_pre_hook(
             tracer._overhead_at_start[call.index] = tracer.overhead_ns
         count += 1
         if keep:  # what a recompute of this call repeats
-            recomputes.calls[id(module)] = (call, count)
+            recomputes.remember(module, call)
         stack.append((call, module, exc_info()[1]))
         if owners is not None:
             owners.mark(call.index)

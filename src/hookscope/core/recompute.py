@@ -14,7 +14,7 @@ forward it repeats (:class:`Recomputes`):
   a reentrant checkpoint have their backward events too.
 
 NB: a recompute does not say which call of a module it repeats (segments recompute in
-any order): only a module called once in the run is told apart. A patched module called
+any order): only a module called once in the model's forward is told apart. A patched module called
 more than once is refused (``SpecError``: a patch may depend on the call); such a call
 gets no backward events from the recompute.
 """
@@ -22,11 +22,13 @@ gets no backward events from the recompute.
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
+from hookscope.core import torch_private
 from hookscope.core.internal import internal_work
 from hookscope.core.module_hooks import as_inputs
 from hookscope.errors import SpecError
@@ -50,6 +52,26 @@ class Recomputes:
     def clear(self) -> None:
         self.calls.clear()
         self._outer.clear()
+
+    def remember(self, module: nn.Module, call: Call) -> None:
+        """``call`` of ``module`` starts in the forward: what a recompute repeats."""
+        found = self.calls.get(id(module))
+        self.calls[id(module)] = (call, 1 if found is None else found[1] + 1)
+
+    def watch_forwards(self, model: nn.Module) -> Any:
+        """A forward pre-hook on ``model`` (its handle): each forward of the model starts
+        its calls anew, so that a block or a patch spanning training steps (forward,
+        backward, forward, ...) tells apart the calls of the step a recompute repeats.
+        NB: a module called in two forwards before one backward (gradient
+        accumulation) maps to its call in the second."""
+        graph_task = torch_private.graph_task_id_function()
+        thread = self._tracer._thread
+
+        def forward_starts(module: nn.Module, args: Any) -> None:
+            if graph_task() == -1 and threading.get_ident() == thread:
+                self.calls.clear()
+
+        return model.register_forward_pre_hook(forward_starts, prepend=True)
 
     def keeps_calls(self) -> bool:
         """Whether the run's calls must be kept (``self.calls``) for their recomputes."""

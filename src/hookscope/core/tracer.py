@@ -288,6 +288,8 @@ class Tracer:
         observe_module_calls(
             self, table.members, table.scan if self._installs_keep_modules else None
         )
+        if self._recomputes.keeps_calls():  # each forward of the model starts anew
+            handles.add(self._recomputes.watch_forwards(self.model))
         if self._guarded or (self._marks_work and not self._saves_nothing):
             _shared.watchers[0] += 1
             handles.add(CallbackHandle(_unwatch))
