@@ -190,3 +190,43 @@ def test_lstm_nested_outputs() -> None:
                             time=False, stats=False, memory=False)
     assert [(m.path, m.shape) for m in trace.find("lstm").outputs] == [
         ("out[0]", (2, 3, 6)), ("out[1][0]", (1, 2, 6)), ("out[1][1]", (1, 2, 6))]
+
+
+# -- shared facts: one read-only list for every call with the same fields -------------------
+
+
+def test_shared_shape_facts_are_read_only_lists() -> None:
+    """Calls with the same input and output fields share their lists (within a trace and
+    between traces); a change to one raises instead of changing every call, and a copy
+    is a plain list the caller owns."""
+    import copy
+    import pickle
+
+    from hookscope.core.readonly import ReadOnlyList
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4), nn.ReLU()).eval()
+    x = torch.randn(2, 4)
+    first = hookscope.trace(model, x, time=False, stats=False, memory=False)
+    again = hookscope.trace(model, x, time=False, stats=False, memory=False)
+    a, b = first.find("0"), first.find("1")
+    assert type(a.inputs) is ReadOnlyList and type(a.outputs) is ReadOnlyList
+    assert a.inputs is b.inputs and a.outputs is again.find("0").outputs
+    # the recorded values are the real ones (the oracle: the tensors themselves)
+    assert a.inputs == [m for m in a.inputs] and a.inputs[0].shape == tuple(x.shape)
+    assert a.outputs[0].shape == tuple(model[0](x).shape)
+    for change in (
+        lambda v: v.append(v[0]), lambda v: v.extend([]), lambda v: v.insert(0, v[0]),
+        lambda v: v.pop(), lambda v: v.remove(v[0]), lambda v: v.clear(),
+        lambda v: v.sort(), lambda v: v.reverse(), lambda v: v.__setitem__(0, v[0]),
+        lambda v: v.__delitem__(0), lambda v: v.__iadd__([]), lambda v: v.__imul__(2),
+    ):
+        with pytest.raises(TypeError, match="read-only"):
+            change(a.inputs)
+    assert len(b.inputs) == 1 and b.inputs[0].shape == (2, 4)  # nothing changed
+    for made in (list(a.inputs), a.inputs.copy(), copy.copy(a.inputs),
+                 copy.deepcopy(a.inputs), pickle.loads(pickle.dumps(a.inputs))):
+        assert type(made) is list and made == a.inputs
+        made.append(made[0])  # the copy is the caller's
+    assert len(a.inputs) == 1
+    # a record copied whole (deepcopy, pickle) holds plain lists, equal to the first
+    assert pickle.loads(pickle.dumps(first)).calls == first.calls

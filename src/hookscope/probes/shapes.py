@@ -10,15 +10,18 @@ when it raised: one hook per call instead of two. NB: so a ``forward`` that chan
 its input's shape in place (``x.unsqueeze_(0)``) records the changed shape.
 
 Most calls take one tensor and return one. For those, the hook reads the tensors'
-``shape``, ``dtype``, ``device``, ``requires_grad`` and ``layout`` and looks the pair of
-records up by them: identical records are shared (within a trace and between traces:
-records are read-only), so a model traced again makes none. NB: the lookup is made in
-the hook, while what it reads is in the cache; keeping the fields for ``finalize`` to
-look up cost more, as a second visit of every call after the forward finds nothing
-cached (0.4 ms on MobileNetV3-Large's 255 calls, ``benchmarks/README.md``). NB: one
-key for both tensors, one lookup; the fields read as attributes in bytecode (the
-interpreter specialises those reads; an ``attrgetter`` of the five cost more
-instructions under callgrind, ``benchmarks/README.md``, session 15).
+``shape``, ``dtype``, ``device``, ``requires_grad`` and ``layout`` and looks the call's
+two facts up by them: identical facts are shared (within a trace and between traces:
+records are read-only, and the lists are :class:`~hookscope.core.readonly.ReadOnlyList`),
+so a model traced again makes none, and a call's facts get both in one
+``dict.update`` (NB: which copies the template's table: two list allocations and two
+insertions less per call, 0.3 ms of MobileNetV3-Large's 255 calls in place,
+``benchmarks/README.md``, session 16). NB: the lookup is made in the hook, while what
+it reads is in the cache; keeping the fields for ``finalize`` to look up cost more, as
+a second visit of every call after the forward finds nothing cached (0.4 ms on
+MobileNetV3-Large's 255 calls). NB: one key for both tensors, one lookup; the fields
+read as attributes in bytecode (the interpreter specialises those reads; an
+``attrgetter`` of the five cost more instructions under callgrind, session 15).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from torch import nn
 
 from hookscope.core.facts import Column, Fact, Field, Unit
 from hookscope.core.probe import Probe, register_probe
+from hookscope.core.readonly import ReadOnlyList
 from hookscope.core.records import Call, TensorMeta
 from hookscope.core.tensors import call_input_metas, meta_from_fields, metas, shapes_text
 from hookscope.core.value_json import metas_in, metas_out
@@ -43,12 +47,12 @@ _Fields = tuple[Any, ...]
 
 _Tensor = torch.Tensor
 
-#: The records of the input's and the output's fields seen so far, in every trace: a
-#: record is read-only, and a model traced again makes the same ones (NB: making them
-#: was most of this probe's time per run). Cleared, when a run starts, once it has
-#: grown too large.
-_PAIRS: dict[_Fields, tuple[TensorMeta, TensorMeta]] = {}
-_MAX_PAIRS = 4096
+#: The facts of a call with one input tensor and one output tensor, by their fields,
+#: seen so far in every trace: ``{"inputs": [meta], "outputs": [meta]}``, the lists
+#: read-only and shared by every call with those fields (NB: making them was most of
+#: this probe's time per run). Cleared, when a run starts, once it has grown too large.
+_FACTS: dict[_Fields, dict[str, ReadOnlyList[TensorMeta]]] = {}
+_MAX_FACTS = 4096
 
 
 def _numel(metas: list[TensorMeta]) -> float | None:
@@ -89,8 +93,8 @@ class ShapeProbe(Probe):
     )
 
     def install(self, tracer: Tracer) -> list[Removable]:
-        if len(_PAIRS) > _MAX_PAIRS:
-            _PAIRS.clear()
+        if len(_FACTS) > _MAX_FACTS:
+            _FACTS.clear()
         return []
 
     def on_exit(
@@ -108,14 +112,13 @@ class ShapeProbe(Probe):
             except RuntimeError:  # a strided nested tensor has no ``shape``: asking
                 pass  # raises, which costs nothing until it does (not is_nested twice)
             else:
-                pair = _PAIRS.get(key)
-                if pair is None:
-                    pair = _PAIRS[key] = (
-                        meta_from_fields("args[0]", *key[:5]), meta_from_fields("out", *key[5:])
-                    )
-                facts = call.facts
-                facts["inputs"] = [pair[0]]
-                facts["outputs"] = [pair[1]]
+                made = _FACTS.get(key)
+                if made is None:
+                    made = _FACTS[key] = {
+                        "inputs": ReadOnlyList([meta_from_fields("args[0]", *key[:5])]),
+                        "outputs": ReadOnlyList([meta_from_fields("out", *key[5:])]),
+                    }
+                call.facts.update(made)
                 return
         facts = call.facts
         facts["inputs"] = call_input_metas(args, kwargs)
