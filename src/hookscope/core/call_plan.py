@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from enum import Enum
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 from torch import nn
@@ -38,16 +38,22 @@ def kind_of(cls: type) -> Kind:
     return Kind.OTHER
 
 
-Entries = dict[int, list[Any]]
-"""``id(module) -> [path, class name, calls so far, is a fast leaf]``."""
+Entries = dict[int, tuple[str, str, int, bool]]
+"""``id(module) -> (path, class name, its place in the run's counts, is a fast leaf)``:
+read-only, and kept from run to run for a model traced again (NB: no list per module
+and per run: the garbage collector's young generation fills with what a run
+allocates, and a collection in the middle of a run costs a fraction of a millisecond,
+``benchmarks/README.md``, session 16)."""
 
 
 class Plan(NamedTuple):
     """What a run installs: the modules the stand-in observes, by ``id`` (``entries``),
-    the classes it stands in for (those of the entries' modules), and the modules that
-    get per-module hooks (``hooked``)."""
+    how many times each was called so far in this run (``counts``, by the entries'
+    places), the classes it stands in for (those of the entries' modules), and the
+    modules that get per-module hooks (``hooked``)."""
 
     entries: Entries
+    counts: list[int]
     classes: tuple[type, ...]
     hooked: list[tuple[str, nn.Module]]
 
@@ -83,9 +89,8 @@ def plan_calls(
         if kept is not None and kept.own_forward == scan.own_forward and not any(
             map(torch_private.overrides_call_impl, set(scan.types))
         ):
-            entries = dict(zip(kept.ids, map(list, kept.entries), strict=True))
-            return Plan(entries, kept.classes, [])
-    entries = {}
+            return Plan(kept.entries, [0] * len(kept.entries), kept.classes, [])
+    entries: Entries = {}
     hooked: list[tuple[str, nn.Module]] = []
     classes: dict[type, tuple[Kind, bool, str]] = {}
     scripted, torch_nn = Kind.SCRIPTED, Kind.TORCH_NN
@@ -107,11 +112,11 @@ def plan_calls(
                 facts[1] or module._forward_hooks or module._forward_pre_hooks
                 or own.get("_compiled_call_impl") is not None or "_call_impl" in own
             ):
-                entries[id(module)] = [
-                    path, facts[2], 0,
+                entries[id(module)] = (
+                    path, facts[2], len(entries),
                     leaves_fast and kind is torch_nn and not module._modules
                     and "forward" not in own,  # NB: a forward patched on the instance
-                ]
+                )
                 continue
         hooked.append((path, module))
     # the stand-in goes to the classes of the modules it observes (NB: and to a class
@@ -122,10 +127,8 @@ def plan_calls(
     ) if entries else ()
     if again and not hooked:
         assert scan is not None
-        scan.plans[leaves_fast] = _KeptPlan(
-            scan.own_forward, list(entries), list(map(tuple, entries.values())), observed
-        )
-    return Plan(entries, observed, hooked)
+        scan.plans[leaves_fast] = _KeptPlan(scan.own_forward, entries, observed)
+    return Plan(entries, [0] * len(entries), observed, hooked)
 
 
 class _KeptPlan(NamedTuple):
@@ -133,6 +136,5 @@ class _KeptPlan(NamedTuple):
     besides the fingerprint: which modules had a ``forward`` of their own."""
 
     own_forward: list[bool]
-    ids: list[int]
-    entries: list[tuple[Any, ...]]
+    entries: Entries
     classes: tuple[type, ...]

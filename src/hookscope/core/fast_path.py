@@ -51,6 +51,7 @@ from hookscope.core.call_plan import Entries, Plan
 from hookscope.core.failures import add_note
 from hookscope.core.handles import CallbackHandle
 from hookscope.core.module_hooks import new_call
+from hookscope.core.readonly import ReadOnlyList
 from hookscope.core.records import Call
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ def install_call_path(tracer: Tracer, plan: Plan) -> CallbackHandle | None:
     """
     original = torch_private.torch_call_impl()
     alive = [True]
-    traced = make_traced_call(tracer, plan.entries, original, alive)
+    traced = make_traced_call(tracer, plan.entries, plan.counts, original, alive)
     put_back = torch_private.stand_in_call_impl(plan.classes, traced)
     if put_back is None:
         return None
@@ -78,7 +79,8 @@ def install_call_path(tracer: Tracer, plan: Plan) -> CallbackHandle | None:
 
 
 def make_traced_call(
-    tracer: Tracer, entries: Entries, original: Callable[..., Any], alive: list[bool]
+    tracer: Tracer, entries: Entries, counts: list[int], original: Callable[..., Any],
+    alive: list[bool],
 ) -> Callable[..., Any]:
     """The stand-in for ``Module._call_impl``: the call-start bookkeeping of
     ``core/module_hooks.py``'s pre-hook, torch's ``_call_impl``, then its post-hook's.
@@ -113,8 +115,9 @@ def make_traced_call(
         # run again by a backward pass (activation checkpointing): not a call of the run
         if entry is None or get_ident() != thread or not alive[0] or graph_task() != -1:
             return original(module, *args, **kwargs)
-        path, cls, count = entry[0], entry[1], entry[2]
-        entry[2] = count + 1
+        path, cls, place = entry[0], entry[1], entry[2]
+        count = counts[place]
+        counts[place] = count + 1
         # a leaf, recorded whole when it ends (unless a hook added meanwhile, which may
         # call another module, needs its start)
         if entry[3] and not (module._forward_hooks or module._forward_pre_hooks):
@@ -151,7 +154,10 @@ def make_traced_call(
             else:
                 call.depth, call.parent = 0, None
             call.index, call.path, call.module_class, call.call_index = index, path, cls, count
-            call.children, call.start_ns, call.error, call.facts = [], start - origin, None, {}
+            # NB: a leaf has no children, ever: one shared empty list, read-only (one
+            # object less per call for the garbage collector's young generation)
+            call.children, call.start_ns, call.error, call.facts = (
+                _NO_CHILDREN, start - origin, None, {})
             calls.append(call)
             if clocked:
                 at_start[index] = overhead
@@ -219,6 +225,10 @@ def make_traced_call(
         return output
 
     return traced_call_impl
+
+
+#: The children of every call recorded whole at its end (a leaf: none)
+_NO_CHILDREN: ReadOnlyList[int] = ReadOnlyList()
 
 
 def _pop(stack: list[Any], frame: Any, owners: NodeOwners | None, call: Call) -> None:

@@ -21,6 +21,7 @@ from hookscope.core import table_reuse
 from hookscope.core.model_records import ModelSummary, ModuleInfo
 
 Walk = list[tuple[str, nn.Module]]
+Members = table_reuse.Walk  # a Walk, or a reused table's Pairs
 
 # What ``is_lazy`` tests, without its call per tensor in ``module_table``.
 _Uninitialized: type = torch.nn.parameter.UninitializedTensorMixin  # type: ignore[attr-defined]
@@ -31,7 +32,7 @@ def tensor_path(mod_path: str, name: str) -> str:
 
 
 def first_paths(
-    walk: Walk, table: str
+    walk: Members, table: str
 ) -> tuple[list[tuple[str, str, nn.Module, torch.Tensor]], dict[str, str]]:
     """``(path, name, module, tensor)`` of every tensor in the modules' ``table``
     (``_parameters`` or ``_buffers``) at its first path, and ``tied``: each later path
@@ -119,8 +120,8 @@ class ModuleTable:
 
     summary: ModelSummary
     modules: dict[str, ModuleInfo]
-    walk: list[tuple[str, nn.Module]]
-    members: list[tuple[str, nn.Module]]
+    walk: Members
+    members: Members
     parameters: list[nn.Parameter]
     lazy: bool
     tied: dict[str, str] = field(default_factory=dict)
@@ -263,7 +264,7 @@ def module_table(model: nn.Module, *, extra_repr: bool = True) -> ModuleTable:
         reused = table_reuse.reuse(model)
         if reused is not None:
             kept, infos, walked, parameters, depth, scan = reused
-            return ModuleTable(kept, infos, walked, list(walked), parameters, False, {},
+            return ModuleTable(kept, infos, walked, walked, parameters, False, {},
                                depth, scan)
     walk = _walk(model)
     canonical: dict[int, str] = {}

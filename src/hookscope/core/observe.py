@@ -8,6 +8,7 @@ installed; everything it registers goes to the tracer's handles, removed on exit
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from torch import nn
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 
 
 def observe_module_calls(
-    tracer: Tracer, members: list[tuple[str, nn.Module]], scan: ModelScan | None = None
+    tracer: Tracer, members: Sequence[tuple[str, nn.Module]], scan: ModelScan | None = None
 ) -> None:
     """Observe the calls of ``members`` (``(path, module)``, each module once) for
     ``tracer``. Exclusive runs (``trace()``/``summary()``) observe hook-free modules in

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.nn.parameter import is_lazy
 
-from hookscope.core.module_table import Walk, first_paths, module_table
+from hookscope.core.module_table import Members, first_paths, module_table
 from hookscope.core.records import ModelSummary, ModuleInfo
 from hookscope.core.tensors import device_str, dtype_str
 from hookscope.errors import SpecError
@@ -198,7 +198,7 @@ def _tensor_fields(t: torch.Tensor) -> tuple[tuple[int, ...], str, str, int, int
     return tuple(t.shape), dtype, device, numel, numel * t.element_size()
 
 
-def _collect_params(walk: Walk) -> tuple[dict[str, ParamInfo], dict[str, str]]:
+def _collect_params(walk: Members) -> tuple[dict[str, ParamInfo], dict[str, str]]:
     found, tied = first_paths(walk, "_parameters")
     params = {
         path: ParamInfo(path, *_tensor_fields(p), p.requires_grad) for path, _, _, p in found
@@ -206,7 +206,7 @@ def _collect_params(walk: Walk) -> tuple[dict[str, ParamInfo], dict[str, str]]:
     return params, tied
 
 
-def _collect_buffers(walk: Walk) -> tuple[dict[str, BufferInfo], dict[str, str]]:
+def _collect_buffers(walk: Members) -> tuple[dict[str, BufferInfo], dict[str, str]]:
     found, tied = first_paths(walk, "_buffers")
     buffers = {
         path: BufferInfo(

@@ -20,19 +20,59 @@ with the caches cold, costs about as much as the work in it (``benchmarks/README
 from __future__ import annotations
 
 import weakref
+from collections.abc import Iterator, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import chain, repeat
 from operator import attrgetter, contains, is_not, itemgetter
-from typing import Any
+from typing import Any, overload
 
 import torch
 from torch import nn
 
 from hookscope.core.model_records import ModelSummary, ModuleInfo
 
-Walk = list[tuple[str, nn.Module]]
+Walk = Sequence[tuple[str, nn.Module]]
+
+
+class Pairs(Sequence[tuple[str, nn.Module]]):
+    """The ``(path, module)`` pairs of a reused table, made as they are read (NB: a
+    list of them would be one more object per module and per run for the garbage
+    collector's young generation, whose collections in the middle of a run cost a
+    fraction of a millisecond each: ``benchmarks/README.md``, session 16)."""
+
+    __slots__ = ("_modules", "_paths")
+
+    def __init__(self, paths: list[str], modules: list[nn.Module]) -> None:
+        self._paths, self._modules = paths, modules
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[tuple[str, nn.Module]]:
+        return zip(self._paths, self._modules, strict=True)
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[str, nn.Module]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[tuple[str, nn.Module]]: ...
+
+    def __getitem__(
+        self, index: int | slice
+    ) -> tuple[str, nn.Module] | list[tuple[str, nn.Module]]:
+        if isinstance(index, slice):
+            return list(zip(self._paths[index], self._modules[index], strict=True))
+        return self._paths[index], self._modules[index]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]  # as a list's
+
+    def __repr__(self) -> str:
+        return repr(list(self))
 
 
 @dataclass(slots=True)
@@ -137,7 +177,7 @@ class _Made:
             return None
         _, parameters, scan = now
         scan.plans = self.plans
-        walk = list(zip(self.paths, walked, strict=True))
+        walk = Pairs(self.paths, walked)
         return self.summary, dict(self.modules), walk, parameters, self.depth, scan
 
 
@@ -153,11 +193,10 @@ _NONE = id(None)
 _deref = weakref.ref.__call__
 _chain = chain.from_iterable
 # what a module's __dict__ holds for the table, the state snapshot and the plan
-_tables = itemgetter(
+_TABLES = tuple(map(itemgetter, (
     "_modules", "_parameters", "_buffers", "training", "_forward_hooks", "_forward_pre_hooks"
-)
-_dtype_and_grad, _dtype = attrgetter("dtype", "requires_grad"), attrgetter("dtype")
-_second = itemgetter(1)
+)))
+_dtype, _requires_grad = attrgetter("dtype"), attrgetter("requires_grad")
 _not_none = partial(is_not, None)
 
 
@@ -185,7 +224,10 @@ def _fingerprint(
     """
     dicts = list(map(vars, walked))
     try:
-        subs, params, bufs, training, hooks, pre_hooks = zip(*map(_tables, dicts), strict=True)
+        # NB: one pass per entry, not a tuple of them per module (once the tuple free
+        # list is empty, each new tuple counts towards a garbage collection)
+        subs, params, bufs, training, hooks, pre_hooks = (
+            list(map(get, dicts)) for get in _TABLES)
         # NB: each table's entries read once, then kept (``dict.values`` raises for a
         # table that is not a dict: a TorchScript module's, or something a user put there)
         children = list(_chain(map(dict.values, subs)))
@@ -197,7 +239,7 @@ def _fingerprint(
     buffers = list(filter(_not_none, buffer_entries))
     numel = torch.Tensor.numel
     types = list(map(type, walked))
-    dtypes_and_grads = list(map(_dtype_and_grad, parameters))
+    dtypes, grads = list(map(_dtype, parameters)), list(map(_requires_grad, parameters))
     sizes = list(map(len, subs)), list(map(len, params)), list(map(len, bufs))
     fingerprint = (
         types, sizes[0], list(_chain(subs)), list(map(id, children)),
@@ -205,7 +247,7 @@ def _fingerprint(
         # there are any (NB: no list, no comparison, when there are none)
         sizes[1], _none_places(param_entries, parameters),
         sizes[2], _none_places(buffer_entries, buffers),
-        list(map(numel, parameters)), dtypes_and_grads,
+        list(map(numel, parameters)), dtypes, grads,
         list(map(numel, buffers)), list(map(_dtype, buffers)),
     )
     plain = not (
@@ -214,8 +256,8 @@ def _fingerprint(
         or any(map(is_not, map(dict.get, dicts, repeat("_compiled_call_impl")), repeat(None)))
     )
     scan = ModelScan(
-        walked, dicts, types, list(training), list(map(_second, dtypes_and_grads)), plain,
-        list(map(contains, dicts, repeat("forward"))), subs + params + bufs,
+        walked, dicts, types, training, grads, plain,
+        list(map(contains, dicts, repeat("forward"))), (*subs, *params, *bufs),
         sizes[0] + sizes[1] + sizes[2],
     )
     return fingerprint, parameters, scan

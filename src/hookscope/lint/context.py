@@ -10,7 +10,7 @@ inputs are given, ``lint/observe.py`` runs the model once and stores what it saw
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
@@ -114,7 +114,8 @@ class LintContext:
     def __init__(self, model: nn.Module) -> None:
         self.model = model
         self.info: ModelInfo = inspect(model)
-        self.members: list[tuple[str, nn.Module]] = module_table(model, extra_repr=False).members
+        self.members: Sequence[tuple[str, nn.Module]] = module_table(
+            model, extra_repr=False).members
         self.forward: ForwardFacts | None = None
         self._extremes: dict[int, tuple[float, float]] = {}
         #: ``id`` of every registered parameter and buffer, read before any forward
