@@ -571,3 +571,38 @@ def test_a_patch_and_a_tracer_span_several_training_steps_with_checkpointing(
     assert all(c.grad_output_norm is not None for c in inner)
     assert inner[0].grad_output_norm == pytest.approx(inner[1].grad_output_norm, rel=1e-6)
     assert sum(count_hooks(model).values()) == 0
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_gradient_accumulation_over_a_checkpoint_never_gives_a_call_anothers_numbers(
+    reentrant: bool,
+) -> None:
+    """Two forwards, then one backward: a reentrant checkpoint's recompute does not say
+    which forward it repeats, so its calls get no backward events (they got the other
+    forward's gradient); with ``use_reentrant=False`` each call has its own. The
+    oracle: ``retain_grad`` on the inner module's outputs in the same network run
+    without a checkpoint and without hookscope. A step after it (forward, backward)
+    has its events again."""
+    torch.manual_seed(0)
+    model = CheckpointedBlock(reentrant)
+    x1, x2 = torch.randn(3, 4, requires_grad=True), torch.randn(3, 4, requires_grad=True)
+    outs: list[torch.Tensor] = []
+    handle = model.block[1].register_forward_hook(
+        lambda m, a, out: (out.retain_grad(), outs.append(out)) and None)
+    (model.run(x1).sum() + 3 * model.run(x2).sum()).backward()
+    handle.remove()
+    expected = [float(o.grad.norm()) for o in outs]  # type: ignore[union-attr]
+    assert len(expected) == 2 and expected[1] != pytest.approx(expected[0], rel=1e-3)
+    model.zero_grad()
+    with hookscope.Tracer(model, grads=True) as tracer:
+        (model(x1).sum() + 3 * model(x2).sum()).backward()
+        model(x1).sum().backward()  # a plain step after it
+    trace = tracer.trace
+    assert trace is not None
+    inner = [c.grad_output_norm for c in trace.calls if c.path == "block.1"]
+    if reentrant:
+        assert inner[:2] == [None, None]
+    else:
+        assert inner[:2] == pytest.approx(expected, rel=1e-6)
+    assert inner[2] == pytest.approx(expected[0], rel=1e-6)
+    assert sum(count_hooks(model).values()) == 0

@@ -26,6 +26,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import torch
 from torch import nn
 
 from hookscope.core import torch_private
@@ -48,10 +49,17 @@ class Recomputes:
         self.calls: dict[int, tuple[Call, int]] = {}
         #: id(module) -> the exception being handled when each recompute of it began
         self._outer: dict[int, list[BaseException | None]] = {}
+        #: the modules called in a forward that another forward followed before any
+        #: recompute ran (gradient accumulation: forward, forward, backward): which of
+        #: their calls a recompute repeats is not known, so it gets no backward events
+        self._ambiguous: set[int] = set()
+        self._recomputed = False  # a recompute ran since the model's last forward
 
     def clear(self) -> None:
         self.calls.clear()
         self._outer.clear()
+        self._ambiguous.clear()
+        self._recomputed = False
 
     def remember(self, module: nn.Module, call: Call) -> None:
         """``call`` of ``module`` starts in the forward: what a recompute repeats."""
@@ -62,13 +70,20 @@ class Recomputes:
         """A forward pre-hook on ``model`` (its handle): each forward of the model starts
         its calls anew, so that a block or a patch spanning training steps (forward,
         backward, forward, ...) tells apart the calls of the step a recompute repeats.
-        NB: a module called in two forwards before one backward (gradient
-        accumulation) maps to its call in the second."""
+        NB: a module called in two forwards (with grad mode on) before a recompute ran
+        (gradient accumulation) maps to its call in the second for the probes that
+        replace values, which replace alike in both, and gets no backward events
+        from a recompute: its numbers would be those of the other forward's call."""
         graph_task = torch_private.graph_task_id_function()
         thread = self._tracer._thread
 
         def forward_starts(module: nn.Module, args: Any) -> None:
             if graph_task() == -1 and threading.get_ident() == thread:
+                if self._recomputed:  # a backward ran between: its forward is done
+                    self._ambiguous.clear()
+                elif torch.is_grad_enabled():  # a graph that a backward may still run
+                    self._ambiguous.update(self.calls)
+                self._recomputed = False
                 self.calls.clear()
 
         return model.register_forward_pre_hook(forward_starts, prepend=True)
@@ -84,6 +99,7 @@ class Recomputes:
         """The recompute of ``module`` starts: the inputs to use instead (as a forward
         pre-hook returns them), or ``None``."""
         tracer = self._tracer
+        self._recomputed = True
         if tracer._exit_replacers or self._watches():  # a backward run in an ``except``
             self._outer.setdefault(id(module), []).append(sys.exc_info()[1])  # block
         replaced = None
@@ -131,7 +147,9 @@ class Recomputes:
         if not self._watches():
             return None
         found = self.calls.get(id(module))
-        return found[0] if found is not None and found[1] == 1 else None
+        if found is None or found[1] != 1 or id(module) in self._ambiguous:
+            return None
+        return found[0]
 
 
 def recomputed_call(
