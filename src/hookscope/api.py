@@ -26,6 +26,7 @@ from hookscope.core.inputs import (
     parse_device,
 )
 from hookscope.core.meta import inputs_to_meta, is_meta_request, is_on_meta, meta_copy
+from hookscope.core.options import check_flags, check_optional_flags
 from hookscope.core.probe import Probe, register_probe
 from hookscope.core.records import Call, Trace
 from hookscope.core.run_backward import run_backward
@@ -102,6 +103,8 @@ def trace(
         ProbeError: a probe raised (the model did not); ``.trace`` holds the partial trace.
         SpecError: an option is wrong.
     """
+    check_flags(backward=backward)
+    check_optional_flags(grad=grad, grads=grads)
     if backward and grad is False:
         raise SpecError("backward=True needs grad mode; drop grad=False or backward=True")
     if loss is not None and not backward:
@@ -191,6 +194,7 @@ def summary(
     Example:
         >>> print(hookscope.summary(model, input_size=(1, 3, 224, 224), depth=2))
     """
+    check_flags(fold=fold)
     if depth is not None and (not isinstance(depth, int) or isinstance(depth, bool) or depth < 0):
         raise SpecError(f"depth must be a non-negative integer or None, got {depth!r}")
     result = trace(

@@ -252,7 +252,8 @@ def hooks(model: nn.Module, *, include_hookscope: bool = False) -> HookInventory
         The hooks, global ones first, then per module in ``named_modules`` order.
 
     Raises:
-        SpecError: ``model`` is not a ``torch.nn.Module``.
+        SpecError: ``model`` is not a ``torch.nn.Module``, or ``include_hookscope`` is
+            not a bool.
 
     Example:
         >>> model.fc.register_forward_hook(log_output)
@@ -263,7 +264,9 @@ def hooks(model: nn.Module, *, include_hookscope: bool = False) -> HookInventory
                 `-- log_output  train.py:12  id 0
     """
     from hookscope._hook_scan import scan_hooks
+    from hookscope.core.options import check_flags
 
+    check_flags(include_hookscope=include_hookscope)
     records = scan_hooks(model)
     kept = tuple(r for r in records if include_hookscope or r.registered_by == "user")
     return HookInventory(

@@ -587,8 +587,12 @@ def test_gradient_accumulation_over_a_checkpoint_never_gives_a_call_anothers_num
     model = CheckpointedBlock(reentrant)
     x1, x2 = torch.randn(3, 4, requires_grad=True), torch.randn(3, 4, requires_grad=True)
     outs: list[torch.Tensor] = []
-    handle = model.block[1].register_forward_hook(
-        lambda m, a, out: (out.retain_grad(), outs.append(out)) and None)
+
+    def keep(m: nn.Module, a: Any, out: torch.Tensor) -> None:
+        out.retain_grad()
+        outs.append(out)
+
+    handle = model.block[1].register_forward_hook(keep)
     (model.run(x1).sum() + 3 * model.run(x2).sum()).backward()
     handle.remove()
     expected = [float(o.grad.norm()) for o in outs]  # type: ignore[union-attr]

@@ -554,3 +554,27 @@ def test_tracer_keeps_what_the_users_own_code_changed_inside_the_block() -> None
 def test_probe_switches_must_be_booleans(option: str) -> None:
     with pytest.raises(hookscope.SpecError, match=f"{option}= must be True or False"):
         hookscope.Tracer(nn.Linear(2, 2), **{option: "yes"})
+
+
+@pytest.mark.parametrize("options, name", [
+    ({"backward": "yes"}, "backward"),  # it named grads=, the option it is passed on as
+    ({"grad": "no"}, "grad"),  # "no" is truthy: it ran with autograd on
+    ({"grads": 0}, "grads"),
+])
+def test_trace_refuses_a_flag_that_is_not_a_bool_naming_it(
+    options: dict[str, object], name: str
+) -> None:
+    with pytest.raises(hookscope.SpecError, match=f"^{name}= must be True or False"):
+        hookscope.trace(nn.Linear(2, 2), torch.ones(1, 2), **options)  # type: ignore[arg-type]
+
+
+def test_summary_and_tracer_refuse_a_flag_that_is_not_a_bool() -> None:
+    with pytest.raises(hookscope.SpecError, match=r"^fold= must be True or False"):
+        hookscope.summary(nn.Linear(2, 2), torch.ones(1, 2), fold="no")  # type: ignore[arg-type]
+    with pytest.raises(hookscope.SpecError, match=r"^restore_state= must be True or False"):
+        hookscope.Tracer(nn.Linear(2, 2), restore_state="no")  # type: ignore[arg-type]
+
+
+def test_hooks_refuses_include_hookscope_that_is_not_a_bool() -> None:
+    with pytest.raises(hookscope.SpecError, match="include_hookscope= must be True or False"):
+        hookscope.hooks(nn.Linear(2, 2), include_hookscope="no")  # type: ignore[arg-type]

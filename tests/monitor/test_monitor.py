@@ -321,6 +321,13 @@ def test_tensorboard_gets_one_scalar_per_parameter_and_step() -> None:
     ({"scaler": object()}, "optimizer"),
     ({"clip_mode": "l1"}, "clip_mode"),
     ({"writer": 123}, "writer= must be a TensorBoard SummaryWriter"),
+    # checked when the monitor is made (they raised AttributeError at the first step)
+    ({"optimizer": nn.Linear(2, 2)}, "optimizer= must be a torch.optim.Optimizer"),
+    ({"optimizer": []}, "optimizer= must be a torch.optim.Optimizer instance.*a list"),
+    ({"optimizer": torch.optim.SGD}, "optimizer=.*the class SGD; pass an instance"),
+    ({"optimizer": "opt", "scaler": None}, "optimizer=.*got a str"),
+    ({"relative": "no"}, "relative= must be True or False, got 'no'"),
+    ({"flow": 1}, "flow= must be True or False, got 1"),
 ])
 def test_bad_options_are_spec_errors(
     options: dict[str, object], match: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -696,3 +703,17 @@ def test_an_optimizer_stepped_with_a_closure_records_and_clips_its_gradients(
             assert float(model[0].weight.grad.norm()) <= 1e-3 * (1 + 1e-5)  # clipped
     assert mon.history.column("0.weight") == pytest.approx(first)
     assert total_hooks(model) == 0
+
+
+@pytest.mark.parametrize("scaler, match", [
+    ("cpu", "scaler= must be a torch.amp.GradScaler instance, got a str"),
+    (torch.amp.GradScaler, "scaler=.*the class GradScaler; pass an instance"),
+])
+def test_a_scaler_that_is_not_one_is_refused_when_the_monitor_is_made(
+    scaler: object, match: str
+) -> None:
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(hookscope.SpecError, match=match):
+        hookscope.GradientMonitor(model, optimizer=opt, scaler=scaler)
+    assert not opt._optimizer_step_pre_hooks  # nothing left on the optimizer

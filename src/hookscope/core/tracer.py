@@ -50,6 +50,7 @@ from hookscope.core.module_hooks import as_inputs
 from hookscope.core.module_table import ModuleTable, module_table
 from hookscope.core.node_owners import NodeOwners
 from hookscope.core.observe import observe_module_calls
+from hookscope.core.options import check_flags
 from hookscope.core.probe import (
     BACKWARD_EVENTS,
     Probe,
@@ -138,6 +139,7 @@ class Tracer:
         **options: bool,
     ) -> None:
         check_model(model)
+        check_flags(restore_state=restore_state)
         flags = probe_flags(
             {"shapes": shapes, "time": time, "stats": stats, "memory": memory, "ops": ops},
             options,

@@ -20,6 +20,7 @@ from torch.utils._pytree import tree_leaves
 
 from hookscope.api import trace as _trace
 from hookscope.core.meta import is_on_meta
+from hookscope.core.options import check_flags
 from hookscope.core.structure import check_model
 from hookscope.debug.nonfinite import NonFiniteError, NonFiniteGradProbe, NonFiniteProbe
 from hookscope.debug.records import AnomalyReport
@@ -70,7 +71,7 @@ def find_anomaly(
         >>> print(report)  # the layer, the output, the inputs, the op
     """
     check_model(model)
-    _check_flags(backward=backward, collect_all=collect_all, ops=ops)
+    check_flags(backward=backward, collect_all=collect_all, ops=ops)
     if _on_meta(model, inputs, kwargs):
         raise SpecError(
             "find_anomaly looks for NaN and Inf values, and the meta device has shapes "
@@ -114,7 +115,7 @@ def detect_anomaly(
     """
     from hookscope.api import Tracer
 
-    _check_flags(backward=backward, collect_all=False, ops=ops)
+    check_flags(backward=backward, collect_all=False, ops=ops)
     probe = (NonFiniteGradProbe if backward else NonFiniteProbe)(ops=ops)
     with Tracer(model, shapes=False, probes=[probe]):
         yield
@@ -126,7 +127,3 @@ def _on_meta(model: nn.Module, inputs: tuple[Any, ...], kwargs: dict[str, Any] |
     return is_on_meta(model) or any(t.is_meta for t in tensors)
 
 
-def _check_flags(**flags: Any) -> None:
-    for name, value in flags.items():
-        if not isinstance(value, bool):
-            raise SpecError(f"{name}= must be True or False, got {value!r}")

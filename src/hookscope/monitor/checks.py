@@ -52,6 +52,36 @@ def check_action(action: object) -> Action:
     )
 
 
+def check_optimizer(optimizer: object, scaler: object) -> None:
+    """Refuse an ``optimizer=`` that is not an optimizer (the monitor hooks its
+    ``step``) and a ``scaler=`` that is not a scaler instance, when the monitor is made,
+    not at the first step.
+
+    Raises:
+        SpecError: naming the option and what was passed.
+    """
+    if optimizer is not None and (
+        isinstance(optimizer, type) or not hasattr(optimizer, "param_groups")
+        or not callable(getattr(optimizer, "register_step_pre_hook", None))
+    ):
+        raise SpecError(
+            f"optimizer= must be a torch.optim.Optimizer instance (the monitor checks and "
+            f"clips before its step), got {_kind(optimizer)}"
+        )
+    if scaler is not None and (isinstance(scaler, type) or not all(
+        callable(getattr(scaler, name, None)) for name in ("is_enabled", "unscale_", "step")
+    )):
+        raise SpecError(
+            f"scaler= must be a torch.amp.GradScaler instance, got {_kind(scaler)}"
+        )
+
+
+def _kind(value: object) -> str:
+    if isinstance(value, type):
+        return f"the class {value.__name__}; pass an instance: {value.__name__}(...)"
+    return f"a {type(value).__name__}"
+
+
 def check_threshold(name: str, value: object) -> float | None:
     if value is None:
         return None

@@ -31,9 +31,16 @@ import torch
 from torch import nn
 
 from hookscope.core.handles import HandleGroup
+from hookscope.core.options import check_flags
 from hookscope.core.selectors import Selector
 from hookscope.errors import HookscopeError, SpecError
-from hookscope.monitor.checks import AnomalyChecker, check_action, check_threshold, clip_limits
+from hookscope.monitor.checks import (
+    AnomalyChecker,
+    check_action,
+    check_optimizer,
+    check_threshold,
+    clip_limits,
+)
 from hookscope.monitor.clipping import check_value_clip, clip_grads
 from hookscope.monitor.history import GradAnomaly, GradHistory
 from hookscope.monitor.norms import grad_norms, rows_to_host, scatter_present, stack_norms
@@ -88,8 +95,10 @@ class GradientMonitor:
     ) -> None:
         if not isinstance(model, nn.Module):
             raise SpecError(f"GradientMonitor expects an nn.Module, got {type(model).__name__}")
+        check_flags(relative=relative, flow=flow)
         if scaler is not None and optimizer is None:
             raise SpecError("scaler= needs optimizer= too (the scaler unscales its gradients)")
+        check_optimizer(optimizer, scaler)
         if not isinstance(log_every, int) or isinstance(log_every, bool) or log_every < 1:
             raise SpecError(f"log_every= must be a positive integer, got {log_every!r}")
         if not isinstance(window, int) or isinstance(window, bool) or window < 1:
