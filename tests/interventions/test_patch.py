@@ -676,3 +676,52 @@ def test_replace_with_a_capture_of_inputs_is_refused_and_of_both_uses_the_output
             with hookscope.patch(model, {"0": patches.replace_with(source)}):
                 assert torch.equal(model(corrupt), want)
     assert total_hooks(model) == 0
+
+
+@pytest.mark.parametrize("where", ["memory", "disk"])
+def test_replace_with_a_model_output_reaches_a_parent_that_indexes_it(
+    where: str, tmp_path: Any
+) -> None:
+    """From memory, the ModelOutput given back had the stored tensor in its attribute
+    but the model's own in its items: a parent reading ``out[0]`` (T5 reads
+    ``encoder_outputs[0]``) ran on the live value, silently. The oracle: a forward
+    hook of the user's returning a ModelOutput of the stored tensor."""
+    outputs = pytest.importorskip("transformers.modeling_outputs")
+
+    class Encoder(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> Any:
+            return outputs.BaseModelOutput(last_hidden_state=self.lin(x))
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.enc, self.head = Encoder(), nn.Linear(4, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            out = self.enc(x)
+            return torch.cat([self.head(out[0]), self.head(out["last_hidden_state"]),
+                              self.head(out.last_hidden_state)])
+
+    torch.manual_seed(0)
+    net = Net().eval()
+    clean_x, x = torch.randn(2, 4), torch.randn(2, 4)
+    save = {"save_to": tmp_path / "c"} if where == "disk" else {}
+    stored = hookscope.capture(net, clean_x, select="enc", **save)
+    kept = stored["enc"]["last_hidden_state"].clone()  # a dict, read from disk
+    handle = net.enc.register_forward_hook(
+        lambda m, a, out: outputs.BaseModelOutput(last_hidden_state=kept.clone()))
+    with torch.no_grad():
+        want = net(x)
+    handle.remove()
+    with hookscope.patch(net, {"enc": patches.replace_with(stored)}), torch.no_grad():
+        got = net(x)
+    assert torch.equal(got, want)
+    with hookscope.patch(net, {"enc": patches.replace_with(stored["enc"])}), \
+            torch.no_grad():
+        assert torch.equal(net(x), want)  # a value rather than a capture
+    with torch.no_grad():
+        assert not torch.equal(net(x), want)  # the patch is gone

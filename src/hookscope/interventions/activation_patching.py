@@ -103,7 +103,10 @@ def _like(value: Any, output: Any, name: str) -> Any:
         return value.to(device=output.device, dtype=output.dtype, copy=True)
     if isinstance(value, _Unrestorable) and not isinstance(output, str):
         return output  # its repr only was saved: the model's own object
-    if _is_instance_of_dataclass(output) and (
+    # NB: not a dataclass that is a mapping too (a ModelOutput): set field by field
+    # past its own __setattr__, its items (out[0], out["logits"]) kept the model's
+    # tensors; the mapping branch below makes it anew from its class
+    if _is_instance_of_dataclass(output) and not isinstance(output, Mapping) and (
             isinstance(value, Fields) or _is_instance_of_dataclass(value)):
         new = copy.copy(output)  # NB: from memory as from disk, each field checked
         for f in dataclasses.fields(output):
