@@ -474,3 +474,39 @@ def test_dict_keys_a_tuple_and_the_string_of_its_repr_are_each_read_back(
 
     with pytest.raises(hookscope.ProbeError, match="two NaN keys"):
         hookscope.capture(nn.Sequential(NaNKeys()), x, select="0", save_to=tmp_path / "n")
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_a_quantized_output_is_saved_dequantized_and_patched_back_quantized(
+    per_channel: bool, tmp_path: Path
+) -> None:
+    """safetensors holds no quantized dtype: saving raised a bare KeyError (quint8).
+    The oracles: ``dequantize()`` of the module's own output, and that output itself
+    (integer values, scheme and parameters) for a patch from the saved capture."""
+
+    class Quantize(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if per_channel:
+                return torch.quantize_per_channel(
+                    x, torch.tensor([0.1, 0.2, 0.05]), torch.tensor([0, 3, 1]), 1,
+                    torch.quint8)
+            return torch.quantize_per_tensor(x, 0.1, 2, torch.quint8)
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.q = Quantize()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.q(x)
+
+    net, clean_x, x = Net(), torch.randn(2, 3), torch.randn(2, 3)
+    expected = net(clean_x)
+    stored = hookscope.capture(net, clean_x, select="q", save_to=tmp_path / "q")
+    assert torch.equal(stored["q"], expected.dequantize())
+    for source in (stored, hookscope.capture(net, clean_x, select="q")):  # disk, memory
+        with hookscope.patch(net, {"q": hookscope.patches.replace_with(source)}):
+            got = net(x)
+        assert got.is_quantized and got.qscheme() == expected.qscheme()
+        assert torch.equal(got.int_repr(), expected.int_repr())
+        assert torch.equal(got.dequantize(), expected.dequantize())

@@ -80,6 +80,17 @@ def _output_part(value: Any) -> Any:
     return value
 
 
+def _quantized_like(value: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
+    """``value`` (float) quantized as ``output`` is: its scheme, scales, zero points."""
+    if output.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric,
+                            torch.per_channel_affine_float_qparams):
+        return torch.quantize_per_channel(
+            value, output.q_per_channel_scales(), output.q_per_channel_zero_points(),
+            output.q_per_channel_axis(), output.dtype)
+    return torch.quantize_per_tensor(
+        value, output.q_scale(), output.q_zero_point(), output.dtype)
+
+
 def _like(value: Any, output: Any, name: str) -> Any:
     """A copy of ``value`` in the form of ``output``: each tensor on the output's
     tensor's device and dtype (its shape must match), in the output's own containers.
@@ -100,6 +111,8 @@ def _like(value: Any, output: Any, name: str) -> Any:
                 f"replace_with: the stored value for {name!r} has shape "
                 f"{list(value.shape)}, the output has {list(output.shape)}"
             )
+        if output.is_quantized and not value.is_quantized:  # saved dequantized
+            return _quantized_like(value.to(output.device), output)
         return value.to(device=output.device, dtype=output.dtype, copy=True)
     if isinstance(value, _Unrestorable) and not isinstance(output, str):
         return output  # its repr only was saved: the model's own object

@@ -54,6 +54,8 @@ def encode_tree(value: Any, key: str, tensors: dict[str, torch.Tensor]) -> Any:
             return {"nested": _encode_nested(value, key, tensors)}
         if value.layout != torch.strided:
             value = value.to_dense()  # sparse: safetensors holds dense tensors only
+        if value.is_quantized:  # safetensors holds no quantized dtype: its float values
+            value = value.dequantize()
         if key in tensors:  # NB: distinct keys that read alike (two NaN keys of a dict)
             raise SpecError(
                 f"save_to: two tensors of one call's value would be saved as {key!r} (a "
