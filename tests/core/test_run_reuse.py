@@ -216,3 +216,22 @@ def test_a_parameter_moved_into_another_modules_none_entry_is_seen() -> None:
     for path in ("0", "1"):
         assert reused.modules[path].own_params == fresh[path].own_params
     assert reused.modules["0"].own_params == 10
+
+
+def test_a_reused_tables_members_read_as_the_models_named_modules() -> None:
+    """A reused table gives its ``(path, module)`` pairs as a view, not a list: it reads
+    like ``named_modules()`` (the oracle) in every way the callers read it."""
+    from hookscope.core.module_table import module_table
+    from hookscope.core.table_reuse import Pairs
+
+    model = nn.Sequential(nn.Linear(2, 3), nn.Sequential(nn.ReLU(), nn.Linear(3, 1)))
+    module_table(model, extra_repr=False)
+    table = module_table(model, extra_repr=False)  # the second: reused
+    expected = list(model.named_modules())
+    assert isinstance(table.members, Pairs)
+    assert list(table.members) == expected and table.members == expected
+    assert len(table.members) == len(expected) and table.walk == expected
+    assert table.members[2] == expected[2] and table.members[-1] == expected[-1]
+    assert table.members[1:3] == expected[1:3]
+    assert dict(table.members) == dict(expected)
+    assert repr(table.members) == repr(expected)
