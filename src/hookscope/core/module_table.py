@@ -21,7 +21,7 @@ from hookscope.core import table_reuse
 from hookscope.core.model_records import ModelSummary, ModuleInfo
 
 Walk = list[tuple[str, nn.Module]]
-Members = table_reuse.Walk  # a Walk, or a reused table's Pairs
+Members = table_reuse.Members  # a Walk, or a reused table's Pairs
 
 # What ``is_lazy`` tests, without its call per tensor in ``module_table``.
 _Uninitialized: type = torch.nn.parameter.UninitializedTensorMixin  # type: ignore[attr-defined]

@@ -33,7 +33,8 @@ from torch import nn
 
 from hookscope.core.model_records import ModelSummary, ModuleInfo
 
-Walk = Sequence[tuple[str, nn.Module]]
+Members = Sequence[tuple[str, nn.Module]]
+"""``(path, module)`` pairs, each module once: a list, or a reused table's :class:`Pairs`."""
 
 
 class Pairs(Sequence[tuple[str, nn.Module]]):
@@ -110,7 +111,7 @@ class ModelScan:
     plans: dict[Any, Any] = field(default_factory=dict)
 
 
-Reused = tuple[ModelSummary, dict[str, ModuleInfo], Walk, list[nn.Parameter], int, ModelScan]
+Reused = tuple[ModelSummary, dict[str, ModuleInfo], Members, list[nn.Parameter], int, ModelScan]
 """The model summary, the module records (a new dict), the walk, the parameters, the
 depth of the deepest module and this run's :class:`ModelScan`."""
 
@@ -134,7 +135,7 @@ def reuse(model: nn.Module) -> Reused | None:
 
 
 def remember(
-    model: nn.Module, summary: ModelSummary, modules: dict[str, ModuleInfo], walk: Walk,
+    model: nn.Module, summary: ModelSummary, modules: dict[str, ModuleInfo], walk: Members,
     depth: int,
 ) -> None:
     """Keep a table made of ``model`` (without tied tensors, shared modules or lazy
