@@ -319,7 +319,9 @@ def test_parametrized_weights_match_an_unobserved_twin() -> None:
     x = _x(3, 4)
     expected = twin(x)  # spectral norm's power iteration updates buffers in train mode
     trace = hookscope.trace(model, x, backward=True, **ALL_PROBES)
-    assert_state_unchanged(before, model, expected=snapshot_state(twin))
+    # a traced forward in training mode puts the buffers back (README): the power
+    # iteration's update of `_u`/`_v`, which the twin keeps, is undone
+    assert_state_unchanged(before, model)
     plist = trace.find("0.parametrizations.weight")  # runs when forward reads .weight
     assert plist.parent == trace.find("0").index
     assert trace.find("0.parametrizations.weight.0").parent == plist.index

@@ -522,12 +522,31 @@ def build_on_meta(config: dict[str, object]) -> tuple[nn.Module, float, float]:
     return model, seconds, growth
 
 
+def build_directly_on_meta(config: dict[str, object]) -> float:
+    """Seconds transformers itself takes to build the model on the meta device."""
+    transformers = pytest.importorskip("transformers")
+    start = time.perf_counter()
+    with torch.device("meta"):
+        transformers.AutoModelForCausalLM.from_config(
+            transformers.AutoConfig.for_model("llama", **config)
+        )
+    return time.perf_counter() - start
+
+
 @pytest.mark.parametrize(("config", "params"), [(LLAMA_7B, 6.738e9), (LLAMA_70B, 68.977e9)])
 def test_transformers_llama_builds_on_meta_fast_without_memory(
     config: dict[str, object], params: float
 ) -> None:
+    build_directly_on_meta({**config, "num_hidden_layers": 1})  # imports, first-use costs
     model, seconds, growth_gib = build_on_meta(config)
-    assert seconds < 20
+    # no slower than transformers' own meta build, the baseline measured here; the
+    # fastest of three interleaved builds each, so a busy machine slows both alike
+    ours, theirs = [seconds], []
+    for _ in range(2):
+        theirs.append(build_directly_on_meta(config))
+        ours.append(build_on_meta(config)[1])
+    theirs.append(build_directly_on_meta(config))
+    assert min(ours) < 3 * min(theirs), (ours, theirs)
     assert growth_gib < 1  # fp32 weights would need 25 GiB (7B) or 257 GiB (70B)
     assert {p.device.type for p in model.parameters()} == {"meta"}
     assert param_count(model) == pytest.approx(params, rel=1e-3)

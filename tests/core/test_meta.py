@@ -172,17 +172,25 @@ def test_llama_7b_config_on_meta_in_seconds_equals_flop_counter() -> None:
         intermediate_size=11008, vocab_size=32000,
     )
     ids = torch.zeros(1, 128, dtype=torch.long, device="meta")
-    start = time.perf_counter()
-    result = hookscope.summary(model, ids, ops=True)
-    elapsed = time.perf_counter() - start
-    with torch.no_grad(), torch.utils.flop_counter.FlopCounterMode(display=False) as counter:
-        model(ids)
+    counter_seconds, elapsed = [], []  # interleaved: a busy machine slows both alike
+    for _ in range(2):
+        start = time.perf_counter()
+        with torch.no_grad(), torch.utils.flop_counter.FlopCounterMode(
+            display=False
+        ) as counter:
+            model(ids)
+        counter_seconds.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        result = hookscope.summary(model, ids, ops=True)
+        elapsed.append(time.perf_counter() - start)
     trace = result.trace
     assert trace.model.params_total == sum(p.numel() for p in model.parameters())
     assert trace.totals_flops is not None and not trace.totals_flops.partial
     assert trace.totals_flops.forward == counter.get_total_flops()
     assert trace.find("lm_head").outputs[0].shape == (1, 128, 32000)
-    assert elapsed < 30, f"meta summary of a 7B config took {elapsed:.1f} s"
+    # the whole summary costs about what counting the FLOPs alone costs (the baseline,
+    # measured in this test: a loaded machine slows both)
+    assert min(elapsed) < 3 * min(counter_seconds), (elapsed, counter_seconds)
 
 
 @pytest.mark.slow
