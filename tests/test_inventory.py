@@ -22,8 +22,8 @@ from rich.console import Console
 from torch import nn
 
 import hookscope
+from hookscope.debug.hook_inventory import HookInventory, HookKind, HookRecord, Scope
 from hookscope.errors import RenderError, SpecError
-from hookscope.inventory import HookInventory, HookKind, HookRecord, Scope
 
 HERE = __file__
 SHOWN = os.path.relpath(HERE)  # the tree shows paths relative to the working directory

@@ -9,9 +9,9 @@ import importlib as _importlib
 import typing as _typing
 
 if _typing.TYPE_CHECKING:
-    from hookscope.aggregate import median_times
-    from hookscope.annotate import annotated_repr
-    from hookscope.api import summary, trace
+    from hookscope.api.aggregate import median_times
+    from hookscope.api.annotated_repr import annotated_repr
+    from hookscope.api.tracing import summary, trace
     from hookscope.core.facts import Column, Fact, Field, Unit
     from hookscope.core.records import (
         Call,
@@ -35,6 +35,7 @@ if _typing.TYPE_CHECKING:
         detect_anomaly,
         find_anomaly,
     )
+    from hookscope.debug.hook_inventory import HookInventory, hooks
     from hookscope.errors import (
         HookscopeError,
         MissingDependencyError,
@@ -44,12 +45,11 @@ if _typing.TYPE_CHECKING:
         RunStopped,
         SpecError,
     )
-    from hookscope.flops import register_flop_formula
+    from hookscope.flops.registry import register_flop_formula
     from hookscope.interventions.capture import Capture, capture
     from hookscope.interventions.functions import patches
     from hookscope.interventions.patch import patch, patch_inputs
     from hookscope.interventions.storage_reader import load_activations
-    from hookscope.inventory import HookInventory, hooks
     from hookscope.lint.findings import Finding, Severity
     from hookscope.lint.runner import lint
     from hookscope.monitor import GradAnomaly, GradientAnomalyError, GradientMonitor
@@ -59,17 +59,17 @@ if _typing.TYPE_CHECKING:
 
 # public name -> the module that defines it
 _EXPORTS: dict[str, str] = {
-    "median_times": "hookscope.aggregate",
-    "annotated_repr": "hookscope.annotate",
-    "summary": "hookscope.api",
-    "trace": "hookscope.api",
+    "median_times": "hookscope.api.aggregate",
+    "annotated_repr": "hookscope.api.annotated_repr",
+    "summary": "hookscope.api.tracing",
+    "trace": "hookscope.api.tracing",
     "Call": "hookscope.core.records",
     "FlopCount": "hookscope.core.records",
     "FlopRule": "hookscope.core.records",
     "OpRecord": "hookscope.core.records",
     "TensorMeta": "hookscope.core.records",
     "TensorStats": "hookscope.core.records",
-    "Trace": "hookscope.api",  # through the API: it loads the renderers a Trace prints with
+    "Trace": "hookscope.api.tracing",  # through the API: it loads the renderers a Trace prints with
     "FailureRecord": "hookscope.core.records",
     "ParamGrad": "hookscope.core.records",
     "StopRecord": "hookscope.core.records",
@@ -78,9 +78,9 @@ _EXPORTS: dict[str, str] = {
     "Field": "hookscope.core.facts",
     "Unit": "hookscope.core.facts",
     "Selector": "hookscope.core.selectors",
-    "ModelInfo": "hookscope.inspection",  # through the API: it loads the table it prints as
-    "inspect": "hookscope.inspection",
-    "Tracer": "hookscope.api",  # through the API: it loads the built-in probes
+    "ModelInfo": "hookscope.api.inspection",  # through the API: it loads the table it prints as
+    "inspect": "hookscope.api.inspection",
+    "Tracer": "hookscope.api.tracing",  # through the API: it loads the built-in probes
     "AnomalyReport": "hookscope.debug",
     "NonFiniteError": "hookscope.debug",
     "breakpoint": "hookscope.debug",  # shadows the builtin inside hookscope only
@@ -93,17 +93,17 @@ _EXPORTS: dict[str, str] = {
     "RunStopped": "hookscope.errors",
     "RenderError": "hookscope.errors",
     "SpecError": "hookscope.errors",
-    "register_flop_formula": "hookscope.flops",
-    "HookInventory": "hookscope.inventory",
-    "hooks": "hookscope.inventory",
+    "register_flop_formula": "hookscope.flops.registry",
+    "HookInventory": "hookscope.debug.hook_inventory",
+    "hooks": "hookscope.debug.hook_inventory",
     "lint": "hookscope.lint",  # the callable package (hookscope/lint/__init__.py says why)
     "Finding": "hookscope.lint.findings",
     "Severity": "hookscope.lint.findings",
     "GradAnomaly": "hookscope.monitor",
     "GradientAnomalyError": "hookscope.monitor",
     "GradientMonitor": "hookscope.monitor",
-    "Probe": "hookscope.api",
-    "register_probe": "hookscope.api",
+    "Probe": "hookscope.api.tracing",
+    "register_probe": "hookscope.api.tracing",
     "Summary": "hookscope.render.summary",
     "Capture": "hookscope.interventions.capture",
     "capture": "hookscope.interventions.capture",

@@ -22,7 +22,7 @@ from torch import nn
 import hookscope
 from helpers import assert_one_error_line, run_cli
 from hookscope import examples
-from hookscope.aggregate import median_times
+from hookscope.api.aggregate import median_times
 from hookscope.cli import main
 from hookscope.render.table import to_text
 

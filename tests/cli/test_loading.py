@@ -19,7 +19,7 @@ import pytest
 import torch
 from torch import nn
 
-from hookscope.cli.inputs import (
+from hookscope.cli.input_specs import (
     DTYPES,
     InputSpec,
     make_inputs,

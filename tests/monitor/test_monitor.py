@@ -343,7 +343,7 @@ def test_a_step_no_line_reaches_is_drawn_as_a_point(monkeypatch: pytest.MonkeyPa
     """A one-step history (or a step between two missing ones) drew an empty plot: a
     line needs two points."""
     pytest.importorskip("matplotlib")
-    from hookscope.monitor import output
+    from hookscope.monitor import history_output as output
 
     figures: list[object] = []
     make = output._figure

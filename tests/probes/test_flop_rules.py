@@ -16,10 +16,10 @@ import torch
 from torch import nn
 
 import hookscope
-from hookscope._flop_rules import HOOKSCOPE_OVERRIDES, rule_without_formula
 from hookscope.core import torch_private
 from hookscope.core.records import FlopRule
-from hookscope.flops import find_formula
+from hookscope.flops.registry import find_formula
+from hookscope.flops.rules import HOOKSCOPE_OVERRIDES, rule_without_formula
 
 #: Families genuinely without a formula (matmul-like, decompositions, quantized kernels).
 UNCOUNTED_FAMILIES = re.compile(

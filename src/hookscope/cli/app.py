@@ -4,7 +4,7 @@ Each command only parses its options, loads the model (``cli/running.py`` throug
 ``cli/loading/``), calls the public API (:func:`hookscope.summary`,
 :func:`hookscope.trace`, :func:`hookscope.inspect`), and hands the result to a
 renderer (``cli/views.py``) and a destination (``cli/output.py``). Failures become
-one ``error: ...`` line and exit status 2 (``cli/failures.py``); when the model
+one ``error: ...`` line and exit status 2 (``cli/failure_boundary.py``); when the model
 raises, the partial table is printed first. Stdout carries only hookscope's result:
 what the model's own code prints while it is loaded and run goes to stderr, so
 ``--format json`` and ``csv`` stay parseable.
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from hookscope.cli.debug_options import BreakAtOpt, BreakOnOpt, FindAnomalyOpt
-from hookscope.cli.failures import (
+from hookscope.cli.failure_boundary import (
     CLICK_ERROR,
     EXIT_INTERRUPTED,
     failure_boundary,
@@ -31,7 +31,8 @@ from hookscope.cli.failures import (
     print_error,
     report_usage_error,
 )
-from hookscope.cli.options import (
+from hookscope.cli.output import OutputTarget, Rendered, color_choice
+from hookscope.cli.shared_options import (
     ConfigOpt,
     DebugOpt,
     DepthOpt,
@@ -48,7 +49,6 @@ from hookscope.cli.options import (
     WidthOpt,
     split_names,
 )
-from hookscope.cli.output import OutputTarget, Rendered, color_choice
 
 if TYPE_CHECKING:
     from hookscope.core.records import Trace

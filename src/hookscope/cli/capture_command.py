@@ -16,8 +16,8 @@ from typing import Annotated
 import typer
 
 from hookscope.cli.app import app
-from hookscope.cli.failures import failure_boundary, model_prints_to_stderr
-from hookscope.cli.options import (
+from hookscope.cli.failure_boundary import failure_boundary, model_prints_to_stderr
+from hookscope.cli.shared_options import (
     ConfigOpt,
     DebugOpt,
     DeviceOpt,

@@ -102,7 +102,7 @@ def find(prepared: Prepared, *, backward: bool, fmt: str) -> tuple[Rendered, int
     report = hookscope.find_anomaly(model, *prepared.args, kwargs=prepared.kwargs,
                                     backward=backward)
     if fmt == "json":
-        from hookscope.debug.records import AnomalyReport
+        from hookscope.debug.anomaly_records import AnomalyReport
 
         text = (report or AnomalyReport((), trace=None, stopped=False)).to_json()
     else:

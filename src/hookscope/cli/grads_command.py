@@ -17,8 +17,9 @@ from typing import Annotated, Any
 import typer
 
 from hookscope.cli.app import app
-from hookscope.cli.failures import failure_boundary, model_prints_to_stderr
-from hookscope.cli.options import (
+from hookscope.cli.failure_boundary import failure_boundary, model_prints_to_stderr
+from hookscope.cli.output import OutputTarget, Rendered
+from hookscope.cli.shared_options import (
     ConfigOpt,
     DebugOpt,
     DeviceOpt,
@@ -28,7 +29,6 @@ from hookscope.cli.options import (
     OutputOpt,
     WidthOpt,
 )
-from hookscope.cli.output import OutputTarget, Rendered
 
 
 @app.command("grads")

@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from hookscope.cli.app import app
-from hookscope.cli.failures import failure_boundary, model_prints_to_stderr
-from hookscope.cli.options import (
+from hookscope.cli.failure_boundary import failure_boundary, model_prints_to_stderr
+from hookscope.cli.output import OutputTarget, Rendered
+from hookscope.cli.shared_options import (
     ConfigOpt,
     DebugOpt,
     DeviceOpt,
@@ -29,10 +30,9 @@ from hookscope.cli.options import (
     OutputOpt,
     WidthOpt,
 )
-from hookscope.cli.output import OutputTarget, Rendered
 
 if TYPE_CHECKING:
-    from hookscope.inventory import HookInventory
+    from hookscope.debug.hook_inventory import HookInventory
 
 
 @app.command("hooks")

@@ -7,7 +7,7 @@ prints the report as text or JSON. ``--explain CODE`` prints a rule's documentat
 and needs no model.
 
 Exit status: 0 when no finding is at or above ``--fail-on`` (default ``error``), 1 when
-one is, 2 for a usage error (``cli/failures.py``).
+one is, 2 for a usage error (``cli/failure_boundary.py``).
 
 The command is registered on the app of ``cli/app.py`` when that module is imported
 (its last lines import this one) and shares that module's option types.
@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from hookscope.cli.app import app
-from hookscope.cli.failures import failure_boundary, model_prints_to_stderr
-from hookscope.cli.options import (
+from hookscope.cli.failure_boundary import failure_boundary, model_prints_to_stderr
+from hookscope.cli.output import OutputTarget, Rendered
+from hookscope.cli.shared_options import (
     ConfigOpt,
     DebugOpt,
     DeviceOpt,
@@ -30,7 +31,6 @@ from hookscope.cli.options import (
     OutputOpt,
     split_names,
 )
-from hookscope.cli.output import OutputTarget, Rendered
 
 if TYPE_CHECKING:
     from hookscope.cli.loading import LoadedModel
@@ -133,7 +133,7 @@ def _load(
     loaded = load(spec, config=config, device=device)
     if not loaded.default_inputs:
         return loaded, (), {}
-    from hookscope.cli.inputs import make_inputs
+    from hookscope.cli.input_specs import make_inputs
     from hookscope.core.inputs import model_device
 
     args, kwargs = make_inputs(

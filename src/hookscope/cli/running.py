@@ -62,7 +62,7 @@ def load(
     import torch
 
     from hookscope.cli import loading
-    from hookscope.cli.inputs import parse_config_overrides, parse_model_dtype
+    from hookscope.cli.input_specs import parse_config_overrides, parse_model_dtype
 
     overrides = parse_config_overrides(config) if config else None
     # the command's process is its own: the same random weights on every run (and the
@@ -96,7 +96,7 @@ def prepare(
     Raises:
         SpecError: a spec is wrong, or the model has no default inputs and none is given.
     """
-    from hookscope.cli.inputs import make_inputs, parse_input_spec, parse_model_dtype
+    from hookscope.cli.input_specs import make_inputs, parse_input_spec, parse_model_dtype
     from hookscope.cli.loading import complete_input_specs
     from hookscope.core.inputs import model_device
 

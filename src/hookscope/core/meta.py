@@ -1,6 +1,6 @@
 """Analysis on the meta device: shapes, parameters and FLOPs without real memory.
 
-``trace(..., device="meta")`` (``hookscope/api.py``) runs the model on the meta device,
+``trace(..., device="meta")`` (``hookscope/api/tracing.py``) runs the model on the meta device,
 where tensors have shapes and dtypes but no data, so a 70B-parameter model costs no
 memory and each op only computes its output shape. A model that is already on the
 meta device (built under ``with torch.device("meta"):``) runs as it is; otherwise

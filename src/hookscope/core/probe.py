@@ -216,7 +216,7 @@ def probe_flags(builtin: dict[str, bool], options: dict[str, Any]) -> dict[str, 
     and ``NAME=True`` options naming registered probes.
 
     NB: the built-in probes register themselves when ``hookscope.probes`` is imported,
-    which ``hookscope.api`` (behind ``hookscope.Tracer`` and ``hookscope.trace``) does:
+    which ``hookscope.api.tracing`` (behind ``hookscope.Tracer`` and ``hookscope.trace``) does:
     the engine never imports the layer above it.
 
     Raises:

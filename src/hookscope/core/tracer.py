@@ -22,7 +22,7 @@ reported as :class:`~hookscope.errors.ProbeError`, never as the model's failure.
 Failure attribution is in ``core/failures.py``, process-wide settings in
 ``core/process.py``, every private torch API in ``core/torch_private/``.
 
-``trace()`` (in ``hookscope/api.py``) is the one-call form.
+``trace()`` (in ``hookscope/api/tracing.py``) is the one-call form.
 """
 
 from __future__ import annotations

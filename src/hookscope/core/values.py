@@ -22,7 +22,7 @@ class Phase(str, Enum):
 
 
 class FlopRule(str, Enum):
-    """How the FLOPs of an op were obtained (see ``hookscope/flops.py``).
+    """How the FLOPs of an op were obtained (see ``hookscope/flops/registry.py``).
 
     - ``FORMULA``: from a formula (``torch.utils.flop_counter``'s registry, hookscope's
       table for fused attention kernels, or the user's).

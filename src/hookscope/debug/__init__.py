@@ -6,7 +6,7 @@ whose output (or gradient) holds NaN or Inf, and the aten op inside it that prod
 the value; ``hookscope.breakpoint``
 (``debug/breakpoints.py``) opens the debugger inside a matching call. Both are probes
 on the engine (``hookscope.core.tracer``); the report's text and JSON are in
-``hookscope.render.anomaly``.
+``hookscope.render.anomaly_report``.
 
 NB: a package named ``debug``, not a module ``hookscope/breakpoint.py``: importing a
 submodule binds its name on the parent package, which would replace the function
@@ -20,8 +20,7 @@ from hookscope.debug.anomaly import (
     detect_anomaly,
     find_anomaly,
 )
-from hookscope.debug.breakpoints import breakpoint
-from hookscope.debug.records import (
+from hookscope.debug.anomaly_records import (
     Anomaly,
     AnomalyKind,
     AnomalyReport,
@@ -29,6 +28,7 @@ from hookscope.debug.records import (
     OpFinding,
     TensorCheck,
 )
+from hookscope.debug.breakpoints import breakpoint
 
 __all__ = [
     "Anomaly",

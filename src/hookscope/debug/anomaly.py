@@ -4,8 +4,8 @@
 non-finite probe, ``debug/nonfinite.py``); :func:`detect_anomaly` wraps the user's own
 loop. Both find the first module call, in execution order, whose output (or
 gradient) holds a NaN or an Inf, and the aten op inside it that produced the value;
-the run stops there. The report (``debug/records.py``) prints through
-``hookscope.render.anomaly``.
+the run stops there. The report (``debug/anomaly_records.py``) prints through
+``hookscope.render.anomaly_report``.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_leaves
 
-from hookscope.api import trace as _trace
+from hookscope.api.tracing import trace as _trace
 from hookscope.core.meta import is_on_meta
 from hookscope.core.options import check_flags
 from hookscope.core.structure import check_model
+from hookscope.debug.anomaly_records import AnomalyReport
 from hookscope.debug.nonfinite import NonFiniteError, NonFiniteGradProbe, NonFiniteProbe
-from hookscope.debug.records import AnomalyReport
 from hookscope.errors import SpecError
 
 __all__ = [
@@ -113,7 +113,7 @@ def detect_anomaly(
         ...     for x, y in batches:
         ...         loss_fn(model(x), y).backward()
     """
-    from hookscope.api import Tracer
+    from hookscope.api.tracing import Tracer
 
     check_flags(backward=backward, collect_all=False, ops=ops)
     probe = (NonFiniteGradProbe if backward else NonFiniteProbe)(ops=ops)

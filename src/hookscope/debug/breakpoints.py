@@ -216,7 +216,7 @@ def breakpoint(
         >>> with hookscope.breakpoint(model, at="layer3.*", when="nonfinite"):
         ...     model(x)
     """
-    from hookscope.api import Tracer
+    from hookscope.api.tracing import Tracer
 
     if phase not in _PHASES:
         raise SpecError(f"phase must be one of {', '.join(_PHASES)}, got {phase!r}")

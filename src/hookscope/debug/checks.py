@@ -19,7 +19,7 @@ import torch
 
 from hookscope.core import torch_private
 from hookscope.core.tensors import dtype_str
-from hookscope.debug.records import TensorCheck
+from hookscope.debug.anomaly_records import TensorCheck
 from hookscope.probes.moments import readable
 
 _REDUCED = (torch.float16, torch.bfloat16)

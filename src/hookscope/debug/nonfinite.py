@@ -30,15 +30,15 @@ from torch import nn
 from hookscope.core.handles import CallbackHandle
 from hookscope.core.probe import Probe
 from hookscope.core.tensors import iter_call_inputs, iter_tensors
-from hookscope.debug.checks import all_finite, checkable, counts
-from hookscope.debug.op_check import OpCheckMode, OpFindings
-from hookscope.debug.records import (
+from hookscope.debug.anomaly_records import (
     Anomaly,
     AnomalyKind,
     AnomalyReport,
     InputCheck,
     OpFinding,
 )
+from hookscope.debug.checks import all_finite, checkable, counts
+from hookscope.debug.op_check import OpCheckMode, OpFindings
 from hookscope.errors import RunStopped
 from hookscope.probes.moments import make_stats, tensor_moments
 
@@ -53,12 +53,12 @@ class NonFiniteError(RunStopped):
 
     Attributes:
         anomalies: what was found (one).
-        report: the :class:`~hookscope.debug.records.AnomalyReport`, with the partial
+        report: the :class:`~hookscope.debug.anomaly_records.AnomalyReport`, with the partial
             trace once the tracer has ended.
     """
 
     def __init__(self, anomalies: tuple[Anomaly, ...]) -> None:
-        from hookscope.render.anomaly import anomaly_line
+        from hookscope.render.anomaly_report import anomaly_line
 
         super().__init__(anomaly_line(anomalies[0]))
         self.anomalies = anomalies

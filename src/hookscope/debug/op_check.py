@@ -19,8 +19,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from hookscope.core import torch_private
 from hookscope.core.tracer import is_internal
+from hookscope.debug.anomaly_records import OpFinding
 from hookscope.debug.checks import all_finite, checkable, tensor_check
-from hookscope.debug.records import OpFinding
 
 if TYPE_CHECKING:
     from hookscope.core.tracer import Tracer

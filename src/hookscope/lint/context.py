@@ -4,7 +4,7 @@ forward (and backward) pass showed.
 The runner builds one :class:`LintContext` per :func:`hookscope.lint` run from
 :func:`hookscope.inspect` (parameters, buffers, tied tensors) and
 :func:`hookscope.core.module_table.module_table` (each module once, by first path). When
-inputs are given, ``lint/observe.py`` runs the model once and stores what it saw in
+inputs are given, ``lint/traced_pass.py`` runs the model once and stores what it saw in
 :attr:`LintContext.forward` (a :class:`ForwardFacts`). Rules only read the context.
 """
 

@@ -3,7 +3,7 @@
 The runner validates the options, builds one
 :class:`~hookscope.lint.context.LintContext`, runs the static rules, then (when inputs
 are given and a selected rule needs them) one forward pass through
-:func:`~hookscope.lint.observe.observe` and the rules that read it. Each
+:func:`~hookscope.lint.traced_pass.observe` and the rules that read it. Each
 :class:`~hookscope.lint.findings.Hit` becomes a :class:`~hookscope.lint.findings.Finding`
 with its rule's fields and the source location of the attribute
 (``lint/source.py``); ``ignore=`` entries then silence what the user chose
@@ -82,7 +82,7 @@ def lint(
     wanted = [r for r in rules
               if r.needs is Needs.FORWARD or (backward and r.needs is Needs.BACKWARD)]
     if dynamic and wanted:
-        from hookscope.lint.observe import observe
+        from hookscope.lint.traced_pass import observe
 
         try:
             ctx.forward = observe(ctx, inputs, dict(kwargs or {}), backward=backward)

@@ -14,7 +14,7 @@ Per step: one ``torch._foreach_norm`` over the ``.grad`` of the monitored parame
 (``monitor/watched_params.py``), per device and dtype, on the device, stacked into
 one tensor per device (``monitor/norms.py``); the rows move to the host once per
 ``log_every`` steps (``monitor/history.py``), where the thresholds are checked
-(``monitor/checks.py``). Clipping (``clip=``, ``monitor/clipping.py``) multiplies or
+(``monitor/thresholds.py``). Clipping (``clip=``, ``monitor/clipping.py``) multiplies or
 clamps the gradients in place, before the optimizer step, from the norms already
 computed. Without clipping nothing is written: training is bit-identical.
 """
@@ -34,18 +34,18 @@ from hookscope.core.handles import HandleGroup
 from hookscope.core.options import check_flags
 from hookscope.core.selectors import Selector
 from hookscope.errors import HookscopeError, SpecError
-from hookscope.monitor.checks import (
+from hookscope.monitor.clipping import check_value_clip, clip_grads
+from hookscope.monitor.history import GradAnomaly, GradHistory
+from hookscope.monitor.history_output import open_writer, plot_flow, plot_history, write_scalars
+from hookscope.monitor.norms import grad_norms, rows_to_host, scatter_present, stack_norms
+from hookscope.monitor.scaler import Scaled, step_skipped, unscale
+from hookscope.monitor.thresholds import (
     AnomalyChecker,
     check_action,
     check_optimizer,
     check_threshold,
     clip_limits,
 )
-from hookscope.monitor.clipping import check_value_clip, clip_grads
-from hookscope.monitor.history import GradAnomaly, GradHistory
-from hookscope.monitor.norms import grad_norms, rows_to_host, scatter_present, stack_norms
-from hookscope.monitor.output import open_writer, plot_flow, plot_history, write_scalars
-from hookscope.monitor.scaler import Scaled, step_skipped, unscale
 from hookscope.monitor.watched_params import watched_params
 
 __all__ = ["GradientMonitor"]

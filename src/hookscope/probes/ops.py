@@ -2,7 +2,7 @@
 
 ``install`` enters a ``TorchDispatchMode`` for the tracer's lifetime. The mode sees each
 aten op below autograd, runs it, and records an :class:`~hookscope.core.records.OpRecord`:
-overload name, input and output shapes, phase, FLOPs (``hookscope/flops.py``), and the
+overload name, input and output shapes, phase, FLOPs (``hookscope/flops/registry.py``), and the
 call it is attributed to:
 
 - forward ops: the innermost module call running (``tracer.current_call``);
@@ -29,7 +29,6 @@ import torch
 from torch._ops import HigherOrderOperator
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from hookscope._flop_rules import FlopFormula, is_floating_op, rule_without_formula
 from hookscope.core import torch_private
 from hookscope.core.facts import Column, Fact, Field, Unit
 from hookscope.core.handles import CallbackHandle
@@ -39,7 +38,8 @@ from hookscope.core.tensors import tensor_meta
 from hookscope.core.tracer import is_internal
 from hookscope.core.value_json import flops_in, flops_out, ops_in, ops_out
 from hookscope.errors import SpecError
-from hookscope.flops import OpTarget, find_formula, normalize_formulas
+from hookscope.flops.registry import OpTarget, find_formula, normalize_formulas
+from hookscope.flops.rules import FlopFormula, is_floating_op, rule_without_formula
 from hookscope.probes.flop_totals import aggregate_flops
 
 if TYPE_CHECKING:

@@ -3,7 +3,7 @@
 Where it sits: a renderer, so it reads only the trace (``core/records.py``) and never a
 model. :func:`module_notes` turns a trace into one short note per module path (its
 output shape, parameter count and time, or any other column of the trace table by
-name); :func:`hookscope.annotated_repr` (``hookscope/annotate.py``, one layer up) puts
+name); :func:`hookscope.annotated_repr` (``hookscope/api/annotated_repr.py``, one layer up) puts
 those notes into the model's own ``print(model)`` layout.
 
 A module called several times shows its first call and ``calls=N``; a module that

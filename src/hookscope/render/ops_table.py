@@ -1,6 +1,6 @@
 """Op-level views of a trace recorded with ``ops=True``.
 
-:func:`ops_table` groups the recorded aten ops by name (``hookscope.flops.by_op``) and
+:func:`ops_table` groups the recorded aten ops by name (``hookscope.flops.registry.by_op``) and
 shows, heaviest first, how often each ran, in which phase, its forward and backward
 FLOPs, its share of all FLOPs and how its FLOPs were counted. :func:`calls_flops_table`
 shows the module calls with their own (self) and subtree FLOPs. ``render_*`` return the
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from hookscope.core.records import FlopCount, FlopRule, Trace
 from hookscope.errors import RenderError, SpecError
-from hookscope.flops import OpTotals, by_op
+from hookscope.flops.registry import OpTotals, by_op
 from hookscope.render.fold import Folded, tree_rows
 from hookscope.render.grid import Grid, GridColumn, shorten_plain
 from hookscope.render.labels import tree_text

@@ -3,7 +3,7 @@
 Where it sits: the command line (``cli/app.py``) parses its options, then calls
 :func:`load_model` with the model spec, the ``--config`` overrides and the device; with
 no ``--input`` it asks :func:`default_input_specs` for the model's usual inputs, which
-``cli/inputs.py`` turns into tensors, ready for ``hookscope.trace(model, *args,
+``cli/input_specs.py`` turns into tensors, ready for ``hookscope.trace(model, *args,
 **kwargs)``. Nothing here knows about typer, and torchvision/transformers are imported
 only when a spec names them.
 
@@ -35,7 +35,7 @@ from dataclasses import replace
 
 import torch
 
-from hookscope.cli.inputs import parse_device
+from hookscope.cli.input_specs import parse_device
 from hookscope.cli.loading.common import (
     LoadedModel,
     ModelSource,

@@ -21,7 +21,7 @@ from types import ModuleType
 import torch
 from torch import nn
 
-from hookscope.cli.inputs import InputSpec
+from hookscope.cli.input_specs import InputSpec
 from hookscope.errors import SpecError
 
 __all__ = [

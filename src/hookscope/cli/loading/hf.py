@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hookscope.cli.inputs import DTYPES, suggest
+from hookscope.cli.input_specs import DTYPES, suggest
 from hookscope.cli.loading.common import (
     LoadedModel,
     ModelSource,

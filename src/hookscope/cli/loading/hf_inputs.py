@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hookscope.cli.inputs import InputSpec
+from hookscope.cli.input_specs import InputSpec
 
 __all__ = ["DEFAULT_IMAGE_SIZE", "DEFAULT_SEQ_LEN", "HfInputs", "hf_inputs", "vocab_size"]
 

@@ -15,7 +15,7 @@ from types import ModuleType
 import torch
 from torch import nn
 
-from hookscope.cli.inputs import InputSpec, suggest
+from hookscope.cli.input_specs import InputSpec, suggest
 from hookscope.cli.loading.common import LoadedModel, ModelSource, build, require
 from hookscope.errors import SpecError
 

@@ -1,6 +1,6 @@
 """HS5xx: what one forward (and backward) pass shows.
 
-The pass is run by :func:`hookscope.lint.observe.observe`, which stores what it saw in
+The pass is run by :func:`hookscope.lint.traced_pass.observe`, which stores what it saw in
 :attr:`LintContext.forward <hookscope.lint.context.LintContext.forward>`: the calls of
 registered modules, the calls of unregistered ones (HS501), what the forward
 registered (HS505) and, with ``backward=True``, the parameters that got no gradient

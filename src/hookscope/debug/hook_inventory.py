@@ -3,7 +3,7 @@
 ``hookscope.hooks(model)`` answers the question a debugging session starts with when
 a model behaves oddly: what else runs when it runs? It reads torch's own hook
 registries (the per-module dicts, the parameters' and buffers' gradient hooks, and
-the process-wide ``torch.nn.modules.module._global_*`` dicts; ``_hook_scan.py``
+the process-wide ``torch.nn.modules.module._global_*`` dicts; ``debug/hook_scan.py``
 does the reading) and returns a :class:`HookInventory` of :class:`HookRecord`\\ s:
 plain, frozen data that never holds the hook function or a module. Rendering lives
 in ``render/hooks_tree.py`` (a tree grouped by owner and hook kind); JSON is
@@ -263,8 +263,8 @@ def hooks(model: nn.Module, *, include_hookscope: bool = False) -> HookInventory
             `-- forward
                 `-- log_output  train.py:12  id 0
     """
-    from hookscope._hook_scan import scan_hooks
     from hookscope.core.options import check_flags
+    from hookscope.debug.hook_scan import scan_hooks
 
     check_flags(include_hookscope=include_hookscope)
     records = scan_hooks(model)

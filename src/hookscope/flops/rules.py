@@ -1,8 +1,8 @@
 """Which aten ops cost FLOPs: how an op without a FLOP formula is counted.
 
-``hookscope/flops.py`` looks an op up in this order: a per-run mapping, the user's
+``hookscope/flops/registry.py`` looks an op up in this order: a per-run mapping, the user's
 registry, ``torch.utils.flop_counter.flop_registry``, then :data:`HOOKSCOPE_FORMULAS`
-(hookscope's formulas for fused attention kernels, in ``hookscope/_flop_formulas.py``).
+(hookscope's formulas for fused attention kernels, in ``hookscope/flops/formulas.py``).
 An op without a formula gets a :class:`~hookscope.core.records.FlopRule` from
 :func:`rule_without_formula`:
 
@@ -26,14 +26,15 @@ from typing import Any
 
 import torch
 
+from hookscope.core.records import FlopRule
+
 # NB: the formulas are re-exported (``X as X``) for the modules and tests that import
 # them from here
-from hookscope._flop_formulas import HOOKSCOPE_FORMULAS as HOOKSCOPE_FORMULAS
-from hookscope._flop_formulas import HOOKSCOPE_OVERRIDES as HOOKSCOPE_OVERRIDES
-from hookscope._flop_formulas import FlopFormula as FlopFormula
-from hookscope._flop_formulas import aten
-from hookscope._flop_formulas import shape_wrapper as shape_wrapper
-from hookscope.core.records import FlopRule
+from hookscope.flops.formulas import HOOKSCOPE_FORMULAS as HOOKSCOPE_FORMULAS
+from hookscope.flops.formulas import HOOKSCOPE_OVERRIDES as HOOKSCOPE_OVERRIDES
+from hookscope.flops.formulas import FlopFormula as FlopFormula
+from hookscope.flops.formulas import aten
+from hookscope.flops.formulas import shape_wrapper as shape_wrapper
 
 #: Ops (by ``aten`` packet name, in-place ``_`` suffix dropped) that do no arithmetic.
 FREE_OPS: frozenset[str] = frozenset(

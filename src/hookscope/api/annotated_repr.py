@@ -1,6 +1,6 @@
 """The model's own ``print(model)`` layout, annotated with what a trace recorded.
 
-Where it sits: an API-layer module beside :mod:`hookscope.api`, the one place where a
+Where it sits: an API-layer module beside :mod:`hookscope.api.tracing`, the one place where a
 model meets a renderer's output. The notes come from the trace alone
 (:func:`hookscope.render.annotate.module_notes`, a renderer that never sees a model);
 this module puts them into ``repr(model)`` through ``extra_repr``, the hook

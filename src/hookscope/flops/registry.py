@@ -4,11 +4,11 @@ The ops probe (``probes/ops.py``) asks :func:`find_formula` for every aten op it
 Formulas come, first match wins, from the per-run mapping (``OpsProbe(formulas=...)``),
 the user's registry (:func:`register_flop_formula`), ``torch.utils.flop_counter``'s
 ``flop_registry``, and hookscope's table of fused attention kernels
-(``hookscope/_flop_formulas.py``). A formula is called exactly as ``FlopCounterMode``
+(``hookscope/flops/formulas.py``). A formula is called exactly as ``FlopCounterMode``
 calls it: ``formula(*args, **kwargs, out_val=out)``; formulas registered without
 ``get_raw=True`` receive shapes instead of tensors (``torch.utils.flop_counter``'s
 ``shape_wrapper``). Ops without a formula are free, 0 by convention, or uncounted
-(:func:`~hookscope._flop_rules.rule_without_formula`).
+(:func:`~hookscope.flops.rules.rule_without_formula`).
 
 Counting follows ``torch.utils.flop_counter``: a multiply-add is 2 FLOPs, MACs are
 FLOPs / 2, and only matmul-like work (matmuls, convolutions, attention) is counted.
@@ -25,15 +25,15 @@ from typing import Any
 import torch
 from torch.utils import flop_counter as fc
 
-from hookscope._flop_formulas import (
+from hookscope.core.handles import CallbackHandle
+from hookscope.core.records import Call, FlopRule, FlopTotals, OpRecord, Phase, Trace
+from hookscope.errors import SpecError
+from hookscope.flops.formulas import (
     HOOKSCOPE_FORMULAS,
     HOOKSCOPE_OVERRIDES,
     FlopFormula,
     shape_wrapper,
 )
-from hookscope.core.handles import CallbackHandle
-from hookscope.core.records import Call, FlopRule, FlopTotals, OpRecord, Phase, Trace
-from hookscope.errors import SpecError
 
 __all__ = [
     "FlopFormula",

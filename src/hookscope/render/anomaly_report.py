@@ -1,6 +1,6 @@
 """An anomaly report as a short text and as JSON.
 
-Reads only the records of ``hookscope.debug.records`` (never a model or a tensor):
+Reads only the records of ``hookscope.debug.anomaly_records`` (never a model or a tensor):
 :func:`render_anomaly_text` for ``print(report)``, :func:`anomaly_line` for the one
 line an exception carries, :func:`anomaly_to_dict`/:func:`anomaly_to_json` for the
 JSON document (keys sorted, non-finite floats as ``"nan"``/``"inf"``/``"-inf"``).
@@ -18,7 +18,13 @@ from hookscope.render.units import format_stat
 
 if TYPE_CHECKING:
     from hookscope.core.records import TensorStats
-    from hookscope.debug.records import Anomaly, AnomalyReport, InputCheck, OpFinding, TensorCheck
+    from hookscope.debug.anomaly_records import (
+        Anomaly,
+        AnomalyReport,
+        InputCheck,
+        OpFinding,
+        TensorCheck,
+    )
 
 #: The JSON document's version: bump when a key changes meaning.
 ANOMALY_SCHEMA_VERSION = 1

@@ -1,7 +1,7 @@
 """What an anomaly hunt finds: plain, typed records (they never format themselves).
 
 :class:`NonFiniteProbe` (``debug/nonfinite.py``) fills them while the model runs;
-``hookscope.render.anomaly`` turns them into text and JSON. They hold no tensor and no
+``hookscope.render.anomaly_report`` turns them into text and JSON. They hold no tensor and no
 module: shapes, dtypes, counts and :class:`~hookscope.core.records.TensorStats`.
 """
 
@@ -150,7 +150,7 @@ class AnomalyReport:
     """What :func:`hookscope.find_anomaly` found: the first non-finite value (or all).
 
     ``print(report)`` shows it as a short text, ``report.to_json()`` as JSON (both from
-    ``hookscope.render.anomaly``).
+    ``hookscope.render.anomaly_report``).
 
     Attributes:
         anomalies: in execution order; one unless every anomaly was collected.
@@ -168,18 +168,18 @@ class AnomalyReport:
         return self.anomalies[0]
 
     def __str__(self) -> str:
-        from hookscope.render.anomaly import render_anomaly_text
+        from hookscope.render.anomaly_report import render_anomaly_text
 
         return render_anomaly_text(self)
 
     def to_json(self, *, indent: int | None = 2) -> str:
         """The report as a JSON document (non-finite floats as ``"nan"``/``"inf"``)."""
-        from hookscope.render.anomaly import anomaly_to_json
+        from hookscope.render.anomaly_report import anomaly_to_json
 
         return anomaly_to_json(self, indent=indent)
 
     def to_dict(self) -> dict[str, Any]:
         """The report as plain JSON-ready data."""
-        from hookscope.render.anomaly import anomaly_to_dict
+        from hookscope.render.anomaly_report import anomaly_to_dict
 
         return anomaly_to_dict(self)

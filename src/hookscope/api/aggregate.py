@@ -1,6 +1,6 @@
 """Fold repeated traces of one model into one trace.
 
-Where it sits: an API-layer module beside :mod:`hookscope.api`. It takes traces that
+Where it sits: an API-layer module beside :mod:`hookscope.api.tracing`. It takes traces that
 :func:`hookscope.trace` returned (plain records from :mod:`hookscope.core.records`) and
 combines them; it runs no model and renders nothing. The command line's ``--repeat``
 and the demo call it, so one slow run (a cold cache, another process) does not decide

@@ -1,9 +1,9 @@
 """hookscope's FLOP formulas for the fused kernels ``flop_counter``'s registry lacks.
 
-``hookscope/flops.py`` looks an op up in a per-run mapping, the user's registry,
+``hookscope/flops/registry.py`` looks an op up in a per-run mapping, the user's registry,
 ``torch.utils.flop_counter.flop_registry``, then :data:`HOOKSCOPE_FORMULAS` here;
 :data:`HOOKSCOPE_OVERRIDES` are consulted before ``flop_counter``'s registry. An op
-without any formula is counted by ``hookscope/_flop_rules.py``.
+without any formula is counted by ``hookscope/flops/rules.py``.
 
 The formulas here exist because ``flop_counter``'s registry lacks the fused attention
 kernels that CPU runs dispatch to (pytorch issue 195460). They are composed from
