@@ -183,7 +183,7 @@ def test_the_caption_says_how_the_numbers_were_made(
     assert "3 steps, a new random batch each (--seed 0): 3,4:float32" in flat
     rows = [line for line in out.splitlines() if "explode at step" in line]
     count = sum(int(m) for m in re.findall(r"\(\+(\d+) more\)", out)) + len(rows)
-    assert rows and f"{count} anomal" in flat and "explode (" in flat
+    assert rows and f"{count} anomal" in flat and f"{count} explode: " in flat
 
 
 PLANTED = textwrap.dedent("""

@@ -7,7 +7,8 @@ shape); :meth:`Loss.compute` then computes it for every step, drawing what it ne
 (labels, a target) from that step's generator, after the step's inputs:
 
 - ``ce``: a classifier's ``[B, C]`` output (a tensor, or the ``logits`` of a
-  transformers output): ``F.cross_entropy`` on random labels in ``[0, C)``;
+  transformers output or a named tuple): ``F.cross_entropy`` on random labels in
+  ``[0, C)``;
 - ``lm``: a causal language model's ``[B, T, V]`` logits: the next-token cross-entropy
   on the input ids (``logits[:, :-1]`` against ``input_ids[:, 1:]``), as transformers
   computes it when given ``labels=input_ids``;
@@ -124,10 +125,15 @@ def input_ids(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> torch.Tensor 
 
 
 def _main_output(out: Any) -> torch.Tensor | None:
-    """The output a loss is taken of: the tensor itself, or a mapping's ``logits``."""
+    """The output a loss is taken of: the tensor itself, or the ``logits`` of a mapping
+    (transformers) or a named tuple (torchvision's GoogLeNet and Inception in training
+    mode add auxiliary logits)."""
     if isinstance(out, torch.Tensor):
         return out
-    logits = out.get("logits") if isinstance(out, Mapping) else None
+    if isinstance(out, Mapping):
+        logits = out.get("logits")
+    else:
+        logits = getattr(out, "logits", None) if isinstance(out, tuple) else None
     return logits if isinstance(logits, torch.Tensor) else None
 
 

@@ -107,16 +107,27 @@ def _clip_part(training: Training, clip: float | None) -> str:
 
 
 def _anomalies_part(anomalies: Sequence[GradAnomaly]) -> str:
+    """``3 anomalies flagged: 3 explode: conv1.weight (steps 0, 1, 2)``: per kind, the
+    first two parameters and their steps."""
     if not anomalies:
         return "no anomaly flagged"
-    kinds: dict[str, list[GradAnomaly]] = {}
+    kinds: dict[str, dict[str, list[int]]] = {}
     for a in anomalies:
-        kinds.setdefault(a.kind, []).append(a)
-    said = "; ".join(
-        f"{len(found)} {kind} (" + ", ".join(f"{a.path} at step {a.step}" for a in found[:2])
-        + (", ..." if len(found) > 2 else "") + ")"
-        for kind, found in kinds.items())
-    return f"{len(anomalies)} anomal{'y' if len(anomalies) == 1 else 'ies'} flagged: {said}"
+        kinds.setdefault(a.kind, {}).setdefault(a.path, []).append(a.step)
+    said = []
+    for kind, paths in kinds.items():
+        count = sum(map(len, paths.values()))
+        where = [f"{path} ({_steps(steps)})" for path, steps in list(paths.items())[:2]]
+        more = len(paths) - len(where)
+        said.append(f"{count} {kind}: {', '.join(where)}"
+                    + (f" and {more} more parameter{'s' if more > 1 else ''}" if more else ""))
+    total = len(anomalies)
+    return f"{total} anomal{'y' if total == 1 else 'ies'} flagged: {'; '.join(said)}"
+
+
+def _steps(steps: list[int]) -> str:
+    shown = ", ".join(map(str, steps[:3])) + (", ..." if len(steps) > 3 else "")
+    return f"step{'s' if len(steps) > 1 else ''} {shown}"
 
 
 def fail_code(anomalies: Sequence[GradAnomaly], fail_on: str | None) -> int:
