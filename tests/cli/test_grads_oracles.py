@@ -157,3 +157,55 @@ def test_a_causal_lm_trains_on_the_loss_transformers_computes_from_labels(
     for entry in doc["parameters"]:
         hand = [row[entry["path"]] for row in norms]
         assert entry["grad_norms"] == pytest.approx(hand, rel=1e-4), entry["path"]
+
+
+SEQUENCE = textwrap.dedent("""
+    import torch
+    from torch import nn
+
+    class Own(nn.Module):
+        '''Its output holds its own loss, as a transformers model given labels does.'''
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.proj = nn.Linear(4, 3)
+
+        def forward(self, x):
+            y = self.proj(x)
+            return {"loss": (y ** 2).mean() + y.mean(), "logits": y}
+
+    def per_token():  # [batch, tokens, features]: no classifier, no causal LM
+        torch.manual_seed(0)
+        return nn.Linear(4, 3)
+
+    def own():
+        return Own()
+""")
+
+
+@pytest.mark.parametrize(("factory", "kind"), [("per_token", "mse"), ("own", "model")])
+def test_mse_to_a_seeded_target_and_the_models_own_loss(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, factory: str, kind: str
+) -> None:
+    path = tmp_path / "sequence.py"
+    path.write_text(SEQUENCE)
+    doc = _grads_json(capsys, f"{path}:{factory}", "--input", "2,5,4", "--steps", "3",
+                      "--lr", "0.1")
+    assert doc["loss"] == kind
+    namespace: dict[str, Any] = {}
+    exec(SEQUENCE, namespace)
+    model = namespace[factory]()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for k in range(3):
+        g = torch.Generator().manual_seed(k)
+        out = model(torch.randn(2, 5, 4, generator=g))
+        # the MSE target is drawn after the batch, from the same generator
+        target = torch.randn(2, 5, 3, generator=g)
+        loss = F.mse_loss(out, target) if kind == "mse" else out["loss"]
+        loss.backward()
+        losses.append(loss.item())
+        opt.step()
+        opt.zero_grad()
+    assert [s["loss"] for s in doc["steps"]] == pytest.approx(losses, rel=1e-5)
+    assert len(set(losses)) == 3

@@ -101,9 +101,16 @@ def _clip_part(training: Training, clip: float | None) -> str:
     before = training.total_norms
     if clip is None:
         return f"total gradient norm: {_g(before[0])} at step 0 -> {_g(before[-1])}"
-    clipped = sum(1 for n in before if n > clip)
+    clipped = sum(1 for n in before if not n <= clip)  # a NaN total is "clipped" to NaN
     return (f"--clip {clip:g}: total norm clipped at {clipped} of {len(before)} steps "
-            f"(before: max {_g(max(before))}; after: max {_g(max(training.clipped_norms))})")
+            f"(before: max {_g(_largest(before))}; after: max "
+            f"{_g(_largest(training.clipped_norms))})")
+
+
+def _largest(values: Sequence[float]) -> float:
+    """The largest of ``values``, a non-finite one first (``max`` skips a NaN or not,
+    by where it is)."""
+    return max(values, key=lambda v: v if math.isfinite(v) else math.inf)
 
 
 def _anomalies_part(anomalies: Sequence[GradAnomaly]) -> str:

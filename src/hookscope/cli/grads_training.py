@@ -146,8 +146,10 @@ def _backward(loss: Any, step: int) -> None:
 
 
 def _norms(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """The norm of each tensor, stacked on the first one's device (no host sync)."""
     with torch.no_grad():
-        return torch.stack([torch.linalg.vector_norm(t.detach().float()).cpu() for t in tensors])
+        norms = [torch.linalg.vector_norm(t.detach().float()) for t in tensors]
+        return torch.stack([n.to(norms[0].device) for n in norms])
 
 
 def _total_norm(params: list[torch.Tensor]) -> torch.Tensor:
@@ -161,7 +163,7 @@ def _total_norm(params: list[torch.Tensor]) -> torch.Tensor:
 
 def _to_host(rows: dict[str, list[torch.Tensor]]) -> dict[str, Any]:
     def host(key: str) -> list[Any]:
-        return torch.stack(rows[key]).tolist() if rows[key] else []
+        return torch.stack([t.cpu() for t in rows[key]]).tolist() if rows[key] else []
 
     return {"losses": host("loss"), "total_norms": host("total"),
             "clipped_norms": host("clipped"), "weight_norms": host("weights")}
