@@ -3,6 +3,7 @@ picture, and one-line errors with exit status 2."""
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -86,10 +87,10 @@ def test_a_plot_path_that_cannot_be_written_is_refused_before_training(
     monkeypatch: pytest.MonkeyPatch, plot: str,
 ) -> None:
     pytest.importorskip("matplotlib")
-    import hookscope.cli.grads_command as grads_command
+    import hookscope.cli.grads_training as grads_training
 
     trained: list[int] = []
-    monkeypatch.setattr(grads_command, "_train", lambda *a, **k: trained.append(1))
+    monkeypatch.setattr(grads_training, "train", lambda *a, **k: trained.append(1))
     code, _, err = run_cli(capsys, "grads", model_file, "--input", "3,4", "--steps", "2",
                            "--plot", str(tmp_path / plot))
     assert_one_error_line(code, err, "is not an image format" if "." in plot[-4:]
@@ -167,3 +168,139 @@ def test_a_model_that_fails_only_in_training_is_a_one_line_error(
     path.write_text(TRAIN_ONLY_FAILURES)
     code, _, err = run_cli(capsys, "grads", f"{path}:{factory}", "--input", "1,4")
     assert_one_error_line(code, err, *fragments)
+
+
+def test_the_caption_says_how_the_numbers_were_made(
+    capsys: pytest.CaptureFixture[str], model_file: str
+) -> None:
+    code, out, err = run_cli(capsys, "grads", model_file, "--input", "3,4", "--steps", "3",
+                             "--lr", "0.01", "--explode-above", "0.3", "--no-color",
+                             "--width", "200")
+    assert code == 0, err
+    flat = " ".join(out.split())
+    assert "loss: cross-entropy on random labels (2 classes)" in flat
+    assert "optimizer: SGD, lr 0.01" in flat
+    assert "3 steps, a new random batch each (--seed 0): 3,4:float32" in flat
+    rows = [line for line in out.splitlines() if "explode at step" in line]
+    count = sum(int(m) for m in re.findall(r"\(\+(\d+) more\)", out)) + len(rows)
+    assert rows and f"{count} anomal" in flat and f"{count} explode: " in flat
+
+
+PLANTED = textwrap.dedent("""
+    import torch
+    from torch import nn
+
+    class Amplify(torch.autograd.Function):
+        '''The identity forward; its backward multiplies the gradient by `factor`.'''
+        @staticmethod
+        def forward(ctx, x, factor):
+            ctx.factor = factor
+            return x.view_as(x)
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * ctx.factor, None
+
+    class Planted(nn.Module):
+        def __init__(self, factor):
+            super().__init__()
+            torch.manual_seed(0)
+            self.first, self.last = nn.Linear(4, 4), nn.Linear(4, 2)
+            self.factor = factor
+
+        def forward(self, x):
+            return self.last(Amplify.apply(self.first(x), self.factor))
+
+    def exploding():
+        return Planted(1e6)
+
+    def nonfinite():
+        return Planted(float("nan"))
+""")
+
+
+@pytest.mark.parametrize(("factory", "options", "code"), [
+    ("exploding", ("--explode-above", "100", "--fail-on", "exploding"), 1),
+    ("exploding", ("--explode-above", "100", "--fail-on", "any"), 1),
+    ("exploding", ("--explode-above", "100"), 0),
+    ("exploding", ("--explode-above", "1e12", "--fail-on", "exploding"), 0),
+    ("exploding", ("--vanish-below", "1e-12", "--fail-on", "vanishing"), 0),
+    ("exploding", ("--fail-on", "nonfinite"), 0),
+    ("nonfinite", ("--fail-on", "nonfinite"), 1),
+    ("nonfinite", ("--fail-on", "any"), 1),
+])
+def test_fail_on_exits_with_1_after_the_table_when_that_kind_was_flagged(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, factory: str,
+    options: tuple[str, ...], code: int,
+) -> None:
+    import torch
+
+    spec = model_spec(tmp_path, PLANTED, factory)
+    got, out, err = run_cli(capsys, "grads", spec, "--input", "3,4", "--steps", "2",
+                            "--no-color", *options)
+    assert got == code, err
+    assert "Gradient norms over 2 steps" in out  # the table comes first
+    if factory == "exploding":  # the oracle: the planted gradient, by hand
+        namespace: dict[str, object] = {}
+        exec(PLANTED, namespace)
+        model = namespace["exploding"]()  # type: ignore[operator]
+        g = torch.Generator().manual_seed(0)  # step 0: the batch, then the labels
+        x = torch.randn(3, 4, generator=g)
+        y = torch.randint(0, 2, (3,), generator=g)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        assert 100 < model.first.weight.grad.norm().item() < 1e12
+        assert model.last.weight.grad.norm().item() < 100
+
+
+def test_loss_choices_that_do_not_fit_are_one_line_errors(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, model_file: str
+) -> None:
+    spec = model_spec(tmp_path, """
+        import torch
+        from torch import nn
+
+        def seq():
+            torch.manual_seed(0)
+            return nn.Linear(4, 2)
+        """, "seq")
+    code, _, err = run_cli(capsys, "grads", spec, "--input", "3,5,4", "--loss", "ce")
+    assert_one_error_line(code, err, "--loss ce", "[3, 5, 2]")
+    code, _, err = run_cli(capsys, "grads", spec, "--input", "3,4", "--loss", "lm")
+    assert_one_error_line(code, err, "--loss lm", "[3, 2]")
+    code, _, err = run_cli(capsys, "grads", model_file, "--input", "3,4", "--loss", "l2")
+    assert_one_error_line(code, err, "--loss", "'l2'")
+    code, _, err = run_cli(capsys, "grads", model_file, "--input", "3,4", "--fail-on",
+                           "exploding")
+    assert_one_error_line(code, err, "--fail-on exploding needs --explode-above")
+    code, _, err = run_cli(capsys, "grads", model_file, "--input", "3,4", "--clip", "0")
+    assert_one_error_line(code, err, "--clip must be a positive number")
+
+
+def test_auto_picks_the_loss_of_the_model_kind() -> None:
+    import torch
+    from torch import nn
+
+    from hookscope.cli.grads_loss import choose_loss
+
+    transformers = pytest.importorskip("transformers")
+    outputs = transformers.modeling_outputs
+    net = nn.Linear(1, 1)
+    logits = torch.randn(2, 5, requires_grad=True)
+    tokens = torch.randn(2, 6, 11, requires_grad=True)
+    ids = torch.zeros(2, 6, dtype=torch.long)
+    causal = type("TinyForCausalLM", (nn.Module,), {})()
+    cases = [
+        (net, logits, None, "ce"),  # a torchvision classifier's [B, C]
+        (net, outputs.SequenceClassifierOutput(logits=logits), None, "ce"),
+        (causal, outputs.CausalLMOutput(logits=tokens), ids, "lm"),
+        (net, outputs.CausalLMOutput(logits=tokens), ids, "mse"),  # not a causal LM
+        (net, {"loss": logits.sum(), "logits": logits}, None, "model"),
+        (net, torch.randn(2, 1, requires_grad=True), None, "mse"),  # one score: regression
+        (net, (logits, tokens), None, "mse"),
+    ]
+    for model, out, token_ids, kind in cases:
+        assert choose_loss("auto", model, out, token_ids).kind == kind, (out, kind)
+    loss = choose_loss("auto", net, logits, None)
+    labels = torch.randint(0, 5, (2,), generator=torch.Generator().manual_seed(3))
+    want = nn.functional.cross_entropy(logits, labels)
+    assert loss.compute(logits, None, torch.Generator().manual_seed(3)).item() == want.item()

@@ -1,18 +1,26 @@
 """``hookscope grads MODEL``: N synthetic training steps with a gradient monitor.
 
-The command loads the model and its example inputs like ``trace`` does, runs ``--steps``
-steps of plain SGD (``--lr``) on the default loss (the sum of the floating outputs),
-recorded by :class:`hookscope.GradientMonitor`, and prints the per-parameter table of
-``render/grads_table.py`` with anomalies flagged; ``--plot FILE.png`` also draws the
-history (``hookscope[plot]``). Registered on the app of ``cli/app.py`` when that
-module is imported (its last lines import this one).
+The command checks its options, loads the model and its example inputs like ``trace``
+does (``cli/running.py``), runs ``--steps`` steps of SGD (``--lr``) on a new seeded
+batch each, with the loss a user of that kind of model would use (``--loss``,
+``cli/grads_loss.py``), recorded by :class:`hookscope.GradientMonitor`
+(``cli/grads_training.py``), and prints the per-parameter table of
+``render/grads_table.py`` with anomalies flagged and a caption saying how the numbers
+were made, or ``--format json`` (``cli/grads_report.py``); ``--plot FILE.png`` also
+draws the history (``hookscope[plot]``).
+
+Exit status: 0; 1 with ``--fail-on KIND`` when an anomaly of that kind was flagged
+(after the output is written); 2 for a usage error (``cli/failures.py``).
+Registered on the app of ``cli/app.py`` when that module is imported (its last lines
+import this one).
 """
 
 from __future__ import annotations
 
 import math
+from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -23,12 +31,35 @@ from hookscope.cli.shared_options import (
     ConfigOpt,
     DebugOpt,
     DeviceOpt,
+    Format,
     InputOpt,
     ModelArg,
     NoColorOpt,
     OutputOpt,
     WidthOpt,
 )
+
+if TYPE_CHECKING:
+    from hookscope.cli.grads_training import Training
+
+
+class LossChoice(str, Enum):
+    """``--loss``: which loss the steps train on (``cli/grads_loss.py``)."""
+
+    AUTO = "auto"
+    CE = "ce"
+    LM = "lm"
+    MSE = "mse"
+    SUM = "sum"
+
+
+class FailOn(str, Enum):
+    """``--fail-on``: the anomalies that make ``grads`` exit with 1."""
+
+    EXPLODING = "exploding"
+    VANISHING = "vanishing"
+    NONFINITE = "nonfinite"
+    ANY = "any"
 
 
 @app.command("grads")
@@ -37,10 +68,34 @@ def grads_command(
     inputs: InputOpt = None,
     steps: Annotated[int, typer.Option(min=1, metavar="N", help="Training steps.")] = 5,
     lr: Annotated[float, typer.Option(min=0.0, metavar="LR", help="SGD learning rate.")] = 1e-3,
+    loss: Annotated[LossChoice, typer.Option(
+        help="The loss: auto (cross-entropy on random labels for a [batch, classes] "
+        "output, the next-token loss for a causal LM, the model's own loss when its "
+        "output has one, else MSE to a random target), ce, lm, mse or sum.")
+    ] = LossChoice.AUTO,
+    seed: Annotated[int, typer.Option(
+        min=0, max=2**62, metavar="N", help="Step k's batch and labels are drawn from a "
+        "generator seeded with N + k.")] = 0,
     explode_above: Annotated[float | None, typer.Option(
         metavar="X", show_default=False, help="Flag gradient norms above X.")] = None,
     vanish_below: Annotated[float | None, typer.Option(
         metavar="X", show_default=False, help="Flag gradient norms below X.")] = None,
+    relative: Annotated[bool, typer.Option(
+        "--relative", help="Show (and threshold) each gradient norm over its weight's "
+        "norm.")] = False,
+    clip: Annotated[float | None, typer.Option(
+        metavar="NORM", show_default=False, help="Clip the total gradient norm to NORM "
+        "before each optimizer step (clip_grad_norm_); the table shows norms before it.")
+    ] = None,
+    top: Annotated[int | None, typer.Option(
+        min=1, metavar="N", show_default=False,
+        help="Show only the N parameters with the largest values at the last step, "
+        "largest first.")] = None,
+    fail_on: Annotated[FailOn | None, typer.Option(
+        show_default=False, help="Exit with 1 (after the output) when an anomaly of this "
+        "kind was flagged: exploding, vanishing, nonfinite or any.")] = None,
+    fmt: Annotated[Format, typer.Option("--format", "-f", help="table or json.")
+                   ] = Format.TABLE,
     plot: Annotated[Path | None, typer.Option(
         metavar="FILE.png", show_default=False,
         help="Also draw the norms over steps (needs matplotlib).")] = None,
@@ -50,8 +105,11 @@ def grads_command(
     no_color: NoColorOpt = False,
     width: WidthOpt = None,
     debug: DebugOpt = False,
-) -> None:
-    """N synthetic SGD steps; gradient norms per parameter, anomalies flagged."""
+) -> int:
+    """N synthetic SGD steps on new random batches; gradient norms per parameter,
+    anomalies flagged. Exit status 1 with --fail-on when one of that kind was."""
+    from hookscope.cli.grads_report import fail_code
+    from hookscope.cli.grads_training import train
     from hookscope.cli.running import check_output, prepare
 
     target = OutputTarget(output, no_color, width)
@@ -63,18 +121,40 @@ def grads_command(
             raise SpecError("grads trains the model; --device meta has no values to train")
         if plot is not None:
             _check_plot(plot)  # before the model is built and trained, not after
-        _check_thresholds(explode_above=explode_above, vanish_below=vanish_below)
+        _check_thresholds(explode_above=explode_above, vanish_below=vanish_below, clip=clip)
+        _check_fail_on(fail_on, explode_above=explode_above, vanish_below=vanish_below)
         if not math.isfinite(lr):
             from hookscope.errors import SpecError
 
             raise SpecError(f"--lr must be a finite learning rate, got {lr}; try --lr 1e-3")
+        thresholds = {"explode_above": explode_above, "vanish_below": vanish_below}
         with model_prints_to_stderr():
             prepared = prepare(model, inputs=inputs or [], config=config, device=device)
-            monitor = _train(prepared, steps=steps, lr=lr, explode_above=explode_above,
-                             vanish_below=vanish_below)
+            training = train(prepared, steps=steps, lr=lr, seed=seed, loss=loss.value, clip=clip,
+                             weight_norms=relative, **({} if relative else thresholds))
         if plot is not None:
-            monitor.plot(plot)
-        target.write(_view(monitor))
+            training.monitor.plot(plot)
+        anomalies, view = _view(training, prepared, fmt=fmt, lr=lr, seed=seed, clip=clip,
+                                relative=relative, top=top, **thresholds)
+        target.write(view)
+        return fail_code(anomalies, None if fail_on is None else fail_on.value)
+    return 2  # pragma: no cover  (failure_boundary raises typer.Exit)
+
+
+def _check_fail_on(fail_on: FailOn | None, **thresholds: float | None) -> None:
+    """``--fail-on exploding`` (``vanishing``) without its threshold would never fail.
+
+    Raises:
+        SpecError: naming the option that is missing.
+    """
+    from hookscope.errors import SpecError
+
+    needs = {FailOn.EXPLODING: "explode_above", FailOn.VANISHING: "vanish_below"}
+    name = needs.get(fail_on) if fail_on is not None else None
+    if fail_on is not None and name is not None and thresholds[name] is None:
+        option = "--" + name.replace("_", "-")
+        raise SpecError(f"--fail-on {fail_on.value} needs {option} X: without a threshold "
+                        "no gradient is flagged as that")
 
 
 def _check_thresholds(**thresholds: float | None) -> None:
@@ -118,51 +198,36 @@ def _check_plot(path: Path) -> None:
                         "writes by itself; use .png, .svg or .pdf")
 
 
-def _train(prepared: Any, *, steps: int, lr: float, **thresholds: Any) -> Any:
-    import torch
-
-    import hookscope
-    from hookscope.core.failures import message
-    from hookscope.core.tensors import iter_tensors
-
-    net = prepared.loaded.model
-    net.train()  # NB: before the check: a model may fail in training mode alone
-    # one observed forward first, in the mode the steps run in: inputs that do not fit
-    # fail with the module's path and its input shapes (a ModelRunError), not inside
-    # the training loop
-    hookscope.trace(net, *prepared.args, kwargs=prepared.kwargs, time=False, stats=False,
-                    memory=False)
-    trainable = [p for p in net.parameters() if p.requires_grad]
-    if not trainable:
-        raise hookscope.SpecError(
-            f"grads trains the model, and {type(net).__name__} has no parameter that "
-            "requires grad (none, or all frozen); for its forward use hookscope trace")
-    opt = torch.optim.SGD(trainable, lr=lr)
-    found: list[Any] = []
-    with hookscope.GradientMonitor(net, optimizer=opt, on_anomaly=found.append,
-                                   **thresholds) as monitor:
-        for step in range(steps):
-            out = net(*prepared.args, **prepared.kwargs)
-            roots = [t for _, t in iter_tensors(out, "out")
-                     if t.requires_grad and t.is_floating_point()]
-            if not roots:
-                raise hookscope.SpecError("no floating output of the model requires grad; "
-                                          "grads needs a model with trainable parameters")
-            try:
-                torch.stack([t.sum() for t in roots]).sum().backward()  # type: ignore[no-untyped-call]
-            except Exception as e:  # the model's own backward (the forward was checked)
-                raise hookscope.HookscopeError(
-                    f"the model's backward raised {type(e).__name__} at step {step}: "
-                    f"{message(e)}"
-                ) from e
-            opt.step()
-            opt.zero_grad()
-    return monitor
-
-
-def _view(monitor: Any) -> Rendered:
+def _view(training: Training, prepared: Any, *, fmt: Format, lr: float, seed: int,
+          clip: float | None, relative: bool, top: int | None,
+          explode_above: float | None, vanish_below: float | None,
+          ) -> tuple[list[Any], Rendered]:
+    """The anomalies flagged, and the table or JSON of the run."""
+    from hookscope.cli.grads_report import (
+        caption,
+        grads_json,
+        ratio_history,
+        relative_anomalies,
+        shown_history,
+    )
     from hookscope.render.grads_table import grads_table
 
-    return Rendered.of_tables(
-        lambda ascii: [grads_table(monitor.history, monitor.anomalies, ascii=ascii)]
-    )
+    history = training.monitor.history
+    anomalies = list(training.monitor.anomalies)
+    if relative:
+        history = ratio_history(training)
+        anomalies += relative_anomalies(history, explode_above=explode_above,
+                                        vanish_below=vanish_below)
+        anomalies.sort(key=lambda a: a.step)
+    shown = shown_history(history, top)
+    inputs = " ".join(str(spec) for spec in prepared.specs)
+    if fmt is Format.JSON:
+        return anomalies, Rendered.of_text(grads_json(
+            training, shown, anomalies, lr=lr, seed=seed, inputs=inputs, clip=clip,
+            relative=relative, top=top, explode_above=explode_above,
+            vanish_below=vanish_below))
+    parts = caption(training, anomalies, lr=lr, seed=seed, inputs=inputs, clip=clip,
+                    relative=relative, shown=len(shown.names))
+    title = "Gradient norm / weight norm" if relative else "Gradient norms"
+    return anomalies, Rendered.of_tables(lambda ascii: [grads_table(
+        shown, anomalies, ascii=ascii, title=title, caption=parts)])

@@ -243,6 +243,7 @@ def make_inputs(
     device: str | torch.device | None,
     vocab_size: int | None = None,
     seed: int = 0,
+    generator: torch.Generator | None = None,
 ) -> tuple[tuple[torch.Tensor, ...], dict[str, torch.Tensor]]:
     """Random tensors for ``specs``: unnamed ones positional, named ones keyword.
 
@@ -252,13 +253,15 @@ def make_inputs(
     ``0, 1, ...`` along the last dimension, and in ``type_ids`` (segments), drawn from
     ``[0, 2)``; bools are random. Values come from a
     generator seeded with ``seed`` on the CPU, so they are the same on every device and
-    torch's global random state is untouched. On ``meta``, no data is made.
+    torch's global random state is untouched. On ``meta``, no data is made. A
+    ``generator`` given is drawn from instead (``seed`` is then unused), so a caller can
+    draw more from it after the inputs (``hookscope grads``: the labels of a batch).
 
     Raises:
         SpecError: the device is not usable, or two specs share a name.
     """
     dev = parse_device(device) or torch.device("cpu")
-    generator = torch.Generator().manual_seed(seed)
+    generator = generator or torch.Generator().manual_seed(seed)
     args: list[torch.Tensor] = []
     kwargs: dict[str, torch.Tensor] = {}
     for spec in specs:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from hookscope.cli.inputs import InputSpec
     from hookscope.cli.loading import LoadedModel
     from hookscope.core.records import Trace
 
@@ -29,11 +30,15 @@ class Prepared:
         loaded: the model and what is known about it.
         args: positional inputs.
         kwargs: keyword inputs.
+        specs: what ``args`` and ``kwargs`` were made from (to draw more batches alike).
+        device: the device they were made on.
     """
 
     loaded: LoadedModel
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
+    specs: tuple[InputSpec, ...] = ()
+    device: str | None = None
 
 
 def load(
@@ -104,10 +109,9 @@ def prepare(
     parse_model_dtype(dtype)  # a bad --dtype fails before the model is built
     loaded = load(spec, config=config, device=device, dtype=dtype, on_too_large=on_too_large)
     specs = complete_input_specs(loaded, specs)
-    args, kwargs = make_inputs(
-        specs, device=device or model_device(loaded.model), vocab_size=loaded.vocab_size
-    )
-    return Prepared(loaded, args, kwargs)
+    on = device or model_device(loaded.model)
+    args, kwargs = make_inputs(specs, device=on, vocab_size=loaded.vocab_size)
+    return Prepared(loaded, args, kwargs, tuple(specs), str(on))
 
 
 def check_output(path: Path | None) -> None:

@@ -27,10 +27,12 @@ from hookscope.render.units import format_stat
 __all__ = ["grads_table"]
 
 
-def grads_table(history: Any, anomalies: Sequence[Any], *, ascii: bool = False) -> GridTable:
+def grads_table(history: Any, anomalies: Sequence[Any], *, ascii: bool = False,
+                title: str = "Gradient norms", caption: Sequence[str] = ()) -> GridTable:
     """A table of ``history`` (``names``, ``column(name)``, ``steps``, ``had_gradient``)
     with the ``anomalies`` (``path``, ``kind``, ``step``) of each parameter in its last
-    column.
+    column, its rows in ``history``'s order; ``title`` is followed by "over N steps",
+    ``caption`` (parts: how the values were made) goes under the table.
 
     Laid out as every table is (``render/grid.py``): at any width no number is cut;
     long parameter paths shorten in the middle, and columns that still do not fit are
@@ -71,7 +73,8 @@ def grads_table(history: Any, anomalies: Sequence[Any], *, ascii: bool = False) 
             GridColumn("anomalies", "Anomalies", notes, numeric=False, priority=80,
                        styles=styles),
         ]
-        return Grid(columns, title=f"Gradient norms over {len(history.steps)} steps")
+        return Grid(columns, caption=list(caption),
+                    title=f"{title} over {len(history.steps)} steps")
 
     return GridTable(build, ascii=ascii)
 

@@ -1,0 +1,169 @@
+"""The training steps of ``hookscope grads``, recorded by a :class:`~hookscope.GradientMonitor`.
+
+Where it sits: ``cli/grads_command.py`` parses the options and loads the model
+(``cli/running.py``); :func:`train` runs the steps and returns a :class:`Training`;
+``cli/grads_report.py`` turns it into the table, the caption and the JSON.
+
+Each step is what a user's loop does: a new batch, the forward, the loss
+(``cli/grads_loss.py``), ``backward()``, ``mon.step()`` (so the recorded norms are
+those backward made), the clip of the total norm (``--clip``, by
+``torch.nn.utils.clip_grad_norm_``), then ``SGD.step()`` and ``zero_grad()``. Step ``k``
+draws its batch, then its labels or target, from a CPU generator seeded with
+``seed + k``, through the function that makes the default inputs
+(:func:`hookscope.cli.inputs.make_inputs`): the same shapes, dtypes and token ranges,
+new values every step (step 0 of seed 0 is the batch ``hookscope trace`` runs on).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from hookscope.cli.grads_loss import Loss, choose_loss, input_ids
+
+__all__ = ["Batches", "Training", "train"]
+
+
+@dataclass(frozen=True)
+class Batches:
+    """A new seeded batch per step, made as the default inputs are.
+
+    Attributes:
+        specs: the inputs' shapes, dtypes and names.
+        device: where they are made.
+        vocab_size: the range of token ids (``None``: unknown).
+        seed: step ``k`` uses a generator seeded with ``seed + k``.
+    """
+
+    specs: tuple[Any, ...]
+    device: str | None
+    vocab_size: int | None
+    seed: int
+
+    def draw(self, step: int) -> tuple[tuple[Any, ...], dict[str, Any], torch.Generator]:
+        """Step ``step``'s positional and keyword inputs, and the generator they were
+        drawn from (the loss draws the labels from it next)."""
+        from hookscope.cli.inputs import make_inputs
+
+        generator = torch.Generator().manual_seed(self.seed + step)
+        args, kwargs = make_inputs(self.specs, device=self.device, vocab_size=self.vocab_size,
+                                   generator=generator)
+        return args, kwargs, generator
+
+
+@dataclass
+class Training:
+    """What the steps recorded, on the host.
+
+    Attributes:
+        monitor: the closed monitor (``history``: norms before the clip; ``anomalies``).
+        loss: the loss the steps trained on.
+        losses: its value per step.
+        total_norms: the total gradient norm per step, before any clip.
+        clipped_norms: the total norm after ``--clip`` per step (empty without it).
+        weight_norms: per step, the norm of each of ``monitor.names``' weights when its
+            gradient was taken (before the update); empty unless asked for.
+    """
+
+    monitor: Any
+    loss: Loss
+    losses: list[float] = field(default_factory=list)
+    total_norms: list[float] = field(default_factory=list)
+    clipped_norms: list[float] = field(default_factory=list)
+    weight_norms: list[list[float]] = field(default_factory=list)
+
+
+def train(prepared: Any, *, steps: int, lr: float, seed: int, loss: str,
+          clip: float | None, weight_norms: bool, **thresholds: Any) -> Training:
+    """Run ``steps`` SGD steps of the prepared model (see the module docstring).
+
+    Raises:
+        SpecError: nothing to train, or the loss does not fit the output.
+        ModelRunError: the model's forward raised (checked once before the steps).
+        HookscopeError: the model's backward raised.
+    """
+    import hookscope
+
+    net = prepared.loaded.model
+    net.train()  # NB: before the check: a model may fail in training mode alone
+    # one observed forward first, in the mode the steps run in: inputs that do not fit
+    # fail with the module's path and its input shapes (a ModelRunError), not inside
+    # the training loop
+    hookscope.trace(net, *prepared.args, kwargs=prepared.kwargs, time=False, stats=False,
+                    memory=False)
+    trainable = [p for p in net.parameters() if p.requires_grad]
+    if not trainable:
+        raise hookscope.SpecError(
+            f"grads trains the model, and {type(net).__name__} has no parameter that "
+            "requires grad (none, or all frozen); for its forward use hookscope trace")
+    batches = Batches(prepared.specs, prepared.device, prepared.loaded.vocab_size, seed)
+    opt = torch.optim.SGD(trainable, lr=lr)
+    # NB: every anomaly stays in monitor.anomalies, which the caption and --fail-on read;
+    # no warning per parameter on stderr besides
+    with hookscope.GradientMonitor(net, on_anomaly=_keep, **thresholds) as monitor:
+        named = dict(net.named_parameters())
+        watched = [named[n] for n in monitor.names]
+        rows: dict[str, list[torch.Tensor]] = {"loss": [], "total": [], "clipped": [],
+                                               "weights": []}
+        chosen: Loss | None = None
+        for step in range(steps):
+            args, kwargs, generator = batches.draw(step)
+            out = net(*args, **kwargs)
+            ids = input_ids(args, kwargs)
+            chosen = chosen or choose_loss(loss, net, out, ids)
+            value = chosen.compute(out, ids, generator)
+            _backward(value, step)
+            monitor.step()  # the norms as backward made them, before the clip
+            rows["loss"].append(value.detach().float())
+            if weight_norms:
+                rows["weights"].append(_norms(watched))
+            rows["total"].append(_total_norm(trainable))
+            if clip is not None:
+                torch.nn.utils.clip_grad_norm_(trainable, clip)
+                rows["clipped"].append(_total_norm(trainable))
+            opt.step()
+            opt.zero_grad()
+    assert chosen is not None  # steps >= 1
+    return Training(monitor, chosen, **_to_host(rows))
+
+
+def _keep(anomaly: Any) -> None:
+    """``on_anomaly``: nothing more than the monitor's own record."""
+
+
+def _backward(loss: Any, step: int) -> None:
+    import hookscope
+    from hookscope.core.failures import message
+
+    try:
+        loss.backward()
+    except Exception as e:  # the model's own backward (the forward was checked)
+        raise hookscope.HookscopeError(
+            f"the model's backward raised {type(e).__name__} at step {step}: {message(e)}"
+        ) from e
+
+
+def _norms(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """The norm of each tensor, stacked on the first one's device (no host sync)."""
+    with torch.no_grad():
+        norms = [torch.linalg.vector_norm(t.detach().float()) for t in tensors]
+        return torch.stack([n.to(norms[0].device) for n in norms])
+
+
+def _total_norm(params: list[torch.Tensor]) -> torch.Tensor:
+    """The norm of all gradients together, as ``clip_grad_norm_`` measures it."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return torch.tensor(0.0)
+    total: torch.Tensor = torch.linalg.vector_norm(_norms(grads))
+    return total
+
+
+def _to_host(rows: dict[str, list[torch.Tensor]]) -> dict[str, Any]:
+    def host(key: str) -> list[Any]:
+        return torch.stack([t.cpu() for t in rows[key]]).tolist() if rows[key] else []
+
+    return {"losses": host("loss"), "total_norms": host("total"),
+            "clipped_norms": host("clipped"), "weight_norms": host("weights")}
