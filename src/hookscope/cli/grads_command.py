@@ -10,7 +10,7 @@ were made, or ``--format json`` (``cli/grads_report.py``); ``--plot FILE.png`` a
 draws the history (``hookscope[plot]``).
 
 Exit status: 0; 1 with ``--fail-on KIND`` when an anomaly of that kind was flagged
-(after the output is written); 2 for a usage error (``cli/failures.py``).
+(after the output is written); 2 for a usage error (``cli/failure_boundary.py``).
 Registered on the app of ``cli/app.py`` when that module is imported (its last lines
 import this one).
 """

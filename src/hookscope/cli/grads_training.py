@@ -10,7 +10,7 @@ those backward made), the clip of the total norm (``--clip``, by
 ``torch.nn.utils.clip_grad_norm_``), then ``SGD.step()`` and ``zero_grad()``. Step ``k``
 draws its batch, then its labels or target, from a CPU generator seeded with
 ``seed + k``, through the function that makes the default inputs
-(:func:`hookscope.cli.inputs.make_inputs`): the same shapes, dtypes and token ranges,
+(:func:`hookscope.cli.input_specs.make_inputs`): the same shapes, dtypes and token ranges,
 new values every step (step 0 of seed 0 is the batch ``hookscope trace`` runs on).
 """
 
@@ -45,7 +45,7 @@ class Batches:
     def draw(self, step: int) -> tuple[tuple[Any, ...], dict[str, Any], torch.Generator]:
         """Step ``step``'s positional and keyword inputs, and the generator they were
         drawn from (the loss draws the labels from it next)."""
-        from hookscope.cli.inputs import make_inputs
+        from hookscope.cli.input_specs import make_inputs
 
         generator = torch.Generator().manual_seed(self.seed + step)
         args, kwargs = make_inputs(self.specs, device=self.device, vocab_size=self.vocab_size,

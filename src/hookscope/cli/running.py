@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hookscope.cli.inputs import InputSpec
+    from hookscope.cli.input_specs import InputSpec
     from hookscope.cli.loading import LoadedModel
     from hookscope.core.records import Trace
 
