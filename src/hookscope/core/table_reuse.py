@@ -14,7 +14,7 @@ The same passes read what the rest of the run's start needs of every module
 forward hooks or a call path of its own), so the state snapshot
 (``core/model_state.py``) and the plan of the stand-in (``core/fast_path.py``) make no
 pass of their own over the model: a pass over a model's modules right after a forward,
-with the caches cold, costs about as much as the work in it (``benchmarks/README.md``).
+with the caches cold, costs about as much as the work in it.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class Pairs(Sequence[tuple[str, nn.Module]]):
     """The ``(path, module)`` pairs of a reused table, made as they are read (NB: a
     list of them would be one more object per module and per run for the garbage
     collector's young generation, whose collections in the middle of a run cost a
-    fraction of a millisecond each: ``benchmarks/README.md``, session 16)."""
+    fraction of a millisecond each: ``docs/architecture.md``)."""
 
     __slots__ = ("_modules", "_paths")
 
@@ -220,7 +220,7 @@ def _fingerprint(
     depends on the tensors' counts, dtypes and flags alone, which are compared. NB:
     C-level ``map`` loops only, the fixed cost of every run (each module's ``__dict__``
     read once; no list of ``id``s where no entry is ``None``: 3 % of a summary's
-    instructions beyond the forward on MobileNetV3, ``benchmarks/README.md``). ``None``
+    instructions beyond the forward on MobileNetV3). ``None``
     when a module's tables are not dicts, or not in its ``__dict__``.
     """
     dicts = list(map(vars, walked))

@@ -14,14 +14,13 @@ Most calls take one tensor and return one. For those, the hook reads the tensors
 two facts up by them: identical facts are shared (within a trace and between traces:
 records are read-only, and the lists are :class:`~hookscope.core.readonly.ReadOnlyList`),
 so a model traced again makes none, and a call's facts get both in one
-``dict.update`` (NB: which copies the template's table: two list allocations and two
-insertions less per call, 0.3 ms of MobileNetV3-Large's 255 calls in place,
-``benchmarks/README.md``, session 16). NB: the lookup is made in the hook, while what
-it reads is in the cache; keeping the fields for ``finalize`` to look up cost more, as
-a second visit of every call after the forward finds nothing cached (0.4 ms on
-MobileNetV3-Large's 255 calls). NB: one key for both tensors, one lookup; the fields
-read as attributes in bytecode (the interpreter specialises those reads; an
-``attrgetter`` of the five cost more instructions under callgrind, session 15).
+``dict.update``, which copies the template's table: two list allocations and two
+insertions less per call (about 0.3 ms of MobileNetV3-Large's 255 calls). NB: the
+lookup is made in the hook, while what it reads is in the cache; leaving the fields
+for ``finalize`` to look up costs more, as a second visit of every call after the
+forward finds nothing cached. NB: one key for both tensors, one lookup; the fields
+are read as attributes in bytecode, which the interpreter specialises (an
+``attrgetter`` of the five executes more instructions).
 """
 
 from __future__ import annotations
