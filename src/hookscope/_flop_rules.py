@@ -33,7 +33,7 @@ from hookscope._flop_formulas import HOOKSCOPE_OVERRIDES as HOOKSCOPE_OVERRIDES
 from hookscope._flop_formulas import FlopFormula as FlopFormula
 from hookscope._flop_formulas import aten
 from hookscope._flop_formulas import shape_wrapper as shape_wrapper
-from hookscope.core.records import FlopRule
+from hookscope.core.values import FlopRule
 
 #: Ops (by ``aten`` packet name, in-place ``_`` suffix dropped) that do no arithmetic.
 FREE_OPS: frozenset[str] = frozenset(

@@ -32,7 +32,8 @@ from hookscope._flop_formulas import (
     shape_wrapper,
 )
 from hookscope.core.handles import CallbackHandle
-from hookscope.core.records import Call, FlopRule, FlopTotals, OpRecord, Phase, Trace
+from hookscope.core.records import Call, Trace
+from hookscope.core.values import FlopRule, FlopTotals, OpRecord, Phase
 from hookscope.errors import SpecError
 
 __all__ = [

@@ -18,7 +18,7 @@ from torch import nn
 import hookscope
 from hookscope._flop_rules import HOOKSCOPE_OVERRIDES, rule_without_formula
 from hookscope.core import torch_private
-from hookscope.core.records import FlopRule
+from hookscope.core.values import FlopRule
 from hookscope.flops import find_formula
 
 #: Families genuinely without a formula (matmul-like, decompositions, quantized kernels).

@@ -17,7 +17,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hookscope.core.records import ModuleInfo
+    from hookscope.core.model_records import ModuleInfo
     from hookscope.core.structure import ModelInfo
 
 

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from hookscope.core.records import TensorMeta
+from hookscope.core.values import TensorMeta
 
 _DTYPE_NAMES: dict[torch.dtype, str] = {}
 

@@ -44,8 +44,9 @@ from hookscope.probes.moments import make_stats, tensor_moments
 
 if TYPE_CHECKING:
     from hookscope.core.handles import Removable
-    from hookscope.core.records import Call, ParamGrad, TensorStats
+    from hookscope.core.records import Call
     from hookscope.core.tracer import Tracer
+    from hookscope.core.values import ParamGrad, TensorStats
 
 
 class NonFiniteError(RunStopped):

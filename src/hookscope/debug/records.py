@@ -12,7 +12,8 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hookscope.core.records import TensorStats, Trace
+    from hookscope.core.records import Trace
+    from hookscope.core.values import TensorStats
 
 
 class AnomalyKind(str, Enum):

@@ -47,10 +47,11 @@ from hookscope.core import torch_private
 from hookscope.core.facts import Column, Fact, Field, Unit
 from hookscope.core.handles import CallbackHandle
 from hookscope.core.probe import Probe, register_probe
-from hookscope.core.records import Call, MemoryRecord, Trace
+from hookscope.core.records import Call, Trace
 from hookscope.core.tensors import iter_tensors
 from hookscope.core.tracer import internal_work, is_internal
 from hookscope.core.value_json import memory_in, memory_out
+from hookscope.core.values import MemoryRecord
 
 if TYPE_CHECKING:
     from hookscope.core.handles import Removable

@@ -34,10 +34,11 @@ from hookscope.core import torch_private
 from hookscope.core.facts import Column, Fact, Field, Unit
 from hookscope.core.handles import CallbackHandle
 from hookscope.core.probe import Probe, register_probe
-from hookscope.core.records import Call, FlopCount, FlopRule, OpRecord, Phase, TensorMeta, Trace
+from hookscope.core.records import Call, Trace
 from hookscope.core.tensors import tensor_meta
 from hookscope.core.tracer import is_internal
 from hookscope.core.value_json import flops_in, flops_out, ops_in, ops_out
+from hookscope.core.values import FlopCount, FlopRule, OpRecord, Phase, TensorMeta
 from hookscope.errors import SpecError
 from hookscope.flops import OpTarget, find_formula, normalize_formulas
 from hookscope.probes.flop_totals import aggregate_flops

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from hookscope.render.units import format_stat
 
 if TYPE_CHECKING:
-    from hookscope.core.records import TensorStats
+    from hookscope.core.values import TensorStats
     from hookscope.debug.records import Anomaly, AnomalyReport, InputCheck, OpFinding, TensorCheck
 
 #: The JSON document's version: bump when a key changes meaning.

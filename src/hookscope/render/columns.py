@@ -16,21 +16,21 @@ some call has a value other than ``None`` and 0), probes ordered by ``column_ran
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from hookscope.core.facts import REGISTRY, Column, Unit, probe_columns, reserve
 from hookscope.core.probe import PROBES
-from hookscope.core.records import Call, TensorMeta, Trace
+from hookscope.core.records import Call, Trace
 from hookscope.core.serialize import settle_raw_facts
+from hookscope.core.values import TensorMeta
 from hookscope.errors import RenderError
 from hookscope.render.export import fields
 from hookscope.render.labels import shapes_cell
 from hookscope.render.units import format_bytes, format_percent, format_stat, format_time
 
 __all__ = [
-    "COLUMNS",
     "PRIORITY",
     "Column",
     "View",
@@ -238,23 +238,6 @@ reserve("columns", _TRACE_COLUMNS, "the trace table's own columns")
 def columns() -> dict[str, Column]:
     """Every column, by name: the trace's own and those of every probe defined so far."""
     return {**_TRACE_COLUMNS, **REGISTRY.columns}
-
-
-class _LiveColumns(Mapping[str, Column]):
-    """:func:`columns` as a mapping that stays current as probe classes are defined."""
-
-    def __getitem__(self, name: str) -> Column:
-        return columns()[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(columns())
-
-    def __len__(self) -> int:
-        return len(columns())
-
-
-COLUMNS: Mapping[str, Column] = _LiveColumns()
-"""Every column by name, as :func:`columns` (kept for code written for hookscope 0.1)."""
 
 
 def column(name: str) -> Column:

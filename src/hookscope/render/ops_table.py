@@ -12,7 +12,8 @@ formula (a lower bound), listed in the caption.
 
 from __future__ import annotations
 
-from hookscope.core.records import FlopCount, FlopRule, Trace
+from hookscope.core.records import Trace
+from hookscope.core.values import FlopCount, FlopRule
 from hookscope.errors import RenderError, SpecError
 from hookscope.flops import OpTotals, by_op
 from hookscope.render.fold import Folded, tree_rows

@@ -15,7 +15,8 @@ from functools import cache
 
 from rich.console import Console, ConsoleOptions, RenderResult
 
-from hookscope.core.records import Call, FlopCount, TensorMeta, Trace
+from hookscope.core.records import Call, Trace
+from hookscope.core.values import FlopCount, TensorMeta
 from hookscope.render.fold import Folded, Row, folded_rows, tree_rows
 from hookscope.render.grid import Grid, GridColumn, labelled_min, shorten_labelled
 from hookscope.render.labels import (

@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from hookscope.core.records import Call, Trace
 from hookscope.errors import RenderError
 from hookscope.render.columns import (
-    COLUMNS,
     Column,
     View,
     cell_style,
@@ -37,7 +36,6 @@ from hookscope.render.table import DEFAULT_WIDTH, GridTable, tree_column
 from hookscope.render.units import format_stat, format_time
 
 __all__ = [
-    "COLUMNS",
     "Column",
     "View",
     "column",
@@ -65,7 +63,7 @@ def trace_table(
 
     Args:
         trace: the trace to show.
-        columns: column names from :data:`COLUMNS`, in display order (default:
+        columns: column names from :func:`columns`, in display order (default:
             :func:`default_columns`).
         sort: order rows by this column (numbers descending, names ascending); sorted
             rows are not folded.
