@@ -435,6 +435,32 @@ def test_a_nan_statistic_round_trips() -> None:
         assert hookscope.Trace.from_json(trace.to_json()) == trace
 
 
+class NanLabel(Probe):
+    """Records a NaN float (no encoder) and the string ``"nan"`` side by side."""
+
+    name = "nan_label_test"
+    facts = (Fact("nan_label_value", "a float"), Fact("nan_label_text", "a label"))
+
+    def on_exit(self, call: Any, module: Any, args: Any, kwargs: Any, output: Any,
+                failed: bool) -> None:
+        call.facts["nan_label_value"] = math.nan
+        call.facts["nan_label_text"] = "nan"
+
+
+def test_one_document_writes_every_nan_the_same_way() -> None:
+    model = nn.Sequential(nn.Linear(2, 2))
+    with torch.no_grad():
+        model[0].weight.fill_(math.nan)
+    trace = hookscope.trace(model, torch.ones(1, 2), stats=True, probes=[NanLabel])
+    doc = json.loads(trace.to_json())
+    call = doc["calls"][1]
+    assert call["stats"][0]["mean"] == {"$float": "nan"}  # an encoder's (value_json.py)
+    assert call["nan_label_value"] == {"$float": "nan"}  # no encoder: the default
+    back = hookscope.Trace.from_json(trace.to_json()).calls[1]
+    assert math.isnan(back.stats[0].mean) and math.isnan(back.nan_label_value)
+    assert back.nan_label_text == "nan"  # a string stays a string
+
+
 class BrokenNeedsStart(Probe):
     name = "broken_needs_start_test"
 

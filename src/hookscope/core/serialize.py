@@ -3,8 +3,8 @@
 ``trace_to_dict``/``trace_from_dict`` convert between records and plain dicts;
 ``trace_to_json``/``trace_from_json`` add the text layer. The form round-trips
 exactly: ``trace_from_json(trace_to_json(t)) == t``. Non-finite floats (a NaN mean,
-an infinite max) are written as the strings ``"nan"``, ``"inf"``, ``"-inf"`` so the
-document stays standard JSON.
+an infinite max) are written as ``{"$float": "nan"}`` (``"inf"``, ``"-inf"``), so the
+document stays standard JSON and a NaN is never read back as the string ``"nan"``.
 
 Top-level keys: ``schema_version``, ``hookscope_version``, ``model`` (``class``,
 ``params.total``, ``params.trainable``, ``buffers.total``, bytes), ``modules[]``,
@@ -20,8 +20,7 @@ key this hookscope does not know (a newer version's, or the fact of a probe not 
 in this process) is kept as the raw JSON value, with one warning, and written back as
 it was: top-level keys in ``Trace.unknown``, facts as a ``RawValue`` (decoded when the
 probe is defined later: :func:`settle_raw_facts`). Unknown keys of ``modules[]`` and
-``model`` are ignored, and the warning says so. A fact without an encoder has its non-finite floats
-written as ``{"$float": "nan"}`` (``"inf"``, ``"-inf"``) and read back as floats.
+``model`` are ignored, and the warning says so.
 """
 
 from __future__ import annotations
