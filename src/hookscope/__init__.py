@@ -171,12 +171,9 @@ __all__ = [
 
 def __getattr__(name: str) -> _typing.Any:
     if name == "__version__":
-        from importlib.metadata import PackageNotFoundError, version
+        from hookscope.core.version import package_version
 
-        try:
-            return version("hookscope")
-        except PackageNotFoundError:  # running from a source checkout
-            return "0.0.0+unknown"
+        return package_version()
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'hookscope' has no attribute {name!r}")

@@ -83,9 +83,9 @@ def run(argv: Sequence[str] | None) -> int:
 
 def _print_version(value: bool) -> None:
     if value:
-        from importlib.metadata import version
+        from hookscope.core.version import package_version
 
-        sys.stdout.write(f"hookscope {version('hookscope')}\n")
+        sys.stdout.write(f"hookscope {package_version()}\n")
         raise typer.Exit(0)
 
 

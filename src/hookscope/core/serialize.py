@@ -33,6 +33,7 @@ from hookscope.core.facts import REGISTRY, Fact, RawValue
 from hookscope.core.model_records import ModelSummary, ModuleInfo
 from hookscope.core.records import SCHEMA_VERSION, Call, FailureRecord, StopRecord, Trace
 from hookscope.core.value_json import metas_in, metas_out
+from hookscope.core.version import package_version
 from hookscope.errors import RenderError
 
 _CALL_KEYS = ("index", "path", "class", "call_index", "depth", "parent", "children",
@@ -41,15 +42,6 @@ _CALL_KEYS = ("index", "path", "class", "call_index", "depth", "parent", "childr
 
 class UnknownFieldsWarning(UserWarning):
     """A trace document has fields this hookscope does not know; they were kept as is."""
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("hookscope")
-    except PackageNotFoundError:  # running from a source checkout
-        return "0.0.0+unknown"
 
 
 # -- facts -----------------------------------------------------------------------------
@@ -186,7 +178,7 @@ def trace_to_dict(trace: Trace) -> dict[str, Any]:
     err, stop = trace.error, trace.stop
     return {
         "schema_version": SCHEMA_VERSION,
-        "hookscope_version": _version(),
+        "hookscope_version": package_version(),
         "model": _model_out(trace.model),
         "modules": [_module_out(m) for m in trace.modules.values()],
         "calls": [_call_out(c) for c in trace.calls],
