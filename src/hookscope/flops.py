@@ -33,7 +33,7 @@ from hookscope._flop_formulas import (
 )
 from hookscope.core.handles import CallbackHandle
 from hookscope.core.records import Call, Trace
-from hookscope.core.values import FlopRule, FlopTotals, OpRecord, Phase
+from hookscope.core.values import FlopCount, FlopRule, FlopTotals, OpRecord, Phase
 from hookscope.errors import SpecError
 
 __all__ = [
@@ -239,3 +239,15 @@ def by_op(trace: Trace, *, call: Call | int | None = None) -> dict[str, OpTotals
     totals = {name: _totals(group) for name, group in groups.items()}
     order = sorted(totals, key=lambda n: (-totals[n].total, -totals[n].count, n))
     return {name: totals[name] for name in order}
+
+
+def flops_text(f: FlopCount | None, backward: bool) -> str:
+    """A call's FLOPs as a table cell: the exact count (``1,234``), with ``+`` when an op
+    without a formula ran inside (a lower bound); ``None`` (not counted) -> empty.
+
+    The ops probe's columns and the renderers' tables show FLOPs through this one
+    function, so a lower bound reads the same everywhere.
+    """
+    if f is None:
+        return ""
+    return f"{f.backward if backward else f.forward:,}" + ("+" if f.partial else "")

@@ -40,7 +40,7 @@ from hookscope.core.tracer import is_internal
 from hookscope.core.value_json import flops_in, flops_out, ops_in, ops_out
 from hookscope.core.values import FlopCount, FlopRule, OpRecord, Phase, TensorMeta
 from hookscope.errors import SpecError
-from hookscope.flops import OpTarget, find_formula, normalize_formulas
+from hookscope.flops import OpTarget, find_formula, flops_text, normalize_formulas
 from hookscope.probes.flop_totals import aggregate_flops
 
 if TYPE_CHECKING:
@@ -194,11 +194,11 @@ class OpsProbe(Probe):
     )
     columns = (
         Column("flops_fwd", "FLOPs", lambda c, t: _flops(c, False), Unit.COUNT,
-               text=lambda c, t: _flops_text(c.facts.get("flops"), False),
-               footer=lambda t: _flops_text(_shown_total(t), False)),
+               text=lambda c, t: flops_text(c.facts.get("flops"), False),
+               footer=lambda t: flops_text(_shown_total(t), False)),
         Column("flops_bwd", "FLOPs bwd", lambda c, t: _flops(c, True), Unit.COUNT,
-               text=lambda c, t: _flops_text(c.facts.get("flops"), True),
-               footer=lambda t: _flops_text(_shown_total(t), True),
+               text=lambda c, t: flops_text(c.facts.get("flops"), True),
+               footer=lambda t: flops_text(_shown_total(t), True),
                when_present=True),
     )
     fields = (
@@ -306,8 +306,3 @@ def _shown_total(trace: Trace) -> FlopCount | None:
     )
 
 
-def _flops_text(f: FlopCount | None, backward: bool) -> str:
-    """Exact count; ``+`` when an op without a formula ran inside (a lower bound)."""
-    if f is None:
-        return ""
-    return f"{f.backward if backward else f.forward:,}" + ("+" if f.partial else "")

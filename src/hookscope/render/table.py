@@ -29,7 +29,7 @@ from rich.text import Text
 from hookscope.render.grid import Fitted, Grid, GridColumn, fit, wrap_header
 from hookscope.render.labels import structure_text, tree_min, tree_shortener
 from hookscope.render.plain import GAP, draw
-from hookscope.render.units import format_bytes
+from hookscope.render.units import format_bytes, format_count
 
 if TYPE_CHECKING:
     from hookscope.core.structure import ModelInfo
@@ -72,11 +72,6 @@ def to_text(renderable: Any, *, width: int = DEFAULT_WIDTH, color: bool = False)
 
 def table_box(ascii: bool) -> box.Box:
     return box.ASCII2 if ascii else box.SIMPLE_HEAD
-
-
-def format_count(n: int | None) -> str:
-    """``1234567`` -> ``1,234,567``; ``None`` -> empty."""
-    return "" if n is None else f"{n:,}"
 
 
 def separator(ascii: bool) -> str:
