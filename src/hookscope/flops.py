@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch.utils import flop_counter as fc
 
 from hookscope._flop_formulas import (
@@ -31,6 +30,7 @@ from hookscope._flop_formulas import (
     FlopFormula,
     shape_wrapper,
 )
+from hookscope.core import torch_private
 from hookscope.core.handles import CallbackHandle
 from hookscope.core.records import Call, Trace
 from hookscope.core.values import FlopCount, FlopRule, FlopTotals, OpRecord, Phase
@@ -61,13 +61,13 @@ def to_packet(target: OpTarget) -> OpKey:
     Raises:
         SpecError: for anything else.
     """
-    if isinstance(target, (torch._ops.OpOverloadPacket, torch._ops.HigherOrderOperator)):
+    if isinstance(target, (torch_private.OpOverloadPacket, torch_private.HigherOrderOperator)):
         return target
-    if isinstance(target, torch._ops.OpOverload):
-        return target._overloadpacket
-    overload = getattr(target, "_opoverload", None)  # torch.library.custom_op's CustomOpDef
-    if isinstance(overload, torch._ops.OpOverload):
-        return overload._overloadpacket
+    if isinstance(target, torch_private.OpOverload):
+        return target.overloadpacket
+    overload = torch_private.custom_op_overload(target)  # a torch.library.custom_op
+    if overload is not None:
+        return overload.overloadpacket
     raise SpecError(
         f"expected an operator such as torch.ops.aten.mm, torch.ops.mylib.foo.default or a "
         f"torch.library.custom_op, got {target!r} of type {type(target).__name__}"

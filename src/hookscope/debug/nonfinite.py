@@ -30,6 +30,7 @@ from torch import nn
 from hookscope.core.handles import CallbackHandle
 from hookscope.core.probe import Probe
 from hookscope.core.tensors import iter_call_inputs, iter_tensors
+from hookscope.core.torch_private import version_counter as _version
 from hookscope.debug.checks import all_finite, checkable, counts
 from hookscope.debug.op_check import OpCheckMode, OpFindings
 from hookscope.debug.records import (
@@ -289,12 +290,6 @@ def _output_anomaly(
         call.index, path, t.numel(), nans or 0, infs or 0, tuple(inputs),
         op=op, origin=origin,
     )
-
-
-def _version(t: torch.Tensor) -> int | None:
-    """``t._version``; ``None`` for an inference tensor (``torch.inference_mode``),
-    which keeps no version counter: what it held is then read, never assumed."""
-    return None if t.is_inference() else t._version
 
 
 def _stats(path: str, t: torch.Tensor) -> TensorStats:

@@ -26,8 +26,6 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch._ops import HigherOrderOperator
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from hookscope._flop_rules import FlopFormula, is_floating_op, rule_without_formula
 from hookscope.core import torch_private
@@ -60,19 +58,20 @@ class _OpInfo:
     __slots__ = ("decompose", "formula", "name", "rule")
 
     def __init__(self, func: Any, custom: Mapping[Any, FlopFormula]) -> None:
-        if isinstance(func, HigherOrderOperator):  # flex_attention, cond, ...: one record
-            self.name = f"higher_order.{func._name}"
+        # a higher-order operator (flex_attention, cond, ...) is one record
+        if isinstance(func, torch_private.HigherOrderOperator):
+            self.name = f"higher_order.{func.name()}"  # type: ignore[no-untyped-call]  # torch: untyped
             self.formula = find_formula(func, custom)
             self.rule = FlopRule.FORMULA if self.formula is not None else FlopRule.UNCOUNTED
             self.decompose = False
             return
         self.name = str(func)
-        self.formula = find_formula(func._overloadpacket, custom)
+        self.formula = find_formula(func.overloadpacket, custom)
         self.rule = FlopRule.FORMULA if self.formula is not None else rule_without_formula(func)
         self.decompose = self.rule is FlopRule.UNCOUNTED and _has_decomposition(func)
 
 
-def _has_decomposition(func: torch._ops.OpOverload) -> bool:
+def _has_decomposition(func: torch_private.OpOverload) -> bool:
     return torch_private.dispatch_has_composite_kernel(func)
 
 
@@ -123,7 +122,7 @@ def _readable_metas(tensors: list[tuple[str, torch.Tensor]]) -> list[TensorMeta]
 
 
 @torch_private.unwrapped_dispatch_mode
-class _OpsMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch: untyped
+class _OpsMode(torch_private.TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch: untyped
     """The dispatch mode: run each op, then hand it to the probe.
 
     Higher-order operators (``flex_attention``, ``cond``) come here too; they run
@@ -140,7 +139,7 @@ class _OpsMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch: un
 
     def __torch_dispatch__(
         self,
-        func: torch._ops.OpOverload,
+        func: torch_private.OpOverload,
         types: Any,
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
