@@ -23,7 +23,8 @@ from torch import nn
 
 import hookscope
 from hookscope.errors import RenderError, SpecError
-from hookscope.inventory import HookInventory, HookKind, HookRecord, Scope
+from hookscope.hook_records import HookKind, HookRecord, Scope
+from hookscope.inventory import HookInventory
 
 HERE = __file__
 SHOWN = os.path.relpath(HERE)  # the tree shows paths relative to the working directory

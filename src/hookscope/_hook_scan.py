@@ -1,4 +1,4 @@
-"""Reading torch's hook registries into :class:`~hookscope.inventory.HookRecord`\\ s.
+"""Reading torch's hook registries into :class:`~hookscope.hook_records.HookRecord`\\ s.
 
 :func:`scan_hooks` is the torch-facing half of :func:`hookscope.hooks`: it reads, and
 never changes, the dicts torch keeps hooks in (``module.__dict__``'s
@@ -26,7 +26,7 @@ from torch import nn
 from hookscope.core import torch_private
 from hookscope.core.handles import HOOKSCOPE_HOOK_IDS
 from hookscope.errors import SpecError
-from hookscope.inventory import GLOBAL, HookKind, HookRecord, Scope
+from hookscope.hook_records import GLOBAL, HookKind, HookRecord, Scope
 
 #: Per-module hook dicts, in the order a module's life calls them.
 _MODULE_DICTS: tuple[tuple[str, HookKind], ...] = (

@@ -16,7 +16,6 @@ from typing import Annotated, Any
 
 import typer
 
-from hookscope.cli.app import app
 from hookscope.cli.failures import failure_boundary, model_prints_to_stderr
 from hookscope.cli.options import (
     ConfigOpt,
@@ -31,7 +30,6 @@ from hookscope.cli.options import (
 from hookscope.cli.output import OutputTarget, Rendered
 
 
-@app.command("grads")
 def grads_command(
     model: ModelArg,
     inputs: InputOpt = None,

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from hookscope.cli.app import app
 from hookscope.cli.failures import failure_boundary, model_prints_to_stderr
 from hookscope.cli.options import (
     ConfigOpt,
@@ -35,7 +34,6 @@ if TYPE_CHECKING:
     from hookscope.inventory import HookInventory
 
 
-@app.command("hooks")
 def hooks_command(
     model: ModelArg,
     device: DeviceOpt = None,

@@ -164,20 +164,6 @@ def tree_column(cells: list[str], *, footer: str = "Total", header: str = "Layer
     )
 
 
-def render_trace_text(trace: Any, *, width: int = DEFAULT_WIDTH) -> str:
-    """The trace table (``render/trace_table.py``) of a trace as plain ASCII text."""
-    from hookscope.render.trace_table import render_trace
-
-    return render_trace(trace, width=width)
-
-
-def trace_html(trace: Any) -> str:
-    """The trace table as HTML (Jupyter): every column, repeated blocks folded."""
-    from hookscope.render.trace_table import trace_table
-
-    return trace_table(trace)._repr_html_()
-
-
 def render_structure_text(info: ModelInfo, *, width: int = DEFAULT_WIDTH) -> str:
     """The module tree of :func:`hookscope.inspect` as plain ASCII text."""
     return structure_table(info, ascii=True).to_text(width=width)

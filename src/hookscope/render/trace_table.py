@@ -44,6 +44,7 @@ __all__ = [
     "describe_input_stats",
     "render_trace",
     "sort_calls",
+    "trace_html",
     "trace_table",
 ]
 
@@ -226,3 +227,8 @@ def describe_input_stats(call: Call) -> str:
         )
         parts.append(f"{s.path} {values} nan={s.nan_count} inf={s.inf_count}")
     return "; input statistics: " + "; ".join(parts)
+
+
+def trace_html(trace: Trace) -> str:
+    """The trace table as HTML (Jupyter): every column, repeated blocks folded."""
+    return trace_table(trace)._repr_html_()
