@@ -1,5 +1,5 @@
-"""The public surface (STYLE.md rule 9): explicit, sorted, tested, free of import side
-effects. Import checks run in a fresh interpreter, so nothing this test session has
+"""The public surface (../shared/STYLE.md rule 9): explicit, sorted, tested, free of
+import side effects. Import checks run in a fresh interpreter, so nothing this test session has
 imported can hide a heavy import."""
 
 from __future__ import annotations

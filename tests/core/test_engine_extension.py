@@ -660,6 +660,7 @@ def test_a_document_read_before_its_probe_is_defined_is_decoded_once_it_is() -> 
     assert type(trace.calls[0].facts["qa10_late"]).__name__ == "RawValue"
     declare()  # the probe's module imported now
     assert trace.calls[0].qa10_late == 3
+    assert trace.calls[0].facts["qa10_late"] == 3  # decoded on the first read, and kept
     assert "3" in render_trace(trace, columns=["layer", "qa10_late"]).splitlines()[2]
 
 
