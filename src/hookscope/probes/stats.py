@@ -134,8 +134,10 @@ class StatsProbe(Probe):
                 self._pending.append(_Entry(call, path, t.numel(), kind, moments, is_input))
 
     def _moments(self, t: torch.Tensor) -> tuple[str, Moments | None]:
+        if not readable(t):
+            return tensor_moments(t)
         version = torch_private.version_counter(t)
-        if not readable(t) or version is None:  # inference: no version counter
+        if version is None:  # an inference tensor: no version counter
             return tensor_moments(t)
         seen = self._seen.get(id(t))
         if seen is not None and seen[0]() is t and seen[1] == version:

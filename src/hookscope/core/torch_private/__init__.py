@@ -11,7 +11,9 @@ table and the guard that turns Python dispatch off, the operator classes and
 schemas, tensor version counters and storages, the ``_foreach`` kernels and the
 batch-norm base class. Each is wrapped here with a fallback for a torch release that
 changed it: the fallback **warns once** (``HookscopeTorchWarning``) and degrades that
-one feature, never silently. ``tests/core/test_torch_private.py`` checks every
+one feature, never silently (the operator classes are imported as they are: without
+them the ops probe cannot exist, so a torch that moves one fails at import, by name).
+``tests/core/test_torch_private.py`` checks every
 assumption against the installed torch, so a release that breaks one fails a test by
 name.
 
@@ -47,8 +49,9 @@ the names below (``torch_private.next_sequence_nr()``); the submodules hold them
   fallback shares.
 
 The accepted exception: the attributes every ``nn.Module`` instance keeps its
-children, tensors and hooks in are read (never replaced) where they are used, as
-torch's own ``nn.Module`` methods and ``torch.utils.hooks`` read them:
+children, tensors and hooks in are used where they are needed, as torch's own
+``nn.Module`` methods and ``torch.utils.hooks`` use them (read, and for a buffer the
+forward replaced, written back: ``core/buffer_state.py``):
 ``_modules``, ``_parameters``, ``_buffers``, ``_non_persistent_buffers_set``, the
 per-module hook dicts (``_forward_pre_hooks``, ``_forward_hooks``,
 ``_backward_pre_hooks``, ``_backward_hooks``, their ``_with_kwargs``/``_always_called``
