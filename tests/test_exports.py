@@ -1,5 +1,5 @@
-"""The public surface (STYLE.md rule 9): explicit, sorted, tested, free of import side
-effects. Import checks run in a fresh interpreter, so nothing this test session has
+"""The public surface (../shared/STYLE.md rule 9): explicit, sorted, tested, free of
+import side effects. Import checks run in a fresh interpreter, so nothing this test session has
 imported can hide a heavy import."""
 
 from __future__ import annotations
@@ -42,6 +42,20 @@ def test_every_exported_name_resolves() -> None:
 
 def test_version_comes_from_package_metadata() -> None:
     assert hookscope.__version__ == version("hookscope")
+
+
+def test_every_document_names_the_version_of_the_package_metadata() -> None:
+    import torch
+    from torch import nn
+
+    from hookscope.core.structure_json import structure_to_dict
+
+    model = nn.Sequential(nn.Linear(2, 2))
+    trace = hookscope.trace(model, torch.ones(1, 2))
+    expected = version("hookscope")
+    assert trace.meta["hookscope_version"] == expected
+    assert json.loads(trace.to_json())["hookscope_version"] == expected
+    assert structure_to_dict(hookscope.inspect(model))["hookscope_version"] == expected
 
 
 def _fresh(code: str, cwd: Path) -> dict[str, object]:

@@ -22,7 +22,8 @@ from rich.console import Console
 from torch import nn
 
 import hookscope
-from hookscope.debug.hook_inventory import HookInventory, HookKind, HookRecord, Scope
+from hookscope.debug.hook_inventory import HookInventory
+from hookscope.debug.hook_records import HookKind, HookRecord, Scope
 from hookscope.errors import RenderError, SpecError
 
 HERE = __file__

@@ -1,4 +1,5 @@
-"""Safety: observing a model changes nothing about it (STYLE.md rules 2, 3; DESIGN.md).
+"""Safety: observing a model changes nothing about it (../shared/STYLE.md rules 2, 3;
+../shared/DESIGN.md).
 
 For every public entry point and every zoo model, in train and in eval mode, with and
 without ``.grad`` already present on the parameters:

@@ -13,21 +13,19 @@ if _typing.TYPE_CHECKING:
     from hookscope.api.annotated_repr import annotated_repr
     from hookscope.api.tracing import summary, trace
     from hookscope.core.facts import Column, Fact, Field, Unit
-    from hookscope.core.records import (
-        Call,
-        FailureRecord,
+    from hookscope.core.probe import Probe, register_probe
+    from hookscope.core.records import Call, FailureRecord, StopRecord, Trace
+    from hookscope.core.selectors import Selector
+    from hookscope.core.structure import ModelInfo, inspect
+    from hookscope.core.tracer import Tracer
+    from hookscope.core.values import (
         FlopCount,
         FlopRule,
         OpRecord,
         ParamGrad,
-        StopRecord,
         TensorMeta,
         TensorStats,
-        Trace,
     )
-    from hookscope.core.selectors import Selector
-    from hookscope.core.structure import ModelInfo, inspect
-    from hookscope.core.tracer import Tracer
     from hookscope.debug import (
         AnomalyReport,
         NonFiniteError,
@@ -53,7 +51,6 @@ if _typing.TYPE_CHECKING:
     from hookscope.lint.findings import Finding, Severity
     from hookscope.lint.runner import lint
     from hookscope.monitor import GradAnomaly, GradientAnomalyError, GradientMonitor
-    from hookscope.probes.base import Probe, register_probe
     from hookscope.render.feature_maps import plot_feature_maps
     from hookscope.render.summary import Summary
 
@@ -64,14 +61,14 @@ _EXPORTS: dict[str, str] = {
     "summary": "hookscope.api.tracing",
     "trace": "hookscope.api.tracing",
     "Call": "hookscope.core.records",
-    "FlopCount": "hookscope.core.records",
-    "FlopRule": "hookscope.core.records",
-    "OpRecord": "hookscope.core.records",
-    "TensorMeta": "hookscope.core.records",
-    "TensorStats": "hookscope.core.records",
+    "FlopCount": "hookscope.core.values",
+    "FlopRule": "hookscope.core.values",
+    "OpRecord": "hookscope.core.values",
+    "TensorMeta": "hookscope.core.values",
+    "TensorStats": "hookscope.core.values",
     "Trace": "hookscope.api.tracing",  # through the API: it loads the renderers a Trace prints with
     "FailureRecord": "hookscope.core.records",
-    "ParamGrad": "hookscope.core.records",
+    "ParamGrad": "hookscope.core.values",
     "StopRecord": "hookscope.core.records",
     "Column": "hookscope.core.facts",
     "Fact": "hookscope.core.facts",
@@ -174,12 +171,9 @@ __all__ = [
 
 def __getattr__(name: str) -> _typing.Any:
     if name == "__version__":
-        from importlib.metadata import PackageNotFoundError, version
+        from hookscope.core.version import package_version
 
-        try:
-            return version("hookscope")
-        except PackageNotFoundError:  # running from a source checkout
-            return "0.0.0+unknown"
+        return package_version()
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'hookscope' has no attribute {name!r}")

@@ -11,7 +11,6 @@ import math
 import re
 import time
 import warnings
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,8 +21,6 @@ import hookscope
 from helpers import assert_state_unchanged, count_hooks, snapshot_state, total_hooks
 from hookscope import Column, Fact, Field, Probe, Unit
 from hookscope.core.serialize import UnknownFieldsWarning
-
-FIXTURES = Path(__file__).parent / "fixtures"
 
 
 class GradNormProbe(Probe):
@@ -393,14 +390,13 @@ def test_calls_record_their_start_relative_to_the_trace_start() -> None:
     assert trace.meta["device"] == "cpu" and "rank" not in trace.meta
 
 
-def test_a_schema_1_document_is_still_read() -> None:
-    text = (FIXTURES / "trace_schema1.json").read_text(encoding="utf-8")
-    trace = hookscope.Trace.from_json(text)
-    assert trace.calls[1].path == "0" and trace.calls[1].time_ns is not None
-    assert trace.calls[1].outputs[0].shape == (1, 8)
-    assert trace.totals_flops is not None and trace.totals_flops.forward > 0
-    assert trace.ops and trace.ops[0].name.startswith("aten.")
-    assert trace.calls[0].stats[0].numel == 2
+def test_an_older_schema_version_is_refused_in_one_line() -> None:
+    from hookscope.core.records import SCHEMA_VERSION
+
+    doc = json.loads(hookscope.trace(mlp(), torch.randn(2, 4)).to_json())
+    doc["schema_version"] = SCHEMA_VERSION - 1
+    with pytest.raises(hookscope.RenderError, match=r"older than any this hookscope reads"):
+        hookscope.Trace.from_json(json.dumps(doc))
 
 
 def test_unknown_fields_of_a_newer_version_are_kept_with_a_warning() -> None:
@@ -437,6 +433,32 @@ def test_a_nan_statistic_round_trips() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert hookscope.Trace.from_json(trace.to_json()) == trace
+
+
+class NanLabel(Probe):
+    """Records a NaN float (no encoder) and the string ``"nan"`` side by side."""
+
+    name = "nan_label_test"
+    facts = (Fact("nan_label_value", "a float"), Fact("nan_label_text", "a label"))
+
+    def on_exit(self, call: Any, module: Any, args: Any, kwargs: Any, output: Any,
+                failed: bool) -> None:
+        call.facts["nan_label_value"] = math.nan
+        call.facts["nan_label_text"] = "nan"
+
+
+def test_one_document_writes_every_nan_the_same_way() -> None:
+    model = nn.Sequential(nn.Linear(2, 2))
+    with torch.no_grad():
+        model[0].weight.fill_(math.nan)
+    trace = hookscope.trace(model, torch.ones(1, 2), stats=True, probes=[NanLabel])
+    doc = json.loads(trace.to_json())
+    call = doc["calls"][1]
+    assert call["stats"][0]["mean"] == {"$float": "nan"}  # an encoder's (value_json.py)
+    assert call["nan_label_value"] == {"$float": "nan"}  # no encoder: the default
+    back = hookscope.Trace.from_json(trace.to_json()).calls[1]
+    assert math.isnan(back.stats[0].mean) and math.isnan(back.nan_label_value)
+    assert back.nan_label_text == "nan"  # a string stays a string
 
 
 class BrokenNeedsStart(Probe):
@@ -638,6 +660,7 @@ def test_a_document_read_before_its_probe_is_defined_is_decoded_once_it_is() -> 
     assert type(trace.calls[0].facts["qa10_late"]).__name__ == "RawValue"
     declare()  # the probe's module imported now
     assert trace.calls[0].qa10_late == 3
+    assert trace.calls[0].facts["qa10_late"] == 3  # decoded on the first read, and kept
     assert "3" in render_trace(trace, columns=["layer", "qa10_late"]).splitlines()[2]
 
 

@@ -19,8 +19,8 @@ from torch import nn
 import hookscope
 import zoo
 from helpers import assert_state_unchanged, snapshot_state
+from hookscope.core.model_records import ModuleInfo
 from hookscope.core.module_table import module_table
-from hookscope.core.records import ModuleInfo
 from hookscope.core.structure import BufferInfo, ParamInfo
 
 ZOO_IDS = {"ids": lambda c: c.__name__}

@@ -19,6 +19,7 @@ from hookscope.core.torch_private import autograd as private_autograd
 from hookscope.core.torch_private import call_impl as private_call_impl
 from hookscope.core.torch_private import dispatch as private_dispatch
 from hookscope.core.torch_private import jit as private_jit
+from hookscope.core.torch_private import tensors as private_tensors
 
 
 def test_module_calls_look_call_impl_up_at_call_time() -> None:
@@ -534,3 +535,156 @@ def test_raised_in_call_of_names_the_module_whose_call_impl_the_exception_left()
     assert found is not None and found[0] is inner
     assert found[1] is nn.Linear.forward.__code__
     assert torch_private.raised_in_call_of(None) is None
+
+
+# -- ops.py, tensors.py, modules.py -------------------------------------------------------
+
+
+def test_operators_have_the_classes_and_schemas_the_op_log_reads() -> None:
+    mm = torch.ops.aten.mm
+    assert isinstance(mm, torch_private.OpOverloadPacket)
+    assert isinstance(mm.default, torch_private.OpOverload)
+    assert mm.default.overloadpacket is mm
+    assert isinstance(torch.ops.higher_order.cond, torch_private.HigherOrderOperator)
+    schema = torch_private.op_schema(torch.ops.aten.add_.Tensor)
+    assert schema is not None and schema.name == "aten::add_"
+    assert schema.arguments[0].alias_info.is_write  # what the op checks read
+    assert [str(r.type) for r in torch_private.op_schema(mm.default).returns] == ["Tensor"]
+    assert torch_private.op_schema(torch.ops.higher_order.cond) is None
+
+
+def test_a_custom_op_s_overload_is_found() -> None:
+    @torch.library.custom_op("hookscope_test::double", mutates_args=())
+    def double(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    overload = torch_private.custom_op_overload(double)
+    assert overload is torch.ops.hookscope_test.double.default
+    assert torch_private.custom_op_overload(torch.ops.aten.mm.default) is None
+
+
+def test_a_dispatch_mode_sees_each_op() -> None:
+    seen: list[Any] = []
+
+    class Log(torch_private.TorchDispatchMode):  # type: ignore[misc]
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                               kwargs: Any = None) -> Any:
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    with Log():
+        torch.ones(2).neg()
+    assert torch.ops.aten.neg.default in seen
+
+
+def test_version_counters_count_in_place_writes_but_not_of_inference_tensors() -> None:
+    t = torch.zeros(3)
+    before = torch_private.version_counter(t)
+    t.add_(1)
+    t[0] = 5
+    assert before is not None and torch_private.version_counter(t) == before + 2
+    assert torch_private.version_counter(t.view(3)) == before + 2  # views share it
+    with torch.inference_mode():
+        assert torch_private.version_counter(torch.zeros(3)) is None
+
+
+def test_a_storage_key_is_shared_by_every_view_of_the_storage() -> None:
+    for device in ("cpu", "meta"):
+        t = torch.zeros(4, 4, device=device)
+        key = torch_private.storage_key(t.untyped_storage())
+        assert torch_private.storage_key(t[1:].untyped_storage()) == key
+        assert torch_private.storage_key(t.t().untyped_storage()) == key
+        assert torch_private.storage_key(t.clone().untyped_storage()) != key
+
+
+def test_an_uncoalesced_sparse_tensor_gives_its_parts() -> None:
+    indices = torch.tensor([[0, 0, 1], [1, 1, 2]])
+    t = torch.sparse_coo_tensor(indices, torch.tensor([1.0, 2.0, 3.0]), (2, 3))
+    assert not t.is_coalesced()
+    got_indices, got_values = torch_private.sparse_coo_parts(t)
+    assert torch.equal(got_indices, indices)
+    assert torch.equal(got_values, torch.tensor([1.0, 2.0, 3.0]))
+
+
+def test_foreach_norm_and_mul_match_their_one_tensor_versions() -> None:
+    tensors = [torch.randn(3), torch.randn(2, 2, dtype=torch.float16)]
+    norms = torch_private.foreach_norm(tensors, 2.0)
+    for t, n in zip(tensors, norms, strict=True):
+        assert torch.equal(n, torch.linalg.vector_norm(t, 2.0))
+    wide = torch_private.foreach_norm(tensors[1:], 2.0, dtype=torch.float32)
+    assert wide[0].dtype == torch.float32
+    expected = [t * 3 for t in tensors]
+    torch_private.foreach_mul_(tensors, [torch.tensor(3.0), torch.tensor(3.0)])
+    assert all(torch.equal(t, e) for t, e in zip(tensors, expected, strict=True))
+
+
+def test_without_foreach_kernels_norms_and_scaling_still_work_and_that_is_said(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(private_tensors, "_foreach_norm", None)
+    monkeypatch.setattr(private_tensors, "_foreach_mul_", None)
+    monkeypatch.setattr(private_warnings, "_warned", set())
+    t = torch.randn(5)
+    with pytest.warns(torch_private.HookscopeTorchWarning, match="_foreach_norm"):
+        [norm] = torch_private.foreach_norm([t], 2.0)
+    assert torch.equal(norm, torch.linalg.vector_norm(t, 2.0))
+    expected = t * 2
+    with pytest.warns(torch_private.HookscopeTorchWarning, match="_foreach_mul_"):
+        torch_private.foreach_mul_([t], [torch.tensor(2.0)])
+    assert torch.equal(t, expected)
+
+
+def test_every_batch_norm_derives_from_the_base_class() -> None:
+    norms = [nn.BatchNorm1d(2), nn.BatchNorm2d(2), nn.BatchNorm3d(2), nn.LazyBatchNorm2d(),
+             nn.SyncBatchNorm(2)]
+    assert all(isinstance(m, torch_private.BatchNormBase) for m in norms)
+    assert not isinstance(nn.LayerNorm(2), torch_private.BatchNormBase)
+    assert not isinstance(nn.GroupNorm(1, 2), torch_private.BatchNormBase)
+
+
+@pytest.mark.parametrize(("name", "register"), [
+    ("forward_pre_hooks", "register_module_forward_pre_hook"),
+    ("forward_hooks", "register_module_forward_hook"),
+    ("backward_pre_hooks", "register_module_full_backward_pre_hook"),
+    ("backward_hooks", "register_module_full_backward_hook"),
+    ("module_registration_hooks", "register_module_module_registration_hook"),
+    ("parameter_registration_hooks", "register_module_parameter_registration_hook"),
+    ("buffer_registration_hooks", "register_module_buffer_registration_hook"),
+])
+def test_global_hooks_are_the_registries_torch_fills(
+    name: str, register: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # registering a full backward hook sets this flag for good: keep it to this test
+    monkeypatch.setattr(torch_module, "_global_is_full_backward_hook", None)
+
+    def fn(*args: Any) -> None:
+        return None
+
+    handle = getattr(torch_module, register)(fn)
+    try:
+        assert torch_private.global_hooks(name)[handle.id] is fn
+    finally:
+        handle.remove()
+    assert handle.id not in torch_private.global_hooks(name)
+    assert torch_private.global_hooks("no_such_hooks") == {}
+
+
+def test_global_forward_hook_flags_and_legacy_backward_hooks_are_seen(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(torch_module, "_global_is_full_backward_hook", None)
+    handle = register_module_forward_hook(lambda *a: None, with_kwargs=True, always_call=True)
+    try:
+        assert torch_private.global_hooks("forward_hooks_with_kwargs").get(handle.id)
+        assert torch_private.global_hooks("forward_hooks_always_called").get(handle.id)
+    finally:
+        handle.remove()
+        torch_module._global_forward_hooks_with_kwargs.pop(handle.id, None)  # torch keeps it
+    assert not torch_private.global_backward_hooks_are_legacy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch deprecates the non-full backward hook
+        legacy = torch_module.register_module_backward_hook(lambda *a: None)
+    try:
+        assert torch_private.global_backward_hooks_are_legacy()
+    finally:
+        legacy.remove()

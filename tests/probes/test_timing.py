@@ -10,8 +10,8 @@ import torch
 from torch import nn
 
 import hookscope
+from hookscope.core.probe import Probe
 from hookscope.core.records import Call, Trace
-from hookscope.probes.base import Probe
 from hookscope.probes.timing import TimingProbe, set_self_times
 
 MS = 1_000_000

@@ -10,19 +10,12 @@ import torch
 from torch import nn
 
 import hookscope
-from hookscope.core.records import (
-    Call,
-    MemoryRecord,
-    ModelSummary,
-    ModuleInfo,
-    TensorMeta,
-    TensorStats,
-    Trace,
-    TraceError,
-)
+from hookscope.core.model_records import ModelSummary, ModuleInfo
+from hookscope.core.records import Call, FailureRecord, Trace
+from hookscope.core.values import MemoryRecord, TensorMeta, TensorStats
 from hookscope.render.table import to_text
 from hookscope.render.trace_table import (
-    COLUMNS,
+    columns,
     default_columns,
     render_trace,
     trace_table,
@@ -152,7 +145,7 @@ def test_unknown_column_or_sort_lists_the_valid_names() -> None:
     trace = hand_made_trace()
     with pytest.raises(hookscope.RenderError, match="unknown trace column 'speed'") as info:
         trace_table(trace, columns=["layer", "speed"])
-    assert all(name in str(info.value) for name in COLUMNS)
+    assert all(name in str(info.value) for name in columns())
     with pytest.raises(hookscope.RenderError, match=r"'parms' \(did you mean 'params'\?\)"):
         trace_table(trace, sort="parms")
     with pytest.raises(hookscope.RenderError, match="'slowest'"):
@@ -179,7 +172,7 @@ def test_default_columns_follow_the_probes_that_ran() -> None:
 
 def test_a_failed_trace_says_where_it_failed() -> None:
     trace = hand_made_trace()
-    trace.error = TraceError(3, "head", "RuntimeError", "shapes do not match")
+    trace.error = FailureRecord(3, "head", "RuntimeError", "shapes do not match")
     assert "FAILED in 'head': RuntimeError: shapes do not match" in render_trace(trace)
 
 

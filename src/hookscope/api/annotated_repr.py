@@ -45,7 +45,7 @@ def annotated_repr(
         model: the model the trace was recorded from; it is not changed.
         trace: its trace (:func:`hookscope.trace`).
         fields: trace-table column names to show (see
-            :data:`hookscope.render.columns.COLUMNS`), in order.
+            :func:`hookscope.render.columns.columns`), in order.
 
     Returns:
         The annotated text, e.g. ``Conv2d(3, 16, kernel_size=(3, 3), ... | output=[1,

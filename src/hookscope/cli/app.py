@@ -10,6 +10,9 @@ what the model's own code prints while it is loaded and run goes to stderr, so
 ``--format json`` and ``csv`` stay parseable.
 
 :func:`run` drives the Typer app in-process, so tests call ``main([...])`` directly.
+The ``capture``, ``grads``, ``hooks`` and ``lint`` commands are plain functions of
+their own modules (``cli/*_command.py``), which never import this one: the app is
+built here, by registering them.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from hookscope.cli.capture_command import capture_command
 from hookscope.cli.debug_options import BreakAtOpt, BreakOnOpt, FindAnomalyOpt
 from hookscope.cli.failure_boundary import (
     CLICK_ERROR,
@@ -31,6 +35,9 @@ from hookscope.cli.failure_boundary import (
     print_error,
     report_usage_error,
 )
+from hookscope.cli.grads_command import grads_command
+from hookscope.cli.hooks_command import hooks_command
+from hookscope.cli.lint_command import lint_command
 from hookscope.cli.output import OutputTarget, Rendered, color_choice
 from hookscope.cli.shared_options import (
     ConfigOpt,
@@ -83,9 +90,9 @@ def run(argv: Sequence[str] | None) -> int:
 
 def _print_version(value: bool) -> None:
     if value:
-        from importlib.metadata import version
+        from hookscope.core.version import package_version
 
-        sys.stdout.write(f"hookscope {version('hookscope')}\n")
+        sys.stdout.write(f"hookscope {package_version()}\n")
         raise typer.Exit(0)
 
 
@@ -263,8 +270,8 @@ def demo_command(
         run_demo(no_color=no_color, width=width)
 
 
-# NB: last, because the command modules register their commands on ``app``.
-import hookscope.cli.capture_command  # noqa: E402
-import hookscope.cli.grads_command  # noqa: E402
-import hookscope.cli.hooks_command  # noqa: E402
-import hookscope.cli.lint_command  # noqa: E402, F401
+# The commands of their own modules, registered after this module's in help order.
+app.command("capture")(capture_command)
+app.command("grads")(grads_command)
+app.command("hooks")(hooks_command)
+app.command("lint")(lint_command)

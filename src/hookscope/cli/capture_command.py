@@ -15,7 +15,6 @@ from typing import Annotated
 
 import typer
 
-from hookscope.cli.app import app
 from hookscope.cli.failure_boundary import failure_boundary, model_prints_to_stderr
 from hookscope.cli.shared_options import (
     ConfigOpt,
@@ -34,7 +33,6 @@ class What(str, Enum):
     BOTH = "both"
 
 
-@app.command("capture")
 def capture_command(
     model: ModelArg,
     select: Annotated[str, typer.Option(

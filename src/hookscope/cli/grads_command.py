@@ -11,8 +11,7 @@ draws the history (``hookscope[plot]``).
 
 Exit status: 0; 1 with ``--fail-on KIND`` when an anomaly of that kind was flagged
 (after the output is written); 2 for a usage error (``cli/failure_boundary.py``).
-Registered on the app of ``cli/app.py`` when that module is imported (its last lines
-import this one).
+A plain function: ``cli/app.py`` registers it on the Typer app.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from hookscope.cli.app import app
 from hookscope.cli.failure_boundary import failure_boundary, model_prints_to_stderr
 from hookscope.cli.output import OutputTarget, Rendered
 from hookscope.cli.shared_options import (
@@ -62,7 +60,6 @@ class FailOn(str, Enum):
     ANY = "any"
 
 
-@app.command("grads")
 def grads_command(
     model: ModelArg,
     inputs: InputOpt = None,

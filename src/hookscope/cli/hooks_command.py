@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from hookscope.cli.app import app
 from hookscope.cli.failure_boundary import failure_boundary, model_prints_to_stderr
 from hookscope.cli.output import OutputTarget, Rendered
 from hookscope.cli.shared_options import (
@@ -35,7 +34,6 @@ if TYPE_CHECKING:
     from hookscope.debug.hook_inventory import HookInventory
 
 
-@app.command("hooks")
 def hooks_command(
     model: ModelArg,
     device: DeviceOpt = None,

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from hookscope.cli.app import app
 from hookscope.cli.failure_boundary import failure_boundary, model_prints_to_stderr
 from hookscope.cli.output import OutputTarget, Rendered
 from hookscope.cli.shared_options import (
@@ -51,7 +50,6 @@ class FailOn(str, Enum):
     INFO = "info"
 
 
-@app.command("lint")
 def lint_command(
     model: Annotated[str | None, typer.Argument(
         metavar="MODEL", show_default=False,

@@ -51,8 +51,9 @@ from hookscope.core import torch_private
 from hookscope.core.grad_hooks import hook_leaves, leaves_of, needing_grad, on_gradients
 from hookscope.core.handles import HandleGroup
 from hookscope.core.node_owners import NodeOwners, OwnEnds, hook_own_nodes
-from hookscope.core.records import Call, ParamGrad
+from hookscope.core.records import Call
 from hookscope.core.tensors import iter_call_inputs, iter_tensors
+from hookscope.core.values import ParamGrad
 
 Dispatch = Callable[[str, Call | None, Any], None]
 """``dispatch(event, call, payload)``: the tracer's delivery of one backward event."""

@@ -92,7 +92,8 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def tensor_version(b: torch.Tensor) -> int:
     """``b``'s version counter (-1: an inference tensor, which has none)."""
-    return -1 if b.is_inference() else b._version
+    version = torch_private.version_counter(b)
+    return -1 if version is None else version
 
 
 def has_values(b: torch.Tensor | None) -> TypeGuard[torch.Tensor]:

@@ -12,8 +12,8 @@ A probe (``core/probe.py``) owns its facts. It declares them on its class:
 Declaring a probe class registers its declarations here (``Probe.__init_subclass__``),
 so the serializer, the table and the exports find a new probe's facts without any
 file of hookscope being edited: they only read the registries below. Registering the
-same name twice from two different probes raises (STYLE.md rule 6); re-defining the
-same probe class (a re-imported module, a notebook cell run twice) replaces its own.
+same name twice from two different probes raises (../shared/STYLE.md rule 6);
+re-defining the same probe class (a re-imported module, a notebook cell run twice) replaces its own.
 
 Reading ``call.time_ns`` returns ``call.facts["time_ns"]`` (``Call.__getattr__`` in
 ``core/records.py``), or the fact's default when its probe did not record it.
@@ -21,11 +21,12 @@ Reading ``call.time_ns`` returns ``call.facts["time_ns"]`` (``Call.__getattr__``
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
+
+from hookscope.core.value_json import finite_json, floats_back
 
 Encode = Callable[[Any], Any]
 Decode = Callable[[Any], Any]
@@ -78,40 +79,14 @@ class Fact:
         stays JSON, and a string ``"inf"`` stays a string."""
         if value is None:
             return None
-        return _finite_json(value) if self.encode is None else self.encode(value)
+        return finite_json(value) if self.encode is None else self.encode(value)
 
     def from_json(self, value: Any) -> Any:
         """``decode(value)``; without ``decode``, each ``{"$float": ...}`` is the float
         it stands for again."""
         if value is None:
             return None
-        return _floats_back(value) if self.decode is None else self.decode(value)
-
-
-_NON_FINITE = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
-_FLOAT = "$float"  # NB: a key no Python identifier (a fact's own dict keys) looks like
-
-
-def _finite_json(value: Any) -> Any:
-    if isinstance(value, float):
-        if math.isfinite(value):
-            return value
-        return {_FLOAT: "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")}
-    if isinstance(value, dict):
-        return {k: _finite_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite_json(v) for v in value]
-    return value
-
-
-def _floats_back(value: Any) -> Any:
-    if isinstance(value, dict):
-        if len(value) == 1 and value.get(_FLOAT) in _NON_FINITE:
-            return _NON_FINITE[value[_FLOAT]]
-        return {k: _floats_back(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_floats_back(v) for v in value]
-    return value
+        return floats_back(value) if self.decode is None else self.decode(value)
 
 
 @dataclass(frozen=True)

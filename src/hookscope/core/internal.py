@@ -10,8 +10,8 @@ one (a saved-tensor hook).
 
 from __future__ import annotations
 
+import inspect
 import os
-import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -64,7 +64,8 @@ def outside_hookscope() -> int:
     points at the user's call of hookscope (``summary``, ``capture``, ``lint``, the end
     of a ``Tracer`` block), however deep inside hookscope it is raised."""
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    frame, level = sys._getframe(1), 1  # NB: our own frames, not torch's
+    here = inspect.currentframe()  # NB: our own frames, not torch's
+    frame, level = (here.f_back if here is not None else None), 1
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
-        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
+        frame, level = frame.f_back, level + 1
     return level

@@ -33,8 +33,8 @@ import torch
 from torch import nn
 from torch.nn.parameter import is_lazy
 from torch.nn.utils.rnn import PackedSequence
-from torch.utils import _pytree as pytree
 
+from hookscope.core.torch_private import pytree
 from hookscope.errors import SpecError
 
 META = torch.device("meta")

@@ -1,7 +1,7 @@
 """What a trace records about the model itself: each module of its tree
 (:class:`ModuleInfo`) and the model-level counts (:class:`ModelSummary`), made by
 ``core/module_table.py`` on every run and kept with the trace (``Trace.modules``,
-``Trace.model``). Importable from ``core/records.py`` too.
+``Trace.model``).
 """
 
 from __future__ import annotations

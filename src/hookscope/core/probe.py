@@ -58,8 +58,9 @@ from hookscope.errors import SpecError
 
 if TYPE_CHECKING:
     from hookscope.core.handles import Removable
-    from hookscope.core.records import Call, ParamGrad, Trace
+    from hookscope.core.records import Call, Trace
     from hookscope.core.tracer import Tracer
+    from hookscope.core.values import ParamGrad
 
 BACKWARD_EVENTS = ("on_backward_enter", "on_backward_exit", "on_param_grad")
 

@@ -10,7 +10,7 @@ Records never hold live tensors or modules, and never format themselves: strings
 made by the renderers in ``hookscope.render``. The value records probes store as facts
 (:class:`TensorMeta`, :class:`TensorStats`, :class:`FlopCount`, :class:`OpRecord`...)
 are ``core/values.py``'s, and the records of the model's tree (:class:`ModuleInfo`,
-:class:`ModelSummary`) ``core/model_records.py``'s; both import from here too.
+:class:`ModelSummary`) ``core/model_records.py``'s.
 
 NB: :class:`Call` is mutable because probes fill it while the model runs; treat it as
 read-only once the trace is returned.
@@ -24,43 +24,20 @@ from typing import Any
 
 from hookscope.core.facts import RawValue, reserve
 from hookscope.core.model_records import ModelSummary, ModuleInfo
-from hookscope.core.values import (
-    FlopCount,
-    FlopRule,
-    FlopTotals,
-    MemoryRecord,
-    OpRecord,
-    ParamGrad,
-    Phase,
-    TensorMeta,
-    TensorStats,
-)
+from hookscope.core.values import TensorMeta
 
-# the value and model records live in core/values.py and core/model_records.py;
-# importing them from here keeps working
 __all__ = [
     "PRESENTERS",
     "SCHEMA_VERSION",
     "Call",
     "FailureRecord",
-    "FlopCount",
-    "FlopRule",
-    "FlopTotals",
-    "MemoryRecord",
-    "ModelSummary",
-    "ModuleInfo",
-    "OpRecord",
-    "ParamGrad",
-    "Phase",
     "StopRecord",
-    "TensorMeta",
-    "TensorStats",
     "Trace",
     "started_call",
 ]
 
 SCHEMA_VERSION = 2
-"""The JSON schema version this hookscope writes (it reads every earlier one)."""
+"""The JSON schema version this hookscope writes and reads (and newer ones, warning)."""
 
 
 @dataclass(slots=True)
@@ -170,10 +147,6 @@ class FailureRecord:
     exception_type: str
     message: str
     before_forward: str | None = None
-
-
-TraceError = FailureRecord
-"""The earlier name of :class:`FailureRecord` (it is a record, not an exception)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,13 +19,14 @@ from typing import Any
 import torch
 
 from hookscope.core.module_table import ModuleTable
+from hookscope.core.version import package_version
 
 
 def run_facts(table: ModuleTable) -> dict[str, Any]:
     """What a merged or timeline view needs to know about the process of this run."""
     facts: dict[str, Any] = {
         "torch_version": torch.__version__,
-        "hookscope_version": hookscope_version(),
+        "hookscope_version": package_version(),
         "started_at_ns": _time.time_ns(),
         "pid": os.getpid(),
     }
@@ -47,20 +48,6 @@ def _distributed() -> Any:
     """``torch.distributed`` where this torch build has it, else ``None`` (asked once)."""
     dist = getattr(torch, "distributed", None)
     return dist if dist is not None and dist.is_available() else None
-
-
-_VERSION: list[str] = []
-
-
-def hookscope_version() -> str:
-    if not _VERSION:
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            _VERSION.append(version("hookscope"))
-        except PackageNotFoundError:  # running from a source checkout
-            _VERSION.append("0.0.0+unknown")
-    return _VERSION[0]
 
 
 def cuda_devices(table: ModuleTable) -> list[torch.device]:

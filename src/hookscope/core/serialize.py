@@ -3,8 +3,8 @@
 ``trace_to_dict``/``trace_from_dict`` convert between records and plain dicts;
 ``trace_to_json``/``trace_from_json`` add the text layer. The form round-trips
 exactly: ``trace_from_json(trace_to_json(t)) == t``. Non-finite floats (a NaN mean,
-an infinite max) are written as the strings ``"nan"``, ``"inf"``, ``"-inf"`` so the
-document stays standard JSON.
+an infinite max) are written as ``{"$float": "nan"}`` (``"inf"``, ``"-inf"``), so the
+document stays standard JSON and a NaN is never read back as the string ``"nan"``.
 
 Top-level keys: ``schema_version``, ``hookscope_version``, ``model`` (``class``,
 ``params.total``, ``params.trainable``, ``buffers.total``, bytes), ``modules[]``,
@@ -15,14 +15,12 @@ Top-level keys: ``schema_version``, ``hookscope_version``, ``model`` (``class``,
 ``time_ns``, ``stats``, ...), encoded as the probe declared (``core/facts.py``): the
 serializer knows no probe.
 
-Evolution: a document of an earlier schema version is read (version 1: every fact was
-a call key, the ops probe's ``ops[]`` and totals top-level); a key this hookscope does
-not know (a newer version's, or the fact of a probe not defined in this process) is
-kept as the raw JSON value, with one warning, and written back as it was: top-level
-keys in ``Trace.unknown``, facts as a ``RawValue`` (decoded when the probe is defined
-later: :func:`settle_raw_facts`). Unknown keys of ``modules[]`` and ``model`` are
-ignored, and the warning says so. A fact without an encoder has its non-finite floats
-written as ``{"$float": "nan"}`` (``"inf"``, ``"-inf"``) and read back as floats.
+Evolution: a document of an earlier schema version is refused with one clear error. A
+key this hookscope does not know (a newer version's, or the fact of a probe not defined
+in this process) is kept as the raw JSON value, with one warning, and written back as
+it was: top-level keys in ``Trace.unknown``, facts as a ``RawValue`` (decoded when the
+probe is defined later: :func:`settle_raw_facts`). Unknown keys of ``modules[]`` and
+``model`` are ignored, and the warning says so.
 """
 
 from __future__ import annotations
@@ -32,16 +30,10 @@ import warnings
 from typing import Any
 
 from hookscope.core.facts import REGISTRY, Fact, RawValue
-from hookscope.core.records import (
-    SCHEMA_VERSION,
-    Call,
-    FailureRecord,
-    ModelSummary,
-    ModuleInfo,
-    StopRecord,
-    Trace,
-)
+from hookscope.core.model_records import ModelSummary, ModuleInfo
+from hookscope.core.records import SCHEMA_VERSION, Call, FailureRecord, StopRecord, Trace
 from hookscope.core.value_json import metas_in, metas_out
+from hookscope.core.version import package_version
 from hookscope.errors import RenderError
 
 _CALL_KEYS = ("index", "path", "class", "call_index", "depth", "parent", "children",
@@ -50,15 +42,6 @@ _CALL_KEYS = ("index", "path", "class", "call_index", "depth", "parent", "childr
 
 class UnknownFieldsWarning(UserWarning):
     """A trace document has fields this hookscope does not know; they were kept as is."""
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("hookscope")
-    except PackageNotFoundError:  # running from a source checkout
-        return "0.0.0+unknown"
 
 
 # -- facts -----------------------------------------------------------------------------
@@ -124,10 +107,8 @@ def _call_out(c: Call) -> dict[str, Any]:
     return out
 
 
-def _call_in(d: dict[str, Any], unknown: set[str], version: int) -> Call:
+def _call_in(d: dict[str, Any], unknown: set[str]) -> Call:
     facts = {k: v for k, v in d.items() if k not in _CALL_KEYS}
-    if version == 1:  # it wrote every fact of the built-in probes, None when one was off
-        facts = {k: v for k, v in facts.items() if v is not None}
     return Call(
         index=d["index"], path=d["path"], module_class=d["class"],
         call_index=d["call_index"], depth=d["depth"], parent=d["parent"],
@@ -197,7 +178,7 @@ def trace_to_dict(trace: Trace) -> dict[str, Any]:
     err, stop = trace.error, trace.stop
     return {
         "schema_version": SCHEMA_VERSION,
-        "hookscope_version": _version(),
+        "hookscope_version": package_version(),
         "model": _model_out(trace.model),
         "modules": [_module_out(m) for m in trace.modules.values()],
         "calls": [_call_out(c) for c in trace.calls],
@@ -218,27 +199,6 @@ def trace_to_dict(trace: Trace) -> dict[str, Any]:
     }
 
 
-def _upgrade_v1(doc: dict[str, Any]) -> dict[str, Any]:
-    """A schema-1 document in the schema-2 layout: the ops probe's ``ops[]``, totals
-    and uncounted ops move into ``facts``."""
-    doc = dict(doc)
-    facts: dict[str, Any] = {}
-    totals = doc.get("totals") or {}
-    if totals.get("flops_forward") is not None:
-        facts["ops"] = doc.get("ops", [])
-        facts["totals_flops"] = {
-            "forward": totals["flops_forward"], "backward": totals["flops_backward"],
-            "partial": totals["flops_partial"],
-        }
-        facts["uncounted_ops"] = totals.get("uncounted_ops", {})
-    meta = dict(doc.get("meta") or {})
-    if "flop_formula_errors" in meta:
-        facts["flop_formula_errors"] = meta.pop("flop_formula_errors")
-    doc.pop("ops", None)
-    doc["meta"], doc["facts"], doc["stop"] = meta, facts, None
-    return doc
-
-
 _TOP_KEYS = frozenset({
     "schema_version", "hookscope_version", "model", "modules", "calls", "inputs",
     "outputs", "error", "stop", "probes", "meta", "facts", "totals",
@@ -246,8 +206,8 @@ _TOP_KEYS = frozenset({
 
 
 def trace_from_dict(doc: dict[str, Any]) -> Trace:
-    """Rebuild a :class:`Trace` from :func:`trace_to_dict`'s output (any schema version
-    up to this one).
+    """Rebuild a :class:`Trace` from :func:`trace_to_dict`'s output (this schema
+    version or a newer one).
 
     Raises:
         RenderError: when the document is not a hookscope trace, or is malformed.
@@ -258,11 +218,15 @@ def trace_from_dict(doc: dict[str, Any]) -> Trace:
             f"expected a hookscope trace document with a schema_version, got "
             f"schema_version {version!r}; is this a file written by Trace.to_json()?"
         )
-    if version == 1:
-        doc = _upgrade_v1(doc)
+    if version < SCHEMA_VERSION:
+        raise RenderError(
+            f"the trace document has schema_version {version}, older than any this "
+            f"hookscope reads (schema version {SCHEMA_VERSION}); write it again with "
+            "Trace.to_json() of this hookscope"
+        )
     unknown: set[str] = {f"top-level {k!r}" for k in doc if k not in _TOP_KEYS}
     try:
-        trace = _trace_in(doc, unknown, version)
+        trace = _trace_in(doc, unknown)
     except (KeyError, TypeError, ValueError) as e:
         raise RenderError(f"malformed hookscope trace document: missing or bad field {e}") from e
     if unknown:
@@ -286,13 +250,13 @@ def trace_from_dict(doc: dict[str, Any]) -> Trace:
     return trace
 
 
-def _trace_in(doc: dict[str, Any], unknown: set[str], version: int) -> Trace:
+def _trace_in(doc: dict[str, Any], unknown: set[str]) -> Trace:
     err, stop = doc["error"], doc.get("stop")
     modules = [_module_in(m, unknown) for m in doc["modules"]]
     return Trace(
         model=_model_in(doc["model"], unknown),
         modules={m.path: m for m in modules},
-        calls=[_call_in(c, unknown, version) for c in doc["calls"]],
+        calls=[_call_in(c, unknown) for c in doc["calls"]],
         inputs=metas_in(doc["inputs"]),
         outputs=metas_in(doc["outputs"]),
         error=None if err is None else FailureRecord(

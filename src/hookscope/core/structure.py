@@ -21,8 +21,8 @@ import torch
 from torch import nn
 from torch.nn.parameter import is_lazy
 
+from hookscope.core.model_records import ModelSummary, ModuleInfo
 from hookscope.core.module_table import Members, first_paths, module_table
-from hookscope.core.records import ModelSummary, ModuleInfo
 from hookscope.core.tensors import device_str, dtype_str
 from hookscope.errors import SpecError
 

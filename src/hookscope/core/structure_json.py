@@ -17,7 +17,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hookscope.core.records import ModuleInfo
+    from hookscope.core.model_records import ModuleInfo
     from hookscope.core.structure import ModelInfo
 
 
@@ -30,17 +30,12 @@ def structure_to_dict(info: ModelInfo) -> dict[str, Any]:
     Returns:
         A dict of plain values (``"kind": "structure"``), ready for :func:`json.dumps`.
     """
-    from importlib.metadata import PackageNotFoundError, version
-
     from hookscope.core.records import SCHEMA_VERSION
+    from hookscope.core.version import package_version
 
-    try:
-        hookscope_version = version("hookscope")
-    except PackageNotFoundError:  # running from a source checkout
-        hookscope_version = "0.0.0+unknown"
     return {
         "schema_version": SCHEMA_VERSION,
-        "hookscope_version": hookscope_version,
+        "hookscope_version": package_version(),
         "kind": "structure",
         "model": {
             "class": info.class_name,

@@ -23,9 +23,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
-from torch.utils import _pytree as pytree
 
-from hookscope.core.records import TensorMeta
+from hookscope.core.torch_private import pytree
+from hookscope.core.values import TensorMeta
 
 _DTYPE_NAMES: dict[torch.dtype, str] = {}
 

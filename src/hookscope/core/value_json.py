@@ -2,8 +2,11 @@
 
 Probes name these encoders in their fact declarations (``Fact(..., metas_out,
 metas_in)``, ``core/facts.py``); the trace document (``core/serialize.py``) uses them
-for the trace's own inputs and outputs. Non-finite floats are written as the strings
-``"nan"``, ``"inf"``, ``"-inf"``, so the document stays standard JSON.
+for the trace's own inputs and outputs.
+
+A non-finite float is written as ``{"$float": "nan"}`` (``"inf"``, ``"-inf"``), in
+these records and in the facts of probes without an encoder alike: the document stays
+standard JSON, and a NaN cannot be mistaken for the string ``"nan"``.
 """
 
 from __future__ import annotations
@@ -21,20 +24,53 @@ from hookscope.core.values import (
     TensorStats,
 )
 
+_FLOAT = "$float"  # NB: a key no Python identifier (a fact's own dict keys) looks like
+# NB: the one ``math.nan`` object, which the stats probe also records: containers
+# compare identical objects as equal, so a trace with NaN statistics still compares
+# equal to its JSON round trip.
+_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
-def float_out(x: float | None) -> float | str | None:
+JsonFloat = float | dict[str, str] | None
+"""A float as the document holds it: itself, or ``{"$float": "nan"}`` when not finite."""
+
+
+def float_out(x: float | None) -> JsonFloat:
+    """``x`` for JSON: a non-finite float as ``{"$float": "nan"}``, ``"inf"``, ``"-inf"``."""
     if x is None or math.isfinite(x):
         return x
-    return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+    return {_FLOAT: "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")}
 
 
-def float_in(x: float | str | None) -> float | None:
-    if x == "nan":
-        # NB: the one ``math.nan`` object, which the stats probe also records: containers
-        # compare identical objects as equal, so a trace with NaN statistics still
-        # compares equal to its JSON round trip.
-        return math.nan
-    return float(x) if isinstance(x, str) else x
+def float_in(x: JsonFloat) -> float | None:
+    """The float :func:`float_out` wrote.
+
+    Raises:
+        KeyError: ``x`` is a dict that is not a ``{"$float": ...}`` of a non-finite float.
+    """
+    return _NON_FINITE[x[_FLOAT]] if isinstance(x, dict) else x
+
+
+def finite_json(value: Any) -> Any:
+    """``value`` (numbers, strings, lists, tuples, dicts) with each non-finite float as
+    :func:`float_out` writes it."""
+    if isinstance(value, float):
+        return float_out(value)
+    if isinstance(value, dict):
+        return {k: finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_json(v) for v in value]
+    return value
+
+
+def floats_back(value: Any) -> Any:
+    """:func:`finite_json`'s ``value`` with each ``{"$float": ...}`` a float again."""
+    if isinstance(value, dict):
+        if len(value) == 1 and value.get(_FLOAT) in _NON_FINITE:
+            return _NON_FINITE[value[_FLOAT]]
+        return {k: floats_back(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [floats_back(v) for v in value]
+    return value
 
 
 def meta_out(m: TensorMeta) -> dict[str, Any]:

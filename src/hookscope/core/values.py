@@ -1,10 +1,8 @@
 """The values probes record as facts and the engine hands them: tensor metadata and
 statistics, memory, FLOP counts, the aten operations of a run, a parameter's gradient.
 
-Plain frozen records (``Call.facts`` holds them; ``core/records.py`` re-exports every
-name, so ``from hookscope.core.records import TensorMeta`` keeps working). They never
-hold live tensors or modules, except :class:`ParamGrad`, an event's payload, which is
-never kept.
+Plain frozen records (``Call.facts`` holds them). They never hold live tensors or
+modules, except :class:`ParamGrad`, an event's payload, which is never kept.
 """
 
 from __future__ import annotations

@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_leaves
 
 from hookscope.api.tracing import trace as _trace
+from hookscope.core import torch_private
 from hookscope.core.meta import is_on_meta
 from hookscope.core.options import check_flags
 from hookscope.core.structure import check_model
@@ -123,7 +123,8 @@ def detect_anomaly(
 
 def _on_meta(model: nn.Module, inputs: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
     """Whether the model or one of its input tensors is on the meta device."""
-    tensors = [t for t in tree_leaves((inputs, kwargs)) if isinstance(t, torch.Tensor)]
+    leaves = torch_private.pytree.tree_leaves((inputs, kwargs))
+    tensors = [t for t in leaves if isinstance(t, torch.Tensor)]
     return is_on_meta(model) or any(t.is_meta for t in tensors)
 
 

@@ -12,7 +12,8 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hookscope.core.records import TensorStats, Trace
+    from hookscope.core.records import Trace
+    from hookscope.core.values import TensorStats
 
 
 class AnomalyKind(str, Enum):
@@ -173,7 +174,7 @@ class AnomalyReport:
         return render_anomaly_text(self)
 
     def to_json(self, *, indent: int | None = 2) -> str:
-        """The report as a JSON document (non-finite floats as ``"nan"``/``"inf"``)."""
+        """The report as a JSON document (a non-finite float as ``{"$float": "nan"}``)."""
         from hookscope.render.anomaly_report import anomaly_to_json
 
         return anomaly_to_json(self, indent=indent)

@@ -1,9 +1,10 @@
-"""Reading torch's hook registries into :class:`~hookscope.debug.hook_inventory.HookRecord`\\ s.
+"""Reading torch's hook registries into :class:`~hookscope.debug.hook_records.HookRecord`\\ s.
 
 :func:`scan_hooks` is the torch-facing half of :func:`hookscope.hooks`: it reads, and
 never changes, the dicts torch keeps hooks in (``module.__dict__``'s
 ``_forward_hooks`` & co., ``tensor._backward_hooks``,
-``tensor._post_accumulate_grad_hooks``, and ``torch.nn.modules.module._global_*``)
+``tensor._post_accumulate_grad_hooks``, and the process-wide registries, read through
+``core/torch_private``)
 and describes each hook function by name and source line.
 
 A hook is hookscope's own when hookscope holds the handle it was registered with (an
@@ -20,11 +21,11 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
-import torch.nn.modules.module as torch_module
 from torch import nn
 
+from hookscope.core import torch_private
 from hookscope.core.handles import HOOKSCOPE_HOOK_IDS
-from hookscope.debug.hook_inventory import GLOBAL, HookKind, HookRecord, Scope
+from hookscope.debug.hook_records import GLOBAL, HookKind, HookRecord, Scope
 from hookscope.errors import SpecError
 
 #: Per-module hook dicts, in the order a module's life calls them.
@@ -39,15 +40,15 @@ _MODULE_DICTS: tuple[tuple[str, HookKind], ...] = (
     ("_load_state_dict_post_hooks", HookKind.LOAD_STATE_DICT_POST),
 )
 
-#: Process-wide hook dicts of ``torch.nn.modules.module``.
+#: Process-wide hook dicts of ``torch.nn.modules.module`` (``_global_<name>``).
 _GLOBAL_DICTS: tuple[tuple[str, HookKind], ...] = (
-    ("_global_module_registration_hooks", HookKind.MODULE_REGISTRATION),
-    ("_global_parameter_registration_hooks", HookKind.PARAMETER_REGISTRATION),
-    ("_global_buffer_registration_hooks", HookKind.BUFFER_REGISTRATION),
-    ("_global_forward_pre_hooks", HookKind.FORWARD_PRE),
-    ("_global_forward_hooks", HookKind.FORWARD),
-    ("_global_backward_pre_hooks", HookKind.BACKWARD_PRE),
-    ("_global_backward_hooks", HookKind.BACKWARD),
+    ("module_registration_hooks", HookKind.MODULE_REGISTRATION),
+    ("parameter_registration_hooks", HookKind.PARAMETER_REGISTRATION),
+    ("buffer_registration_hooks", HookKind.BUFFER_REGISTRATION),
+    ("forward_pre_hooks", HookKind.FORWARD_PRE),
+    ("forward_hooks", HookKind.FORWARD),
+    ("backward_pre_hooks", HookKind.BACKWARD_PRE),
+    ("backward_hooks", HookKind.BACKWARD),
 )
 
 _TENSOR_DICTS: tuple[tuple[str, HookKind], ...] = (
@@ -156,13 +157,13 @@ def _tensor_hooks(
 
 def _global_hooks() -> list[HookRecord]:
     forward_flags = {
-        "with_kwargs": getattr(torch_module, "_global_forward_hooks_with_kwargs", {}),
-        "always_call": getattr(torch_module, "_global_forward_hooks_always_called", {}),
+        "with_kwargs": torch_private.global_hooks("forward_hooks_with_kwargs"),
+        "always_call": torch_private.global_hooks("forward_hooks_always_called"),
     }
-    legacy = getattr(torch_module, "_global_is_full_backward_hook", None) is False
+    legacy = torch_private.global_backward_hooks_are_legacy()
     records = []
-    for attr, kind in _GLOBAL_DICTS:
-        for handle_id, fn in (getattr(torch_module, attr, None) or {}).items():
+    for name, kind in _GLOBAL_DICTS:
+        for handle_id, fn in torch_private.global_hooks(name).items():
             flags = _flags(handle_id, forward_flags if kind is HookKind.FORWARD else {})
             if kind is HookKind.BACKWARD and legacy:
                 flags = (*flags, "legacy")

@@ -30,6 +30,7 @@ from torch import nn
 from hookscope.core.handles import CallbackHandle
 from hookscope.core.probe import Probe
 from hookscope.core.tensors import iter_call_inputs, iter_tensors
+from hookscope.core.torch_private import version_counter as _version
 from hookscope.debug.anomaly_records import (
     Anomaly,
     AnomalyKind,
@@ -44,8 +45,9 @@ from hookscope.probes.moments import make_stats, tensor_moments
 
 if TYPE_CHECKING:
     from hookscope.core.handles import Removable
-    from hookscope.core.records import Call, ParamGrad, TensorStats
+    from hookscope.core.records import Call
     from hookscope.core.tracer import Tracer
+    from hookscope.core.values import ParamGrad, TensorStats
 
 
 class NonFiniteError(RunStopped):
@@ -288,12 +290,6 @@ def _output_anomaly(
         call.index, path, t.numel(), nans or 0, infs or 0, tuple(inputs),
         op=op, origin=origin,
     )
-
-
-def _version(t: torch.Tensor) -> int | None:
-    """``t._version``; ``None`` for an inference tensor (``torch.inference_mode``),
-    which keeps no version counter: what it held is then read, never assumed."""
-    return None if t.is_inference() else t._version
 
 
 def _stats(path: str, t: torch.Tensor) -> TensorStats:

@@ -15,7 +15,6 @@ from bisect import bisect_left
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from hookscope.core import torch_private
 from hookscope.core.tracer import is_internal
@@ -85,7 +84,7 @@ PENDING_LIMIT = 1 << 26
 
 
 @torch_private.unwrapped_dispatch_mode
-class OpCheckMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch: untyped
+class OpCheckMode(torch_private.TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch: untyped
     """Note, per call, the first op whose floating output is not finite.
 
     Forward ops are checked lazily. Each op's outputs are held, unchecked, while its
@@ -251,7 +250,7 @@ def _writes(func: Any) -> bool:
     """Whether the op writes into one of its arguments (``add_``, ``out=``; and the
     batch norms whose schemas do not say so: they update the running statistics they
     are given, so those inputs are read after the op wrote them)."""
-    schema = getattr(func, "_schema", None)
+    schema = torch_private.op_schema(func)
     if schema is None:
         return False
     if schema.name in _UNANNOTATED_WRITERS:

@@ -22,11 +22,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch.utils import flop_counter as fc
 
+from hookscope.core import torch_private
 from hookscope.core.handles import CallbackHandle
-from hookscope.core.records import Call, FlopRule, FlopTotals, OpRecord, Phase, Trace
+from hookscope.core.records import Call, Trace
+from hookscope.core.values import FlopCount, FlopRule, FlopTotals, OpRecord, Phase
 from hookscope.errors import SpecError
 from hookscope.flops.formulas import (
     HOOKSCOPE_FORMULAS,
@@ -60,13 +61,13 @@ def to_packet(target: OpTarget) -> OpKey:
     Raises:
         SpecError: for anything else.
     """
-    if isinstance(target, (torch._ops.OpOverloadPacket, torch._ops.HigherOrderOperator)):
+    if isinstance(target, (torch_private.OpOverloadPacket, torch_private.HigherOrderOperator)):
         return target
-    if isinstance(target, torch._ops.OpOverload):
-        return target._overloadpacket
-    overload = getattr(target, "_opoverload", None)  # torch.library.custom_op's CustomOpDef
-    if isinstance(overload, torch._ops.OpOverload):
-        return overload._overloadpacket
+    if isinstance(target, torch_private.OpOverload):
+        return target.overloadpacket
+    overload = torch_private.custom_op_overload(target)  # a torch.library.custom_op
+    if overload is not None:
+        return overload.overloadpacket
     raise SpecError(
         f"expected an operator such as torch.ops.aten.mm, torch.ops.mylib.foo.default or a "
         f"torch.library.custom_op, got {target!r} of type {type(target).__name__}"
@@ -238,3 +239,15 @@ def by_op(trace: Trace, *, call: Call | int | None = None) -> dict[str, OpTotals
     totals = {name: _totals(group) for name, group in groups.items()}
     order = sorted(totals, key=lambda n: (-totals[n].total, -totals[n].count, n))
     return {name: totals[name] for name in order}
+
+
+def flops_text(f: FlopCount | None, backward: bool) -> str:
+    """A call's FLOPs as a table cell: the exact count (``1,234``), with ``+`` when an op
+    without a formula ran inside (a lower bound); ``None`` (not counted) -> empty.
+
+    The ops probe's columns and the renderers' tables show FLOPs through this one
+    function, so a lower bound reads the same everywhere.
+    """
+    if f is None:
+        return ""
+    return f"{f.backward if backward else f.forward:,}" + ("+" if f.partial else "")

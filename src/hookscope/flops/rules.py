@@ -26,7 +26,8 @@ from typing import Any
 
 import torch
 
-from hookscope.core.records import FlopRule
+from hookscope.core import torch_private
+from hookscope.core.values import FlopRule
 
 # NB: the formulas are re-exported (``X as X``) for the modules and tests that import
 # them from here
@@ -157,9 +158,9 @@ _FREE_TAGS = tuple(
 )
 
 
-def base_name(func: torch._ops.OpOverload) -> str:
+def base_name(func: torch_private.OpOverload) -> str:
     """Packet name without the in-place ``_`` suffix: ``aten.add_.Tensor`` -> ``add``."""
-    name: str = func._overloadpacket.__name__
+    name: str = func.overloadpacket.__name__
     if name.endswith("_") and not name.endswith("__"):
         name = name[:-1]
     return name
@@ -177,7 +178,7 @@ _DATA_MOVEMENT = re.compile(
 _SPECIAL_CONVENTION = ("floor_divide", "true_divide", "rsub", "isin", "trace", "dist")
 
 
-def rule_without_formula(func: torch._ops.OpOverload) -> FlopRule:
+def rule_without_formula(func: torch_private.OpOverload) -> FlopRule:
     """How an op without a FLOP formula is counted (see the module docstring)."""
     namespace = func.namespace
     if namespace in ("prim", "profiler"):
@@ -204,20 +205,21 @@ def rule_without_formula(func: torch._ops.OpOverload) -> FlopRule:
 _SEEDED = getattr(torch.Tag, "nondeterministic_seeded", None)
 
 
-def _tags(func: torch._ops.OpOverload, name: str) -> set[Any]:
+def _tags(func: torch_private.OpOverload, name: str) -> set[Any]:
     """The op's tags and those of its functional op's overloads: ``out=`` and in-place
     variants (``relu.out``, ``abs_``) are not tagged themselves."""
     tags = set(func.tags)
     functional = getattr(aten, name, None)
-    packets: list[Any] = [func._overloadpacket, functional]
+    packets: list[Any] = [func.overloadpacket, functional]
     for packet in (p for p in packets if p is not None):
         for overload in packet.overloads():
             tags.update(getattr(packet, overload).tags)
     return tags
 
 
-def _tensor_returns(func: torch._ops.OpOverload) -> list[Any]:
-    returns = list(func._schema.returns)
+def _tensor_returns(func: torch_private.OpOverload) -> list[Any]:
+    schema = torch_private.op_schema(func)
+    returns = list(schema.returns) if schema is not None else []
     tensor = torch.TensorType.get()
     optional = torch.OptionalType(tensor)
     lists = torch.ListType(tensor)

@@ -26,7 +26,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_leaves
 
 from hookscope.core.failures import describe_failure
 from hookscope.core.inputs import parse_device
@@ -34,6 +33,7 @@ from hookscope.core.meta import is_on_meta
 from hookscope.core.module_table import module_paths
 from hookscope.core.records import Call
 from hookscope.core.selectors import ModuleSelector, compile_module_selector
+from hookscope.core.torch_private import pytree
 from hookscope.core.tracer import Tracer
 from hookscope.errors import HookscopeError, ModelRunError, SpecError
 from hookscope.interventions.recording import (
@@ -254,7 +254,7 @@ def capture(
     """
     cap = Capture(model, select=select, what=what, to=to, save_to=save_to,
                   shard_mib=shard_mib)
-    if any(isinstance(t, torch.Tensor) and t.is_meta for t in tree_leaves((inputs, kwargs))):
+    if any(isinstance(t, torch.Tensor) and t.is_meta for t in pytree.tree_leaves((inputs, kwargs))):
         raise SpecError(_ON_META)
     cap._restore_state = True  # the forward run here leaves the model as it was
     started = False

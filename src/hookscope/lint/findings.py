@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any, NamedTuple
 
+from hookscope.errors import SpecError
+
 SCHEMA_VERSION = 1
 
 
@@ -36,6 +38,20 @@ class Severity(str, Enum):
     def rank(self) -> int:
         """2 for error, 1 for warning, 0 for info: ``a.rank >= b.rank`` is "at least"."""
         return {"error": 2, "warning": 1, "info": 0}[self.value]
+
+
+def parse_severity(value: Severity | str) -> Severity:
+    """``"warning"`` -> ``Severity.WARNING``.
+
+    Raises:
+        SpecError: not one of error, warning, info.
+    """
+    try:
+        return Severity(value)
+    except ValueError:
+        raise SpecError(
+            f"severity must be one of error, warning, info, got {value!r}"
+        ) from None
 
 
 class Hit(NamedTuple):
@@ -148,8 +164,6 @@ class LintReport:
 
     def exit_code(self, *, fail_on: Severity | str = Severity.ERROR) -> int:
         """1 when a finding is at least as severe as ``fail_on``, else 0."""
-        from hookscope.lint.rules import parse_severity
-
         threshold = parse_severity(fail_on).rank
         return int(any(f.severity.rank >= threshold for f in self.findings))
 

@@ -133,16 +133,3 @@ def get_rule(code: str) -> Rule:
         raise SpecError(f"no lint rule {code!r}; the rules are {', '.join(rules)}")
     return rule
 
-
-def parse_severity(value: Severity | str) -> Severity:
-    """``"warning"`` -> ``Severity.WARNING``.
-
-    Raises:
-        SpecError: not one of error, warning, info.
-    """
-    try:
-        return Severity(value)
-    except ValueError:
-        raise SpecError(
-            f"severity must be one of error, warning, info, got {value!r}"
-        ) from None

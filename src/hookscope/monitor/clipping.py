@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import torch
 
+from hookscope.core import torch_private
 from hookscope.errors import SpecError
 
 __all__ = ["check_value_clip", "clip_grads"]
@@ -54,4 +55,5 @@ def clip_grads(limits: dict[int, float], index: list[int], grads: list[torch.Ten
             g.clamp_(-limit, limit)
         return
     coefs = [(limit / (norms[j] + _EPS)).clamp(max=1.0) for j, limit in chosen]
-    torch._foreach_mul_(targets, [c.to(g.dtype) for c, g in zip(coefs, targets, strict=True)])
+    scales = [c.to(g.dtype) for c, g in zip(coefs, targets, strict=True)]
+    torch_private.foreach_mul_(targets, scales)

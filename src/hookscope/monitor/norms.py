@@ -16,6 +16,8 @@ import warnings
 
 import torch
 
+from hookscope.core import torch_private
+
 __all__ = ["grad_norms", "rows_to_host", "scatter_present", "stack_norms"]
 
 
@@ -31,14 +33,14 @@ def grad_norms(grads: list[torch.Tensor], ord: float) -> list[torch.Tensor]:
         wide = _NORM_DTYPE.get(dtype, dtype)
         chosen = [grads[i] for i in indices]
         try:
-            found = torch._foreach_norm(chosen, ord, dtype=None if wide is dtype else wide)
+            found = torch_private.foreach_norm(chosen, ord, dtype=None if wide is dtype else wide)
         except (TypeError, RuntimeError):  # no dtype= in this torch, or not a float dtype
             if wide is not dtype and not _NARROW_WARNED:
                 _NARROW_WARNED.append(True)
                 warnings.warn(f"hookscope: this torch cannot take {dtype} gradient norms in "
                               f"{wide}; they are taken in {dtype} (they may overflow)",
                               UserWarning, stacklevel=4)
-            found = torch._foreach_norm(chosen, ord)
+            found = torch_private.foreach_norm(chosen, ord)
         for i, n in zip(indices, found, strict=True):
             out[i] = n
     return out  # type: ignore[return-value]

@@ -65,8 +65,9 @@ if TYPE_CHECKING:
     from torch import nn
 
     from hookscope.core.handles import Removable
-    from hookscope.core.records import Call, ParamGrad, Trace
+    from hookscope.core.records import Call, Trace
     from hookscope.core.tracer import Tracer
+    from hookscope.core.values import ParamGrad
 
 __all__ = ["GradsProbe", "ParamGradStats"]
 

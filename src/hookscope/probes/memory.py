@@ -47,10 +47,11 @@ from hookscope.core import torch_private
 from hookscope.core.facts import Column, Fact, Field, Unit
 from hookscope.core.handles import CallbackHandle
 from hookscope.core.probe import Probe, register_probe
-from hookscope.core.records import Call, MemoryRecord, Trace
+from hookscope.core.records import Call, Trace
 from hookscope.core.tensors import iter_tensors
 from hookscope.core.tracer import internal_work, is_internal
 from hookscope.core.value_json import memory_in, memory_out
+from hookscope.core.values import MemoryRecord
 
 if TYPE_CHECKING:
     from hookscope.core.handles import Removable
@@ -77,7 +78,7 @@ class ByteCounter:
         nbytes = t.numel() * t.element_size()
         try:
             storage = t.untyped_storage()
-            key: Any = storage._cdata  # identifies the storage, also on meta
+            key: Any = torch_private.storage_key(storage)
             capacity = storage.nbytes()
             view: tuple[Any, ...] = (key, t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
         except (RuntimeError, NotImplementedError, TypeError):
@@ -109,7 +110,7 @@ def _dense_parts(t: torch.Tensor) -> tuple[torch.Tensor, ...]:
     if layout == torch.strided:
         return (t,)
     if layout == torch.sparse_coo:
-        return (t._indices(), t._values())
+        return torch_private.sparse_coo_parts(t)
     if layout in (torch.sparse_csr, torch.sparse_bsr):
         return (t.crow_indices(), t.col_indices(), t.values())
     if layout in (torch.sparse_csc, torch.sparse_bsc):
@@ -236,7 +237,7 @@ class MemoryProbe(Probe):
         ``keep``, also return what the graph stores: a detached alias and its version."""
         tracer = self._tracer
         if tracer is None:  # pragma: no cover - hooks live only while the tracer does
-            return (t.detach(), t._version) if keep else None
+            return (t.detach(), torch_private.version_counter(t)) if keep else None
         start = perf_counter_ns()
         try:
             # NB: a tensor another probe's work saves (a norm taken with grad on) is not
@@ -249,7 +250,7 @@ class MemoryProbe(Probe):
                     if counter is None:
                         counter = self._saved[call.index] = ByteCounter()
                     counter.add(t)
-                return (t.detach(), t._version) if keep else None
+                return (t.detach(), torch_private.version_counter(t)) if keep else None
         finally:
             tracer.overhead_ns += perf_counter_ns() - start  # not the model's time
 
@@ -259,14 +260,15 @@ def _autograd_records() -> bool:
     return torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
 
 
-def _check_version(packed: tuple[torch.Tensor, int]) -> torch.Tensor:
+def _check_version(packed: tuple[torch.Tensor, int | None]) -> torch.Tensor:
     """Unpack hook: autograd's check that a saved tensor was not modified in place."""
     tensor, version = packed
-    if tensor._version != version:
+    now = torch_private.version_counter(tensor)
+    if now != version:
         raise RuntimeError(
             "one of the variables needed for gradient computation has been modified by an "
             f"inplace operation: [{tensor.type()} {list(tensor.shape)}] is at version "
-            f"{tensor._version}; expected version {version} instead (reported by "
+            f"{now}; expected version {version} instead (reported by "
             "hookscope's memory probe, which was watching the saved tensors)"
         )
     return tensor

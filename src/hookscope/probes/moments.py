@@ -38,7 +38,7 @@ import struct
 import torch
 
 from hookscope.core import torch_private
-from hookscope.core.records import TensorStats
+from hookscope.core.values import TensorStats
 
 #: mean, std, min, max, zero count, NaN count, Inf count
 Moments = list[float] | torch.Tensor

@@ -26,19 +26,18 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch._ops import HigherOrderOperator
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from hookscope.core import torch_private
 from hookscope.core.facts import Column, Fact, Field, Unit
 from hookscope.core.handles import CallbackHandle
 from hookscope.core.probe import Probe, register_probe
-from hookscope.core.records import Call, FlopCount, FlopRule, OpRecord, Phase, TensorMeta, Trace
+from hookscope.core.records import Call, Trace
 from hookscope.core.tensors import tensor_meta
 from hookscope.core.tracer import is_internal
 from hookscope.core.value_json import flops_in, flops_out, ops_in, ops_out
+from hookscope.core.values import FlopCount, FlopRule, OpRecord, Phase, TensorMeta
 from hookscope.errors import SpecError
-from hookscope.flops.registry import OpTarget, find_formula, normalize_formulas
+from hookscope.flops.registry import OpTarget, find_formula, flops_text, normalize_formulas
 from hookscope.flops.rules import FlopFormula, is_floating_op, rule_without_formula
 from hookscope.probes.flop_totals import aggregate_flops
 
@@ -59,19 +58,20 @@ class _OpInfo:
     __slots__ = ("decompose", "formula", "name", "rule")
 
     def __init__(self, func: Any, custom: Mapping[Any, FlopFormula]) -> None:
-        if isinstance(func, HigherOrderOperator):  # flex_attention, cond, ...: one record
-            self.name = f"higher_order.{func._name}"
+        # a higher-order operator (flex_attention, cond, ...) is one record
+        if isinstance(func, torch_private.HigherOrderOperator):
+            self.name = f"higher_order.{func.name()}"  # type: ignore[no-untyped-call]  # torch: untyped
             self.formula = find_formula(func, custom)
             self.rule = FlopRule.FORMULA if self.formula is not None else FlopRule.UNCOUNTED
             self.decompose = False
             return
         self.name = str(func)
-        self.formula = find_formula(func._overloadpacket, custom)
+        self.formula = find_formula(func.overloadpacket, custom)
         self.rule = FlopRule.FORMULA if self.formula is not None else rule_without_formula(func)
         self.decompose = self.rule is FlopRule.UNCOUNTED and _has_decomposition(func)
 
 
-def _has_decomposition(func: torch._ops.OpOverload) -> bool:
+def _has_decomposition(func: torch_private.OpOverload) -> bool:
     return torch_private.dispatch_has_composite_kernel(func)
 
 
@@ -122,7 +122,7 @@ def _readable_metas(tensors: list[tuple[str, torch.Tensor]]) -> list[TensorMeta]
 
 
 @torch_private.unwrapped_dispatch_mode
-class _OpsMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch: untyped
+class _OpsMode(torch_private.TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch: untyped
     """The dispatch mode: run each op, then hand it to the probe.
 
     Higher-order operators (``flex_attention``, ``cond``) come here too; they run
@@ -139,7 +139,7 @@ class _OpsMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch: un
 
     def __torch_dispatch__(
         self,
-        func: torch._ops.OpOverload,
+        func: torch_private.OpOverload,
         types: Any,
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
@@ -193,11 +193,11 @@ class OpsProbe(Probe):
     )
     columns = (
         Column("flops_fwd", "FLOPs", lambda c, t: _flops(c, False), Unit.COUNT,
-               text=lambda c, t: _flops_text(c.facts.get("flops"), False),
-               footer=lambda t: _flops_text(_shown_total(t), False)),
+               text=lambda c, t: flops_text(c.facts.get("flops"), False),
+               footer=lambda t: flops_text(_shown_total(t), False)),
         Column("flops_bwd", "FLOPs bwd", lambda c, t: _flops(c, True), Unit.COUNT,
-               text=lambda c, t: _flops_text(c.facts.get("flops"), True),
-               footer=lambda t: _flops_text(_shown_total(t), True),
+               text=lambda c, t: flops_text(c.facts.get("flops"), True),
+               footer=lambda t: flops_text(_shown_total(t), True),
                when_present=True),
     )
     fields = (
@@ -305,8 +305,3 @@ def _shown_total(trace: Trace) -> FlopCount | None:
     )
 
 
-def _flops_text(f: FlopCount | None, backward: bool) -> str:
-    """Exact count; ``+`` when an op without a formula ran inside (a lower bound)."""
-    if f is None:
-        return ""
-    return f"{f.backward if backward else f.forward:,}" + ("+" if f.partial else "")

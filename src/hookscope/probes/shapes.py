@@ -33,9 +33,10 @@ from torch import nn
 from hookscope.core.facts import Column, Fact, Field, Unit
 from hookscope.core.probe import Probe, register_probe
 from hookscope.core.readonly import ReadOnlyList
-from hookscope.core.records import Call, TensorMeta
+from hookscope.core.records import Call
 from hookscope.core.tensors import call_input_metas, meta_from_fields, metas, shapes_text
 from hookscope.core.value_json import metas_in, metas_out
+from hookscope.core.values import TensorMeta
 
 if TYPE_CHECKING:
     from hookscope.core.handles import Removable

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from hookscope.core import torch_private
 from hookscope.core.facts import Column, Fact, Field, Unit
 from hookscope.core.probe import Probe, register_probe
 from hookscope.core.records import Call, Trace
@@ -133,13 +134,16 @@ class StatsProbe(Probe):
                 self._pending.append(_Entry(call, path, t.numel(), kind, moments, is_input))
 
     def _moments(self, t: torch.Tensor) -> tuple[str, Moments | None]:
-        if not readable(t) or t.is_inference():  # inference: no version counter
+        if not readable(t):
+            return tensor_moments(t)
+        version = torch_private.version_counter(t)
+        if version is None:  # an inference tensor: no version counter
             return tensor_moments(t)
         seen = self._seen.get(id(t))
-        if seen is not None and seen[0]() is t and seen[1] == t._version:
+        if seen is not None and seen[0]() is t and seen[1] == version:
             return seen[2], seen[3]
         kind, moments = tensor_moments(t)
-        self._seen[id(t)] = (weakref.ref(t), t._version, kind, moments)
+        self._seen[id(t)] = (weakref.ref(t), version, kind, moments)
         return kind, moments
 
     def finalize(self, trace: Trace) -> None:

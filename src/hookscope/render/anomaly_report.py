@@ -3,7 +3,8 @@
 Reads only the records of ``hookscope.debug.anomaly_records`` (never a model or a tensor):
 :func:`render_anomaly_text` for ``print(report)``, :func:`anomaly_line` for the one
 line an exception carries, :func:`anomaly_to_dict`/:func:`anomaly_to_json` for the
-JSON document (keys sorted, non-finite floats as ``"nan"``/``"inf"``/``"-inf"``).
+JSON document (keys sorted, non-finite floats as ``{"$float": "nan"}``, the trace
+document's encoding: ``core/value_json.py``).
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ import math
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+from hookscope.core.value_json import float_out
 from hookscope.render.units import format_stat
 
 if TYPE_CHECKING:
-    from hookscope.core.records import TensorStats
+    from hookscope.core.values import TensorStats
     from hookscope.debug.anomaly_records import (
         Anomaly,
         AnomalyReport,
@@ -119,7 +121,7 @@ def _plain(value: Any) -> Any:
     if isinstance(value, Enum):
         return value.value
     if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+        return float_out(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, (list, tuple)):

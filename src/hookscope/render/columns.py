@@ -16,21 +16,26 @@ some call has a value other than ``None`` and 0), probes ordered by ``column_ran
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from hookscope.core.facts import REGISTRY, Column, Unit, probe_columns, reserve
-from hookscope.core.probe import PROBES
-from hookscope.core.records import Call, TensorMeta, Trace
+from hookscope.core.records import Call, Trace
 from hookscope.core.serialize import settle_raw_facts
+from hookscope.core.values import TensorMeta
 from hookscope.errors import RenderError
-from hookscope.render.export import fields
+from hookscope.render.export import fields, probe_rank
 from hookscope.render.labels import shapes_cell
-from hookscope.render.units import format_bytes, format_percent, format_stat, format_time
+from hookscope.render.units import (
+    format_bytes,
+    format_count,
+    format_percent,
+    format_stat,
+    format_time,
+)
 
 __all__ = [
-    "COLUMNS",
     "PRIORITY",
     "Column",
     "View",
@@ -56,11 +61,6 @@ class View:
 
     def __post_init__(self) -> None:
         settle_raw_facts(self.trace)  # facts read before their probe was defined
-
-
-def format_count(n: int | None) -> str:
-    """``1234567`` -> ``1,234,567``; ``None`` -> empty."""
-    return "" if n is None else f"{n:,}"
 
 
 def format_value(value: Any, unit: Unit, *, ascii: bool = False) -> str:
@@ -240,23 +240,6 @@ def columns() -> dict[str, Column]:
     return {**_TRACE_COLUMNS, **REGISTRY.columns}
 
 
-class _LiveColumns(Mapping[str, Column]):
-    """:func:`columns` as a mapping that stays current as probe classes are defined."""
-
-    def __getitem__(self, name: str) -> Column:
-        return columns()[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(columns())
-
-    def __len__(self) -> int:
-        return len(columns())
-
-
-COLUMNS: Mapping[str, Column] = _LiveColumns()
-"""Every column by name, as :func:`columns` (kept for code written for hookscope 0.1)."""
-
-
 def column(name: str) -> Column:
     """The column called ``name``.
 
@@ -283,7 +266,7 @@ _PARAMS_FIT = 3
 def default_columns(trace: Trace) -> list[str]:
     """The columns shown without ``columns=`` (see the module docstring); ``params``
     too when the probes' columns leave room for it (a trace of shapes only)."""
-    ranked = sorted(trace.probes, key=_rank)
+    ranked = sorted(trace.probes, key=probe_rank)
     names = ["layer"]
     for probe in ranked:
         names.extend(
@@ -293,11 +276,6 @@ def default_columns(trace: Trace) -> list[str]:
     if len(names) - 1 <= _PARAMS_FIT - 1:
         names.append("params")
     return names
-
-
-def _rank(probe: str) -> int:
-    cls = PROBES.get(probe)
-    return cls.column_rank if cls is not None else 50
 
 
 def _any_value(trace: Trace, col: Column) -> bool:

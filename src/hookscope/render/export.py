@@ -74,7 +74,9 @@ FIELDS: Mapping[str, Field] = _LiveFields()
 """Every export field by name, as :func:`fields`."""
 
 
-def _order(probe: str) -> int:
+def probe_rank(probe: str) -> int:
+    """Where a probe's columns and fields go, left to right (``Probe.column_rank``; a
+    probe not defined in this process goes in the middle)."""
     cls = PROBES.get(probe)
     return cls.column_rank if cls is not None else 50
 
@@ -87,7 +89,7 @@ def export_fields(trace: Trace, columns: Sequence[str] | None = None) -> list[st
     """
     if columns is None:
         own = [f.name for f in TRACE_FIELDS if f.name not in _AFTER_PROBES]
-        probes = [f.name for p in sorted(trace.probes, key=_order) for f in probe_fields(p)
+        probes = [f.name for p in sorted(trace.probes, key=probe_rank) for f in probe_fields(p)
                   if f.default]
         return own + probes + list(_AFTER_PROBES)
     if isinstance(columns, str):

@@ -1,6 +1,6 @@
 """The hook inventory as a tree: owner -> hook kind -> hooks.
 
-Reads only :class:`~hookscope.debug.hook_inventory.HookRecord`\\ s (never a module or a hook
+Reads only :class:`~hookscope.debug.hook_records.HookRecord`\\ s (never a module or a hook
 function): :func:`hooks_tree` builds a ``rich.tree.Tree`` for a console,
 :func:`render_hooks_text` renders it to a string (ASCII guides ``+--``/``|`` and no
 colour by default, what pipes, files and tests get) and :func:`render_hooks_html` to
@@ -23,7 +23,8 @@ from rich.tree import Tree
 from hookscope.render.table import DEFAULT_WIDTH, to_text
 
 if TYPE_CHECKING:
-    from hookscope.debug.hook_inventory import HookInventory, HookRecord
+    from hookscope.debug.hook_inventory import HookInventory
+    from hookscope.debug.hook_records import HookRecord
 
 
 class _AsciiGuides:

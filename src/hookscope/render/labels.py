@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hookscope.core.records import Call, ModuleInfo, TensorMeta, Trace
+from hookscope.core.model_records import ModuleInfo
+from hookscope.core.records import Call, Trace
 from hookscope.core.tensors import shape_text
+from hookscope.core.values import TensorMeta
 from hookscope.render.grid import Shorten, distinct_forms, elide
 
 ROOT = "<root>"

@@ -12,13 +12,15 @@ formula (a lower bound), listed in the caption.
 
 from __future__ import annotations
 
-from hookscope.core.records import FlopCount, FlopRule, Trace
+from hookscope.core.records import Trace
+from hookscope.core.values import FlopCount, FlopRule
 from hookscope.errors import RenderError, SpecError
-from hookscope.flops.registry import OpTotals, by_op
+from hookscope.flops.registry import OpTotals, by_op, flops_text
 from hookscope.render.fold import Folded, tree_rows
 from hookscope.render.grid import Grid, GridColumn, shorten_plain
 from hookscope.render.labels import tree_text
-from hookscope.render.table import DEFAULT_WIDTH, GridTable, format_count, tree_column
+from hookscope.render.table import DEFAULT_WIDTH, GridTable, tree_column
+from hookscope.render.units import format_count
 
 _RULE_TEXT = {
     FlopRule.FORMULA: "formula",
@@ -130,12 +132,6 @@ def ops_table(trace: Trace, *, top: int | None = None, ascii: bool = False) -> G
     return GridTable(build, ascii=ascii)
 
 
-def _call_flops_cell(f: FlopCount | None, backward: bool) -> str:
-    if f is None:
-        return ""
-    return format_count(f.backward if backward else f.forward) + ("+" if f.partial else "")
-
-
 def calls_flops_table(
     trace: Trace, *, depth: int | None = None, ascii: bool = False, fold: bool = False
 ) -> GridTable:
@@ -169,11 +165,11 @@ def calls_flops_table(
                        footer=format_count(len(trace.ops)), priority=40),
         ]
         for i, (name, inclusive, bwd) in enumerate(columns):
-            cells = [_call_flops_cell(c.flops if inclusive else c.self_flops, bwd)
+            cells = [flops_text(c.flops if inclusive else c.self_flops, bwd)
                      for c in rows]
             cols.append(GridColumn(
                 name.lower().replace(" ", "_"), name, cells,
-                footer=_call_flops_cell(total, bwd) if inclusive else "",
+                footer=flops_text(total, bwd) if inclusive else "",
                 priority=(90 if inclusive else 60) - 5 * i))
         cols.append(GridColumn(
             "share", "Share",

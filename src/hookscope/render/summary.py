@@ -15,7 +15,9 @@ from functools import cache
 
 from rich.console import Console, ConsoleOptions, RenderResult
 
-from hookscope.core.records import Call, FlopCount, TensorMeta, Trace
+from hookscope.core.records import Call, Trace
+from hookscope.core.values import TensorMeta
+from hookscope.flops.registry import flops_text
 from hookscope.render.fold import Folded, Row, folded_rows, tree_rows
 from hookscope.render.grid import Grid, GridColumn, labelled_min, shorten_labelled
 from hookscope.render.labels import (
@@ -28,8 +30,8 @@ from hookscope.render.labels import (
     tree_text,
 )
 from hookscope.render.ops_table import uncounted_legend
-from hookscope.render.table import DEFAULT_WIDTH, GridTable, format_count, tree_column
-from hookscope.render.units import format_bytes
+from hookscope.render.table import DEFAULT_WIDTH, GridTable, tree_column
+from hookscope.render.units import format_bytes, format_count
 
 
 class Summary:
@@ -84,12 +86,12 @@ class Summary:
             both = bool(total.backward)
             cols.append(GridColumn(
                 "flops_fwd", "FLOPs fwd" if both else "FLOPs",
-                [_flops(r, False) for r in rows], footer=_flops_text(total, False),
+                [_flops(r, False) for r in rows], footer=flops_text(total, False),
                 priority=78))
             if both:
                 cols.append(GridColumn(
                     "flops_bwd", "FLOPs bwd", [_flops(r, True) for r in rows],
-                    footer=_flops_text(total, True), priority=65))
+                    footer=flops_text(total, True), priority=65))
         grid = Grid(cols, self.caption_parts(rows), self.notes(rows))
         return grid
 
@@ -187,12 +189,6 @@ def _flops(row: Row, backward: bool) -> str:
     total = sum((f.backward if backward else f.forward) for f in counts if f is not None)
     return format_count(total) + ("+" if any(f is not None and f.partial for f in counts) else "")
 
-
-def _flops_text(f: FlopCount | None, backward: bool) -> str:
-    """Exact count; ``+`` when an op without a formula ran inside (a lower bound)."""
-    if f is None:
-        return ""
-    return format_count(f.backward if backward else f.forward) + ("+" if f.partial else "")
 
 
 @cache

@@ -29,7 +29,7 @@ from rich.text import Text
 from hookscope.render.grid import Fitted, Grid, GridColumn, fit, wrap_header
 from hookscope.render.labels import structure_text, tree_min, tree_shortener
 from hookscope.render.plain import GAP, draw
-from hookscope.render.units import format_bytes
+from hookscope.render.units import format_bytes, format_count
 
 if TYPE_CHECKING:
     from hookscope.core.structure import ModelInfo
@@ -72,11 +72,6 @@ def to_text(renderable: Any, *, width: int = DEFAULT_WIDTH, color: bool = False)
 
 def table_box(ascii: bool) -> box.Box:
     return box.ASCII2 if ascii else box.SIMPLE_HEAD
-
-
-def format_count(n: int | None) -> str:
-    """``1234567`` -> ``1,234,567``; ``None`` -> empty."""
-    return "" if n is None else f"{n:,}"
 
 
 def separator(ascii: bool) -> str:
@@ -167,20 +162,6 @@ def tree_column(cells: list[str], *, footer: str = "Total", header: str = "Layer
         "layer", header, cells, footer=footer, numeric=False, priority=1000,
         shorten=tree_shortener(cells), min_width=tree_min(cells), styles=styles or (),
     )
-
-
-def render_trace_text(trace: Any, *, width: int = DEFAULT_WIDTH) -> str:
-    """The trace table (``render/trace_table.py``) of a trace as plain ASCII text."""
-    from hookscope.render.trace_table import render_trace
-
-    return render_trace(trace, width=width)
-
-
-def trace_html(trace: Any) -> str:
-    """The trace table as HTML (Jupyter): every column, repeated blocks folded."""
-    from hookscope.render.trace_table import trace_table
-
-    return trace_table(trace)._repr_html_()
 
 
 def render_structure_text(info: ModelInfo, *, width: int = DEFAULT_WIDTH) -> str:

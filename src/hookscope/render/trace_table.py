@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from hookscope.core.records import Call, Trace
 from hookscope.errors import RenderError
 from hookscope.render.columns import (
-    COLUMNS,
     Column,
     View,
     cell_style,
@@ -37,7 +36,6 @@ from hookscope.render.table import DEFAULT_WIDTH, GridTable, tree_column
 from hookscope.render.units import format_stat, format_time
 
 __all__ = [
-    "COLUMNS",
     "Column",
     "View",
     "column",
@@ -46,6 +44,7 @@ __all__ = [
     "describe_input_stats",
     "render_trace",
     "sort_calls",
+    "trace_html",
     "trace_table",
 ]
 
@@ -65,7 +64,7 @@ def trace_table(
 
     Args:
         trace: the trace to show.
-        columns: column names from :data:`COLUMNS`, in display order (default:
+        columns: column names from :func:`columns`, in display order (default:
             :func:`default_columns`).
         sort: order rows by this column (numbers descending, names ascending); sorted
             rows are not folded.
@@ -228,3 +227,8 @@ def describe_input_stats(call: Call) -> str:
         )
         parts.append(f"{s.path} {values} nan={s.nan_count} inf={s.inf_count}")
     return "; input statistics: " + "; ".join(parts)
+
+
+def trace_html(trace: Trace) -> str:
+    """The trace table as HTML (Jupyter): every column, repeated blocks folded."""
+    return trace_table(trace)._repr_html_()

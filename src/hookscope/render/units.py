@@ -24,6 +24,11 @@ def format_time(ns: int | None, *, ascii: bool = False) -> str:
     return f"{_three_digits(ns / 1e9)} s"
 
 
+def format_count(n: int | None) -> str:
+    """``1234567`` -> ``1,234,567``; ``None`` -> empty."""
+    return "" if n is None else f"{n:,}"
+
+
 def format_bytes(n: int | None) -> str:
     """``512 B``, ``1.50 KiB``, ``256 KiB``, ``3.00 MiB``: binary units, 3 significant
     digits; negative values (a memory decrease) keep their sign."""

@@ -7,15 +7,19 @@ registries of global module hooks, the sources of ``Module._call_impl`` and
 (``torch.jit._trace._trace_module_map``), autograd's node sequence numbers and
 current node, the saved-tensor hooks currently active, the execution engine's
 end-of-backward callback queue, functorch's wrapper check, the dispatcher's kernel
-table and the guard that turns Python dispatch off. Each is wrapped here with a
-fallback for a torch release that changed it: the fallback **warns once**
-(``HookscopeTorchWarning``) and degrades that one feature, never silently.
-``tests/core/test_torch_private.py`` checks every assumption against the installed
-torch, so a release that breaks one fails a test by name.
+table and the guard that turns Python dispatch off, the operator classes and
+schemas, tensor version counters and storages, the ``_foreach`` kernels and the
+batch-norm base class. Each is wrapped here with a fallback for a torch release that
+changed it: the fallback **warns once** (``HookscopeTorchWarning``) and degrades that
+one feature, never silently (the operator classes are imported as they are: without
+them the ops probe cannot exist, so a torch that moves one fails at import, by name).
+``tests/core/test_torch_private.py`` checks every
+assumption against the installed torch, so a release that breaks one fails a test by
+name.
 
 Nothing outside this package touches these APIs; ``torch.utils._pytree`` (the
-documented way to walk nested values) is imported here too. Callers use the names
-below (``torch_private.next_sequence_nr()``); the submodules hold them:
+documented way to walk nested values) is imported here too (``pytree``). Callers use
+the names below (``torch_private.next_sequence_nr()``); the submodules hold them:
 
 - ``call_impl.py``: ``Module._call_impl``, torch's and the fast path's stand-in for
   it (:func:`replace_call_impl`, :func:`stand_in_call_impl`,
@@ -33,8 +37,29 @@ below (``torch_private.next_sequence_nr()``); the submodules hold them:
 - ``dispatch.py``: functorch's wrappers and batches, version counters, the
   dispatcher's kernel table, and Python dispatch (:func:`dispatch_off`,
   :func:`unwrapped_dispatch_mode`).
+- ``ops.py``: the operator classes (:class:`OpOverload`, :class:`OpOverloadPacket`,
+  :class:`HigherOrderOperator`), :class:`TorchDispatchMode`, an op's schema
+  (:func:`op_schema`) and a custom op's overload (:func:`custom_op_overload`).
+- ``tensors.py``: version counters (:func:`version_counter`), storage identity
+  (:func:`storage_key`), a sparse tensor's parts (:func:`sparse_coo_parts`) and the
+  ``_foreach`` kernels (:func:`foreach_norm`, :func:`foreach_mul_`).
+- ``modules.py``: the process-wide module hook dicts (:func:`global_hooks`,
+  :func:`global_backward_hooks_are_legacy`) and :data:`BatchNormBase`.
 - ``_warnings.py``: :class:`HookscopeTorchWarning` and the warn-once bookkeeping every
   fallback shares.
+
+The accepted exception: the attributes every ``nn.Module`` instance keeps its
+children, tensors and hooks in are used where they are needed, as torch's own
+``nn.Module`` methods and ``torch.utils.hooks`` use them (read, and for a buffer the
+forward replaced, written back: ``core/buffer_state.py``):
+``_modules``, ``_parameters``, ``_buffers``, ``_non_persistent_buffers_set``, the
+per-module hook dicts (``_forward_pre_hooks``, ``_forward_hooks``,
+``_backward_pre_hooks``, ``_backward_hooks``, their ``_with_kwargs``/``_always_called``
+flag dicts, ``_state_dict_pre_hooks``, ``_state_dict_hooks``,
+``_load_state_dict_pre_hooks``, ``_load_state_dict_post_hooks``), and a tensor's
+``_backward_hooks`` and ``_post_accumulate_grad_hooks``. They are the registries that
+``register_*_hook`` and ``named_modules()`` themselves fill and walk;
+``tests/test_safety.py`` counts them before and after every entry point.
 """
 
 from __future__ import annotations
@@ -77,17 +102,47 @@ from hookscope.core.torch_private.dispatch import (
     vmap_running,
 )
 from hookscope.core.torch_private.jit import jit_trace_scopes, jit_tracing_paused
+from hookscope.core.torch_private.modules import (
+    BatchNormBase,
+    global_backward_hooks_are_legacy,
+    global_hooks,
+)
+from hookscope.core.torch_private.ops import (
+    HigherOrderOperator,
+    OpOverload,
+    OpOverloadPacket,
+    TorchDispatchMode,
+    custom_op_overload,
+    op_schema,
+)
+from hookscope.core.torch_private.tensors import (
+    foreach_mul_,
+    foreach_norm,
+    sparse_coo_parts,
+    storage_key,
+    version_counter,
+)
 
 __all__ = [
+    "BatchNormBase",
+    "HigherOrderOperator",
     "HookscopeTorchWarning",
+    "OpOverload",
+    "OpOverloadPacket",
+    "TorchDispatchMode",
     "accumulates_now",
     "batched",
     "call_impl_replaceable",
     "call_impl_shortcut",
     "current_autograd_node",
     "current_graph_task_id",
+    "custom_op_overload",
     "dispatch_has_composite_kernel",
     "dispatch_off",
+    "foreach_mul_",
+    "foreach_norm",
+    "global_backward_hooks_are_legacy",
+    "global_hooks",
     "global_module_hooks_present",
     "graph_task_id_function",
     "graph_task_running",
@@ -99,6 +154,7 @@ __all__ = [
     "next_sequence_nr",
     "node_runs_function",
     "node_sequence_nr",
+    "op_schema",
     "overrides_call_impl",
     "pytree",
     "queue_end_of_backward",
@@ -107,8 +163,11 @@ __all__ = [
     "saved_tensor_default_hooks",
     "scaler_found_inf",
     "set_versions",
+    "sparse_coo_parts",
     "stand_in_call_impl",
+    "storage_key",
     "torch_call_impl",
     "unwrapped_dispatch_mode",
+    "version_counter",
     "vmap_running",
 ]

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import torch
 from torch import nn
-from torch.nn.modules.batchnorm import _BatchNorm
 
+from hookscope.core.torch_private import BatchNormBase
 from hookscope.lint.context import CONTAINERS, LintContext
 from hookscope.lint.findings import Hit, Severity
 from hookscope.lint.rules import Needs, register_rule
@@ -166,7 +166,7 @@ def batchnorm_batch_of_one(ctx: LintContext) -> Iterator[Hit]:
     seen: set[str] = set()
     for call in ctx.forward.calls:
         module = ctx.modules.get(call.path)
-        if not isinstance(module, _BatchNorm) or not module.training or call.path in seen:
+        if not isinstance(module, BatchNormBase) or not module.training or call.path in seen:
             continue
         shapes = [m.shape for m in call.inputs if m.shape]
         if shapes and shapes[0][0] == 1:
