@@ -16,7 +16,7 @@ from typing import Any
 
 from hookscope.errors import MissingDependencyError
 
-__all__ = ["GradAnomaly", "GradHistory"]
+__all__ = ["GradAnomaly", "GradHistory", "joint_norm"]
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,17 @@ class GradHistory:
     Attributes:
         names: parameter paths, the columns.
         steps: the step number of each row.
-        norms: per step, each parameter's gradient norm (NaN: no gradient that step,
-            or a gradient whose norm is NaN: ``present`` tells them apart).
+        norms: per step, each parameter's gradient norm as backward made it (before
+            the loop's own clipping, unscaled) (NaN: no gradient that step, or a
+            gradient whose norm is NaN: ``present`` tells them apart).
+        total: per step, the total norm of those gradients (the joint norm
+            ``clip_grad_norm_`` would compute; NaN when one of them is NaN).
+        step_norms: the same shape as ``norms``: each gradient's norm as the loop left it
+            for the optimizer step (after its own ``clip_grad_norm_``; before the
+            monitor's ``clip=``).
+        step_total: per step, the total norm of those.
+        changed: per step, whether the loop changed the gradients between backward and
+            the step (``step_norms`` differ from ``norms``).
         max_abs, mean_abs: the same shape, recorded with ``flow=True`` (else empty).
         skipped: per step, whether the ``GradScaler`` skipped it.
         present: the same shape as ``norms``: whether the parameter had a gradient that
@@ -69,6 +78,10 @@ class GradHistory:
     names: list[str]
     steps: list[int] = field(default_factory=list)
     norms: list[list[float]] = field(default_factory=list)
+    total: list[float] = field(default_factory=list)
+    step_norms: list[list[float]] = field(default_factory=list)
+    step_total: list[float] = field(default_factory=list)
+    changed: list[bool] = field(default_factory=list)
     max_abs: list[list[float]] = field(default_factory=list)
     mean_abs: list[list[float]] = field(default_factory=list)
     skipped: list[bool] = field(default_factory=list)
@@ -97,7 +110,7 @@ class GradHistory:
             owners.setdefault(name.rpartition(".")[0], []).append(i)
         rows = [(row, self.had_gradient(n)) for n, row in enumerate(self.norms)]
         return {
-            module: [_joint([row[i] for i in cols if had[i]]) for row, had in rows]
+            module: [joint_norm([row[i] for i in cols if had[i]]) for row, had in rows]
             for module, cols in owners.items()
         }
 
@@ -123,6 +136,6 @@ class GradHistory:
         return frame
 
 
-def _joint(values: list[float]) -> float:
+def joint_norm(values: list[float]) -> float:
     """The joint norm of the norms that were there (NaN when none was)."""
     return math.sqrt(sum(v * v for v in values)) if values else math.nan

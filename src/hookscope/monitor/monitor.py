@@ -1,27 +1,29 @@
 """``GradientMonitor``: per-step gradient norms, thresholds and clipping for a training loop.
 
-Where it sits: beside ``hookscope.trace`` in the API layer, but it registers no module
-or tensor hook at all. A step is read where the gradients are final, after every
-backward of the step (gradient accumulation) and before the optimizer uses them:
+Where it sits: beside ``hookscope.trace`` in the API layer; it registers no module
+hook. Each watched parameter gets a post-accumulate-grad hook
+(``monitor/backward_stats.py``) that takes its gradient's statistics as backward made
+them, at the end of the backward pass, before the loop's code can change them (its
+``clip_grad_norm_``); under gradient accumulation the last backward's (the sum) stand.
+A step is then closed where the loop is done with the gradients, before the
+optimizer uses them:
 
 - ``mon.step()``, called by the user after ``backward()`` (with a ``GradScaler``: it
-  calls ``scaler.unscale_(optimizer)`` first, so norms are unscaled:
-  ``monitor/scaler.py``), or
-- an optimizer step pre-hook (``optimizer=``), its handle in a ``HandleGroup``
-  removed by ``close()``.
+  calls ``scaler.unscale_(optimizer)`` first: ``monitor/scaler.py``), or
+- an optimizer step pre-hook (``optimizer=``).
 
-Per step: one ``torch._foreach_norm`` over the ``.grad`` of the monitored parameters
-(``monitor/watched_params.py``), per device and dtype, on the device, stacked into
-one tensor per device (``monitor/norms.py``); the rows move to the host once per
-``log_every`` steps (``monitor/history.py``), where the thresholds are checked
-(``monitor/checks.py``). Clipping (``clip=``, ``monitor/clipping.py``) multiplies or
-clamps the gradients in place, before the optimizer step, from the norms already
-computed. Without clipping nothing is written: training is bit-identical.
+Every handle is in a ``HandleGroup`` removed by ``close()``. At the step, one
+``torch._foreach_norm`` per dtype takes the norms of ``.grad`` as the optimizer will
+get it; both sets (``monitor/steps.py``) stay on the device, stacked, until the rows
+move to the host once per ``log_every`` steps (``monitor/history.py``), where the
+thresholds are checked (``monitor/checks.py``). Clipping (``clip=``,
+``monitor/clipping.py``) multiplies or clamps the gradients in place, before the
+optimizer step, from the norms at the step. Without clipping nothing is written:
+training is bit-identical.
 """
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Mapping
 from types import TracebackType
@@ -34,18 +36,21 @@ from hookscope.core.handles import HandleGroup
 from hookscope.core.options import check_flags
 from hookscope.core.selectors import Selector
 from hookscope.errors import HookscopeError, SpecError
+from hookscope.monitor.backward_stats import BackwardStats, grad_stats
 from hookscope.monitor.checks import (
     AnomalyChecker,
     check_action,
     check_optimizer,
     check_threshold,
     clip_limits,
+    user_stacklevel,
 )
 from hookscope.monitor.clipping import check_value_clip, clip_grads
 from hookscope.monitor.history import GradAnomaly, GradHistory
-from hookscope.monitor.norms import grad_norms, rows_to_host, scatter_present, stack_norms
+from hookscope.monitor.norms import rows_to_host
 from hookscope.monitor.output import open_writer, plot_flow, plot_history, write_scalars
-from hookscope.monitor.scaler import Scaled, step_skipped, unscale
+from hookscope.monitor.scaler import Scaled, loss_scale, unscale
+from hookscope.monitor.steps import HostStep, PendingStep, append_step, device_rows, host_step
 from hookscope.monitor.watched_params import watched_params
 
 __all__ = ["GradientMonitor"]
@@ -118,15 +123,21 @@ class GradientMonitor:
         self.history = GradHistory(list(self.names))
         self._optimizer, self._scaler = optimizer, scaler
         self._writer = open_writer(writer)
-        #: recorded steps not yet on the host: step, present, norm rows, scaler flags
-        self._pending: list[tuple[int, list[bool], list[torch.Tensor], Scaled]] = []
+        self._pending: list[PendingStep] = []  # recorded, not yet on the host
         self._count = 0
         self._manual = False
-        self._handles = HandleGroup()
+        self._told_changed = False
         self._closed = False
         self._in_block = False
-        if optimizer is not None:
-            self._handles.add(optimizer.register_step_pre_hook(self._pre_step))
+        self._backward = BackwardStats(self._params, flow=flow)
+        self._handles = HandleGroup()
+        try:
+            self._backward.install(self._handles)
+            if optimizer is not None:
+                self._handles.add(optimizer.register_step_pre_hook(self._pre_step))
+        except BaseException:
+            self._handles.remove()
+            raise
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -222,23 +233,19 @@ class GradientMonitor:
         present = [g is not None for g in grads]
         index = [i for i, g in enumerate(grads) if g is not None]
         found = [g for g in grads if g is not None]
+        after = self._backward.take()
         rows: list[torch.Tensor] = []
         if found:
             with torch.no_grad():
-                norms = grad_norms(found, 2)
-                rows.append(stack_norms(norms))
-                # NB: every number of a step is of the gradients as backward made them,
-                # before the clip changes them (as the norm and an anomaly's value)
-                if self._flow and keep:
-                    rows.append(stack_norms(grad_norms(found, math.inf)))
-                    l1 = grad_norms(found, 1)
-                    sizes = [max(1, g.numel()) for g in found]
-                    rows.append(stack_norms([n / k for n, k in zip(l1, sizes, strict=True)]))
-                clip_grads(self._clip, index, found, norms, mode=self._clip_mode,
+                now = grad_stats(found, flow=self._flow and keep)
+                if keep:
+                    scale = loss_scale(self._scaler) if after else None
+                    rows = device_rows(index, now, after, scale)
+                clip_grads(self._clip, index, found, now[0], mode=self._clip_mode,
                            names=self.names)
         if not keep:
             return
-        self._pending.append((self._count, present, rows, scaled))
+        self._pending.append(PendingStep(self._count, present, rows, scaled))
         self._count += 1
         if len(self._pending) >= self._log_every:
             self.flush()
@@ -256,40 +263,41 @@ class GradientMonitor:
         pending, self._pending = self._pending, []
         if not pending:
             return
-        host = rows_to_host([t for *_, rows, _ in pending for t in rows])
-        checks = []
+        host = rows_to_host([t for p in pending for t in p.rows])
+        steps = []
         offset = 0  # NB: a step without any gradient made no rows
-        for step, present, rows, scaled in pending:
-            values = host[offset:offset + len(rows)]
-            offset += len(rows)
-            # a step without any gradient: NaN rows, as many as a step with them has
-            full = [scatter_present(v, present) for v in values] or [
-                [math.nan] * len(present) for _ in range(3 if self._flow else 1)]
-            skipped = step_skipped(scaled, full[0], present)
-            self._append(step, full, skipped, present)
-            checks.append((step, full[0], present, skipped))
+        for p in pending:
+            steps.append(host_step(p, host[offset:offset + len(p.rows)], flow=self._flow))
+            offset += len(p.rows)
+            append_step(self.history, steps[-1])
+            self._tell_changed(steps[-1])
+            if self._writer is not None:
+                write_scalars(self._writer, self.history, len(self.history) - 1)
         # NB: every step recorded before any check may raise, and every one checked
         first: Exception | None = None
-        for step, norms, present, skipped in checks:
+        for step in steps:
             try:
-                self._checker.check(step, norms, present, skipped=skipped)
+                self._checker.check(step)
             except Exception as e:  # on_anomaly="raise", or the user's function raised
                 first = first or e
         if first is not None and not quiet:
             raise first
 
-    def _append(self, step: int, full: list[list[float]], skipped: bool,
-                present: list[bool]) -> None:
+    def _tell_changed(self, step: HostStep) -> None:
+        """Say once that the loop changes its gradients before the step (its clip)."""
+        if self._told_changed or not step.changed:
+            return
+        self._told_changed = True
         h = self.history
-        h.steps.append(step)
-        h.norms.append(full[0])
-        h.skipped.append(skipped)
-        h.present.append(present)
-        if self._flow:
-            h.max_abs.append(full[1])
-            h.mean_abs.append(full[2])
-        if self._writer is not None:
-            write_scalars(self._writer, h, len(h) - 1)
+        warnings.warn(
+            f"hookscope: the loop changed the gradients between backward and the optimizer "
+            f"step (its own clip_grad_norm_?): at step {step.step} their total norm was "
+            f"{h.total[-1]:.4g} after backward and {h.step_total[-1]:.4g} at the step. "
+            "GradientMonitor checks and records them as backward made them "
+            "(history.norms, history.total); history.step_norms and history.step_total "
+            "hold them as the optimizer got them (said once)",
+            UserWarning, stacklevel=user_stacklevel(),
+        )
 
     # -- output -------------------------------------------------------------------------
 
