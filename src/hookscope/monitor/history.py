@@ -90,6 +90,12 @@ class GradHistory:
     def __len__(self) -> int:
         return len(self.steps)
 
+    def __str__(self) -> str:
+        """A table, one row per parameter: its last, median, min and max norm."""
+        from hookscope.render.grads_table import grads_table
+
+        return str(grads_table(self, ()))
+
     def column(self, name: str) -> list[float]:
         """The norms of parameter ``name`` over the steps."""
         i = self.names.index(name)

@@ -301,6 +301,23 @@ class GradientMonitor:
 
     # -- output -------------------------------------------------------------------------
 
+    def __str__(self) -> str:
+        """A table of what was recorded: one row per parameter, anomalies flagged
+        (steps still on the device are counted, not moved: ``flush()`` moves them)."""
+        from hookscope.render.grads_table import grads_table
+
+        h = self.history
+        head = (f"GradientMonitor: {len(self.names)} parameters, {len(h)} steps, "
+                f"{len(self.anomalies)} anomalies")
+        if self._pending:
+            head += f" (+{len(self._pending)} steps not yet on the host: flush())"
+        if h.total:
+            head += f"; total norm after backward at the last step {h.total[-1]:.4g}"
+            if h.changed[-1]:
+                head += f", at the optimizer step {h.step_total[-1]:.4g}"
+        return head + "\n" + str(grads_table(h, self.anomalies))
+
+
     def plot(self, path: Any, *, by: str = "module") -> None:
         """Norms over steps per layer (``by="module"``) or per parameter, log scale,
         anomalies marked. Needs matplotlib (``pip install 'hookscope[plot]'``)."""
