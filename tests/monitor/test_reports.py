@@ -81,3 +81,49 @@ def test_print_monitor_and_history_are_tables() -> None:
     assert "Gradient norms over 2 steps" in history
     assert [line.split()[0] for line in history.splitlines()[3:]] == [
         n for n, _ in model.named_parameters()]
+
+
+def _figures(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    pytest.importorskip("matplotlib")
+    from hookscope.monitor import plots
+
+    made: list[object] = []
+    make = plots._figure
+    monkeypatch.setattr(plots, "_figure", lambda *a: made.append(make(*a)) or made[-1])
+    return made
+
+
+def test_a_plot_of_many_lines_names_the_worst_and_greys_the_rest(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: object
+) -> None:
+    from matplotlib.colors import to_rgba
+
+    from hookscope.monitor.plots import GREY
+
+    figures = _figures(monkeypatch)
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(6, 6) for _ in range(10)])  # 20 parameters
+    planted = "7.weight"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", GradientAnomalyWarning)
+        with hookscope.GradientMonitor(model, explode_above=1e3) as mon:
+            for step in range(4):
+                model.zero_grad()
+                gain = 1e6 if step == 2 else 1.0
+                planted_hook = model[7].weight.register_hook(
+                    lambda g, gain=gain: g * gain)  # in backward: planted
+                model(torch.randn(3, 6)).sum().backward()
+                planted_hook.remove()
+                mon.step()
+    mon.plot(f"{tmp_path}/p.png", by="parameter")
+    ax = figures[0].axes[0]  # type: ignore[attr-defined]
+    named = [ln.get_label() for ln in ax.lines if not ln.get_label().startswith("_")]
+    assert named[0] == planted and len(named) == 8 + 1  # the 8 worst, and "12 other"
+    assert named[-1] == "12 other parameters"
+    greys = [ln for ln in ax.lines if ln.get_label().startswith("_")]
+    assert greys and all(to_rgba(ln.get_color()) == to_rgba(GREY) for ln in greys)
+    assert all(to_rgba(ln.get_color()) != to_rgba(GREY) for ln in ax.lines
+               if ln.get_label() in named[:-1])
+    notes = [t.get_text() for t in ax.texts]
+    assert notes == [f"{planted} explode"]  # the mark is named
+    assert ax.get_xlabel() == "step" and ax.get_ylabel() == "gradient L2 norm"

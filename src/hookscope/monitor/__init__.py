@@ -2,8 +2,10 @@
 records per-step norms (``norms.py``) of the parameters it watches
 (``watched_params.py``) into a :class:`GradHistory` (``history.py``), checks thresholds
 (``checks.py``), clips (``clipping.py``), unscales a ``GradScaler``'s step
-(``scaler.py``) and draws or logs them (``output.py``). An API-layer package: it reads
-``.grad`` where the user's step has finished with it and registers no module hook."""
+(``scaler.py``), draws them (``plots.py``) and logs them to TensorBoard
+(``output.py``). An API-layer package: it reads each ``.grad`` as backward made it
+(``backward_stats.py``) and where the user's step is done with it (``steps.py``), and
+registers no module hook."""
 
 from hookscope.monitor.checks import GradientAnomalyError, GradientAnomalyWarning
 from hookscope.monitor.history import GradAnomaly, GradHistory

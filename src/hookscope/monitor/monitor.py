@@ -48,7 +48,8 @@ from hookscope.monitor.checks import (
 from hookscope.monitor.clipping import check_value_clip, clip_grads
 from hookscope.monitor.history import GradAnomaly, GradHistory
 from hookscope.monitor.norms import rows_to_host
-from hookscope.monitor.output import open_writer, plot_flow, plot_history, write_scalars
+from hookscope.monitor.output import open_writer, write_scalars
+from hookscope.monitor.plots import plot_flow, plot_history
 from hookscope.monitor.scaler import Scaled, loss_scale, unscale
 from hookscope.monitor.steps import HostStep, PendingStep, append_step, device_rows, host_step
 from hookscope.monitor.watched_params import watched_params
