@@ -60,6 +60,25 @@ def check_action(action: object) -> Action:
     )
 
 
+def check_steps(optimizer: object, scaler: object, *, updates: bool, log_every: object,
+                window: object) -> None:
+    """The options about steps: the optimizer and scaler (:func:`check_optimizer`),
+    what needs an optimizer, and the positive counts.
+
+    Raises:
+        SpecError: naming the option.
+    """
+    if scaler is not None and optimizer is None:
+        raise SpecError("scaler= needs optimizer= too (the scaler unscales its gradients)")
+    if updates and optimizer is None:
+        raise SpecError("updates=True needs optimizer= (the update is measured around its "
+                        "step)")
+    check_optimizer(optimizer, scaler)
+    for name, value in (("log_every", log_every), ("window", window)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise SpecError(f"{name}= must be a positive integer, got {value!r}")
+
+
 def check_optimizer(optimizer: object, scaler: object) -> None:
     """Refuse an ``optimizer=`` that is not an optimizer (the monitor hooks its
     ``step``) and a ``scaler=`` that is not a scaler instance, when the monitor is made,
@@ -129,6 +148,20 @@ class AnomalyChecker:
                 new.append(found)
             if math.isfinite(value):
                 self._recent[i].append(value)
+        self.found += new
+        self._act(new)
+
+    def check_updates(self, step: int, ratios: Sequence[float], present: Sequence[bool],
+                      band: tuple[float, float]) -> None:
+        """Check one optimizer step's update-to-weight ratios against ``band``
+        (parameters without a gradient at the step are not checked)."""
+        low, high = band
+        new = [
+            GradAnomaly(step, name, "update_large", r, high) if r > high
+            else GradAnomaly(step, name, "update_small", r, low)
+            for name, r, p in zip(self.names, ratios, present, strict=True)
+            if p and not low <= r <= high and not math.isnan(r)
+        ]
         self.found += new
         self._act(new)
 
@@ -218,7 +251,7 @@ def severity(a: GradAnomaly) -> tuple[bool, float]:
     """How bad ``a`` is, for sorting: non-finite above any factor."""
     if a.kind == "nonfinite" or a.threshold is None:
         return (True, 0.0)
-    if a.kind == "vanish":
+    if a.kind in ("vanish", "update_small"):
         return (False, a.threshold / a.value if a.value > 0 else math.inf)
     return (False, a.value / a.threshold)
 

@@ -26,8 +26,9 @@ class GradAnomaly:
     Attributes:
         step: the monitor's step (0 is the first recorded step).
         path: the parameter's path.
-        kind: ``"nonfinite"``, ``"explode"`` or ``"vanish"``.
-        value: the gradient's norm (before any clipping).
+        kind: ``"nonfinite"``, ``"explode"`` or ``"vanish"`` (of the gradient's norm),
+            ``"update_large"`` or ``"update_small"`` (of its update-to-weight ratio).
+        value: the gradient's norm (as backward made it), or the update ratio.
         threshold: the limit it crossed (absolute; ``None`` for ``"nonfinite"``).
         skipped: the step was skipped by the ``GradScaler`` (its gradients overflowed).
     """
@@ -46,8 +47,9 @@ class GradAnomaly:
             if self.skipped:
                 what += ", step skipped by the GradScaler"
         else:
-            sign = ">" if self.kind == "explode" else "<"
-            what = f"gradient norm {self.value:.4g} {sign} {self.threshold:.4g} ({self.kind})"
+            sign = ">" if self.kind in ("explode", "update_large") else "<"
+            of = "update/weight ratio" if self.kind.startswith("update") else "gradient norm"
+            what = f"{of} {self.value:.4g} {sign} {self.threshold:.4g} ({self.kind})"
         return f"step {self.step}: {self.path} {what}"
 
 
@@ -70,6 +72,11 @@ class GradHistory:
         changed: per step, whether the loop changed the gradients between backward and
             the step (``step_norms`` differ from ``norms``).
         max_abs, mean_abs: the same shape, recorded with ``flow=True`` (else empty).
+        update_steps: with ``updates=True``, the steps the optimizer took (a step a
+            ``GradScaler`` skipped has none).
+        update_ratio: per optimizer step, each parameter's ``‖w_after − w_before‖ /
+            ‖w_before‖``.
+        weight_norms: per optimizer step, each parameter's ``‖w_before‖``.
         skipped: per step, whether the ``GradScaler`` skipped it.
         present: the same shape as ``norms``: whether the parameter had a gradient that
             step (empty in a history made without it: then NaN means no gradient).
@@ -84,6 +91,9 @@ class GradHistory:
     changed: list[bool] = field(default_factory=list)
     max_abs: list[list[float]] = field(default_factory=list)
     mean_abs: list[list[float]] = field(default_factory=list)
+    update_steps: list[int] = field(default_factory=list)
+    update_ratio: list[list[float]] = field(default_factory=list)
+    weight_norms: list[list[float]] = field(default_factory=list)
     skipped: list[bool] = field(default_factory=list)
     present: list[list[bool]] = field(default_factory=list)
 

@@ -36,22 +36,20 @@ from hookscope.core.handles import HandleGroup
 from hookscope.core.options import check_flags
 from hookscope.core.selectors import Selector
 from hookscope.errors import HookscopeError, SpecError
-from hookscope.monitor.backward_stats import BackwardStats, grad_stats
 from hookscope.monitor.checks import (
     AnomalyChecker,
     check_action,
-    check_optimizer,
+    check_steps,
     check_threshold,
     clip_limits,
-    user_stacklevel,
 )
-from hookscope.monitor.clipping import check_value_clip, clip_grads
+from hookscope.monitor.clipping import check_value_clip
 from hookscope.monitor.history import GradAnomaly, GradHistory
-from hookscope.monitor.norms import rows_to_host
 from hookscope.monitor.output import open_writer, write_scalars
 from hookscope.monitor.plots import plot_flow, plot_history
-from hookscope.monitor.scaler import Scaled, loss_scale, unscale
-from hookscope.monitor.steps import HostStep, PendingStep, append_step, device_rows, host_step
+from hookscope.monitor.recorder import StepRecorder
+from hookscope.monitor.scaler import Scaled, unscale
+from hookscope.monitor.updates import DEFAULT_BAND, check_band
 from hookscope.monitor.watched_params import watched_params
 
 __all__ = ["GradientMonitor"]
@@ -72,7 +70,8 @@ class GradientMonitor:
         explode_above, vanish_below: per-parameter thresholds on the norm; with
             ``relative=True`` they are factors of the parameter's running median over
             the last ``window`` steps. Non-finite gradients are always reported.
-        on_anomaly: ``"warn"`` (once per parameter and kind), ``"raise"``
+        on_anomaly: ``"warn"`` (one warning per step, naming its worst parameters,
+            for a step with a parameter and kind not warned about before), ``"raise"``
             (:class:`~hookscope.monitor.GradientAnomalyError`, before the optimizer
             step) or ``fn(anomaly: GradAnomaly) -> None``.
         clip: per-tensor limits by selector, ``{"fc.*": 1.0}``, applied after backward
@@ -82,6 +81,12 @@ class GradientMonitor:
         flow: also record max-abs and mean-abs per parameter (for :meth:`plot_flow`).
         log_every: move values to the host (and check, and log) every N steps.
         writer: a ``SummaryWriter`` (or a log directory) to log every row into.
+        updates: after each optimizer step, record each parameter's weight norm and
+            update-to-weight ratio ``‖w_after − w_before‖ / ‖w_before‖`` (costs a copy
+            of the watched weights during the step). Needs ``optimizer``.
+        update_band: ``(low, high)``: a ratio outside is an anomaly
+            (``"update_small"``/``"update_large"``), checked at the next host transfer;
+            ``None``: not checked.
 
     Example:
         >>> with hookscope.GradientMonitor(model, optimizer=opt, explode_above=100) as mon:
@@ -97,45 +102,42 @@ class GradientMonitor:
         explode_above: float | None = None, vanish_below: float | None = None,
         relative: bool = False, window: int = 20, on_anomaly: Any = "warn",
         clip: Mapping[str, float] | None = None, clip_mode: str = "norm", flow: bool = False,
-        log_every: int = 1, writer: Any = None,
+        log_every: int = 1, writer: Any = None, updates: bool = False,
+        update_band: tuple[float, float] | None = DEFAULT_BAND,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise SpecError(f"GradientMonitor expects an nn.Module, got {type(model).__name__}")
-        check_flags(relative=relative, flow=flow)
-        if scaler is not None and optimizer is None:
-            raise SpecError("scaler= needs optimizer= too (the scaler unscales its gradients)")
-        check_optimizer(optimizer, scaler)
-        if not isinstance(log_every, int) or isinstance(log_every, bool) or log_every < 1:
-            raise SpecError(f"log_every= must be a positive integer, got {log_every!r}")
-        if not isinstance(window, int) or isinstance(window, bool) or window < 1:
-            raise SpecError(f"window= must be a positive integer, got {window!r}")
+        check_flags(relative=relative, flow=flow, updates=updates)
+        check_steps(optimizer, scaler, updates=updates, log_every=log_every, window=window)
         if clip_mode not in ("norm", "value"):
             raise SpecError(f"clip_mode= must be 'norm' or 'value', got {clip_mode!r}")
+        band = check_band(update_band)
         self.names, self._params, paths = watched_params(model, select)
-        self._clip = clip_limits(paths, clip)
+        clip_by_index = clip_limits(paths, clip)
         if clip_mode == "value":
-            check_value_clip(self._clip, self.names, self._params)
-        self._clip_mode, self._flow, self._log_every = clip_mode, flow, log_every
-        self._checker = AnomalyChecker(
+            check_value_clip(clip_by_index, self.names, self._params)
+        checker = AnomalyChecker(
             self.names, explode_above=check_threshold("explode_above", explode_above),
             vanish_below=check_threshold("vanish_below", vanish_below), relative=relative,
             window=window, action=check_action(on_anomaly),
         )
         self.history = GradHistory(list(self.names))
         self._optimizer, self._scaler = optimizer, scaler
-        self._writer = open_writer(writer)
-        self._pending: list[PendingStep] = []  # recorded, not yet on the host
-        self._count = 0
+        self._recorder = StepRecorder(
+            self._params, self.history, checker, flow=flow, clip=clip_by_index,
+            clip_mode=clip_mode, scaler=scaler, writer=open_writer(writer),
+            log_every=log_every, update_band=band, updates=updates,
+        )
         self._manual = False
-        self._told_changed = False
         self._closed = False
         self._in_block = False
-        self._backward = BackwardStats(self._params, flow=flow)
         self._handles = HandleGroup()
         try:
-            self._backward.install(self._handles)
+            self._recorder.backward.install(self._handles)
             if optimizer is not None:
                 self._handles.add(optimizer.register_step_pre_hook(self._pre_step))
+            if optimizer is not None and updates:
+                self._handles.add(optimizer.register_step_post_hook(self._post_step))
         except BaseException:
             self._handles.remove()
             raise
@@ -169,7 +171,7 @@ class GradientMonitor:
         self._closed = True
         try:
             if flush:
-                self._flush(quiet=quiet)
+                self._recorder.flush(quiet=quiet)
         except Exception as e:
             if not quiet:
                 raise
@@ -184,12 +186,12 @@ class GradientMonitor:
     @property
     def step_count(self) -> int:
         """How many steps were recorded."""
-        return self._count
+        return self._recorder.count
 
     @property
     def anomalies(self) -> list[GradAnomaly]:
         """Every anomaly found so far (up to the last host transfer), in step order."""
-        return list(self._checker.found)
+        return list(self._recorder.checker.found)
 
     def step(self) -> None:
         """Record (and clip) the current gradients as one step; call it after the
@@ -205,6 +207,7 @@ class GradientMonitor:
         self._manual = self._optimizer is not None
 
     def _pre_step(self, optimizer: Any, args: Any, kwargs: Any) -> Any:
+        self._recorder.before_optimizer_step()
         if self._manual:  # mon.step() already recorded this step
             self._manual = False
             return None
@@ -228,28 +231,11 @@ class GradientMonitor:
             return (*args[:at], recorded, *args[at + 1:]), kwargs
         return args, {**kwargs, "closure": recorded}
 
+    def _post_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self._recorder.after_optimizer_step()
+
     def _record(self, scaled: Scaled, *, keep: bool = True) -> None:
-        """Record (``keep``) and clip the gradients there are now as one step."""
-        grads = [p.grad for p in self._params]
-        present = [g is not None for g in grads]
-        index = [i for i, g in enumerate(grads) if g is not None]
-        found = [g for g in grads if g is not None]
-        after = self._backward.take()
-        rows: list[torch.Tensor] = []
-        if found:
-            with torch.no_grad():
-                now = grad_stats(found, flow=self._flow and keep)
-                if keep:
-                    scale = loss_scale(self._scaler) if after else None
-                    rows = device_rows(index, now, after, scale)
-                clip_grads(self._clip, index, found, now[0], mode=self._clip_mode,
-                           names=self.names)
-        if not keep:
-            return
-        self._pending.append(PendingStep(self._count, present, rows, scaled))
-        self._count += 1
-        if len(self._pending) >= self._log_every:
-            self.flush()
+        self._recorder.record(scaled, keep=keep)
 
     def flush(self) -> None:
         """Move the recorded steps to the host, check them and log them.
@@ -258,47 +244,7 @@ class GradientMonitor:
             GradientAnomalyError: with ``on_anomaly="raise"``, for the first anomaly
                 (every step is recorded and checked first).
         """
-        self._flush(quiet=False)
-
-    def _flush(self, *, quiet: bool) -> None:
-        pending, self._pending = self._pending, []
-        if not pending:
-            return
-        host = rows_to_host([t for p in pending for t in p.rows])
-        steps = []
-        offset = 0  # NB: a step without any gradient made no rows
-        for p in pending:
-            steps.append(host_step(p, host[offset:offset + len(p.rows)], flow=self._flow))
-            offset += len(p.rows)
-            append_step(self.history, steps[-1])
-            self._tell_changed(steps[-1])
-            if self._writer is not None:
-                write_scalars(self._writer, self.history, len(self.history) - 1)
-        # NB: every step recorded before any check may raise, and every one checked
-        first: Exception | None = None
-        for step in steps:
-            try:
-                self._checker.check(step)
-            except Exception as e:  # on_anomaly="raise", or the user's function raised
-                first = first or e
-        if first is not None and not quiet:
-            raise first
-
-    def _tell_changed(self, step: HostStep) -> None:
-        """Say once that the loop changes its gradients before the step (its clip)."""
-        if self._told_changed or not step.changed:
-            return
-        self._told_changed = True
-        h = self.history
-        warnings.warn(
-            f"hookscope: the loop changed the gradients between backward and the optimizer "
-            f"step (its own clip_grad_norm_?): at step {step.step} their total norm was "
-            f"{h.total[-1]:.4g} after backward and {h.step_total[-1]:.4g} at the step. "
-            "GradientMonitor checks and records them as backward made them "
-            "(history.norms, history.total); history.step_norms and history.step_total "
-            "hold them as the optimizer got them (said once)",
-            UserWarning, stacklevel=user_stacklevel(),
-        )
+        self._recorder.flush(quiet=False)
 
     # -- output -------------------------------------------------------------------------
 
@@ -310,14 +256,13 @@ class GradientMonitor:
         h = self.history
         head = (f"GradientMonitor: {len(self.names)} parameters, {len(h)} steps, "
                 f"{len(self.anomalies)} anomalies")
-        if self._pending:
-            head += f" (+{len(self._pending)} steps not yet on the host: flush())"
+        if self._recorder.pending:
+            head += f" (+{len(self._recorder.pending)} steps not yet on the host: flush())"
         if h.total:
             head += f"; total norm after backward at the last step {h.total[-1]:.4g}"
             if h.changed[-1]:
                 head += f", at the optimizer step {h.step_total[-1]:.4g}"
         return head + "\n" + str(grads_table(h, self.anomalies))
-
 
     def plot(self, path: Any, *, by: str = "module") -> None:
         """Norms over steps per layer (``by="module"``) or per parameter, log scale,

@@ -15,7 +15,7 @@ from typing import Any
 from hookscope.errors import MissingDependencyError, SpecError
 from hookscope.monitor.history import GradHistory
 
-__all__ = ["open_writer", "summary_writer", "write_scalars"]
+__all__ = ["open_writer", "summary_writer", "write_scalars", "write_updates"]
 
 
 def summary_writer(logdir: Any) -> Any:
@@ -44,6 +44,16 @@ def write_scalars(writer: Any, history: GradHistory, row: int) -> None:
             writer.add_scalar(f"grad_norm/{name}", v, step)
             total += v * v
     writer.add_scalar("grad_norm/total", math.sqrt(total), step)
+
+
+def write_updates(writer: Any, history: GradHistory, row: int) -> None:
+    """Optimizer step ``row`` of ``history`` (``updates=True``):
+    ``update_ratio/<parameter>`` and ``weight_norm/<parameter>``, at its step."""
+    step = history.update_steps[row]
+    for name, ratio, weight in zip(history.names, history.update_ratio[row],
+                                   history.weight_norms[row], strict=True):
+        writer.add_scalar(f"update_ratio/{name}", ratio, step)
+        writer.add_scalar(f"weight_norm/{name}", weight, step)
 
 
 def open_writer(writer: Any) -> Any:
