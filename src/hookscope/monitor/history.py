@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from hookscope.errors import MissingDependencyError
+from hookscope.monitor.histograms import Histogram
 
-__all__ = ["GradAnomaly", "GradHistory", "joint_norm"]
+__all__ = ["GradAnomaly", "GradHistory", "joint_norm", "monitor_text"]
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,11 @@ class GradHistory:
         update_ratio: per optimizer step, each parameter's ``‖w_after − w_before‖ /
             ‖w_before‖``.
         weight_norms: per optimizer step, each parameter's ``‖w_before‖``.
+        histogram_steps: with ``histograms=N``, the steps whose histograms were taken.
+        grad_histograms, weight_histograms: per such step, each parameter's
+            :class:`~hookscope.monitor.histograms.Histogram` of its gradient (at the
+            step) and of its weight (before the optimizer step); ``None`` where there
+            was none.
         skipped: per step, whether the ``GradScaler`` skipped it.
         present: the same shape as ``norms``: whether the parameter had a gradient that
             step (empty in a history made without it: then NaN means no gradient).
@@ -94,6 +101,9 @@ class GradHistory:
     update_steps: list[int] = field(default_factory=list)
     update_ratio: list[list[float]] = field(default_factory=list)
     weight_norms: list[list[float]] = field(default_factory=list)
+    histogram_steps: list[int] = field(default_factory=list)
+    grad_histograms: list[list[Histogram | None]] = field(default_factory=list)
+    weight_histograms: list[list[Histogram | None]] = field(default_factory=list)
     skipped: list[bool] = field(default_factory=list)
     present: list[list[bool]] = field(default_factory=list)
 
@@ -155,3 +165,19 @@ class GradHistory:
 def joint_norm(values: list[float]) -> float:
     """The joint norm of the norms that were there (NaN when none was)."""
     return math.sqrt(sum(v * v for v in values)) if values else math.nan
+
+
+def monitor_text(history: GradHistory, anomalies: Sequence[GradAnomaly], pending: int) -> str:
+    """``str(monitor)``: a line of counts and the last total norm, then the table."""
+    from hookscope.render.grads_table import grads_table
+
+    h = history
+    head = (f"GradientMonitor: {len(h.names)} parameters, {len(h)} steps, "
+            f"{len(anomalies)} anomalies")
+    if pending:
+        head += f" (+{pending} steps not yet on the host: flush())"
+    if h.total:
+        head += f"; total norm after backward at the last step {h.total[-1]:.4g}"
+        if h.changed[-1]:
+            head += f", at the optimizer step {h.step_total[-1]:.4g}"
+    return head + "\n" + str(grads_table(h, anomalies))

@@ -25,7 +25,7 @@ training is bit-identical.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -44,9 +44,10 @@ from hookscope.monitor.checks import (
     clip_limits,
 )
 from hookscope.monitor.clipping import check_value_clip
-from hookscope.monitor.history import GradAnomaly, GradHistory
-from hookscope.monitor.output import open_writer, write_scalars
-from hookscope.monitor.plots import plot_flow, plot_history
+from hookscope.monitor.histograms import check_histograms
+from hookscope.monitor.history import GradAnomaly, GradHistory, monitor_text
+from hookscope.monitor.output import open_writer, write_history
+from hookscope.monitor.plots import plot_flow, plot_histograms, plot_history
 from hookscope.monitor.recorder import StepRecorder
 from hookscope.monitor.scaler import Scaled, unscale
 from hookscope.monitor.updates import DEFAULT_BAND, check_band
@@ -84,6 +85,10 @@ class GradientMonitor:
         updates: after each optimizer step, record each parameter's weight norm and
             update-to-weight ratio ``‖w_after − w_before‖ / ‖w_before‖`` (costs a copy
             of the watched weights during the step). Needs ``optimizer``.
+        histograms: record histograms of the gradients and weights every N steps
+            (``True``: every step; each costs one host transfer), for
+            :meth:`plot_histograms` and TensorBoard.
+        bins: the histograms' number of bins, over each tensor's own range.
         update_band: ``(low, high)``: a ratio outside is an anomaly
             (``"update_small"``/``"update_large"``), checked at the next host transfer;
             ``None``: not checked.
@@ -104,6 +109,7 @@ class GradientMonitor:
         clip: Mapping[str, float] | None = None, clip_mode: str = "norm", flow: bool = False,
         log_every: int = 1, writer: Any = None, updates: bool = False,
         update_band: tuple[float, float] | None = DEFAULT_BAND,
+        histograms: bool | int = False, bins: int = 64,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise SpecError(f"GradientMonitor expects an nn.Module, got {type(model).__name__}")
@@ -112,6 +118,7 @@ class GradientMonitor:
         if clip_mode not in ("norm", "value"):
             raise SpecError(f"clip_mode= must be 'norm' or 'value', got {clip_mode!r}")
         band = check_band(update_band)
+        every = check_histograms(histograms, bins)
         self.names, self._params, paths = watched_params(model, select)
         clip_by_index = clip_limits(paths, clip)
         if clip_mode == "value":
@@ -126,7 +133,8 @@ class GradientMonitor:
         self._recorder = StepRecorder(
             self._params, self.history, checker, flow=flow, clip=clip_by_index,
             clip_mode=clip_mode, scaler=scaler, writer=open_writer(writer),
-            log_every=log_every, update_band=band, updates=updates,
+            log_every=log_every, update_band=band, updates=updates, histograms=every,
+            bins=bins,
         )
         self._manual = False
         self._closed = False
@@ -251,18 +259,7 @@ class GradientMonitor:
     def __str__(self) -> str:
         """A table of what was recorded: one row per parameter, anomalies flagged
         (steps still on the device are counted, not moved: ``flush()`` moves them)."""
-        from hookscope.render.grads_table import grads_table
-
-        h = self.history
-        head = (f"GradientMonitor: {len(self.names)} parameters, {len(h)} steps, "
-                f"{len(self.anomalies)} anomalies")
-        if self._recorder.pending:
-            head += f" (+{len(self._recorder.pending)} steps not yet on the host: flush())"
-        if h.total:
-            head += f"; total norm after backward at the last step {h.total[-1]:.4g}"
-            if h.changed[-1]:
-                head += f", at the optimizer step {h.step_total[-1]:.4g}"
-        return head + "\n" + str(grads_table(h, self.anomalies))
+        return monitor_text(self.history, self.anomalies, len(self._recorder.pending))
 
     def plot(self, path: Any, *, by: str = "module") -> None:
         """Norms over steps per layer (``by="module"``) or per parameter, log scale,
@@ -282,6 +279,16 @@ class GradientMonitor:
         """Write the whole history to a ``SummaryWriter`` (or a log directory)."""
         self.flush()
         w = open_writer(writer)
-        for row in range(len(self.history)):
-            write_scalars(w, self.history, row)
+        write_history(w, self.history)
         w.flush()
+
+    def plot_histograms(self, path: Any, *, of: str = "grad",
+                        names: Sequence[str] | None = None) -> None:
+        """The histograms over steps (``histograms=N``) of the gradients (``of="grad"``)
+        or the weights (``of="weight"``): one panel per parameter (``names``, or the
+        first 12), steps across, values up, the count as colour. Needs matplotlib."""
+        self.flush()
+        if not self.history.histogram_steps:
+            raise SpecError("plot_histograms needs GradientMonitor(..., histograms=N) and "
+                            "one histogram step")
+        plot_histograms(self.history, path, of=of, names=names)

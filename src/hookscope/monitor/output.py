@@ -15,7 +15,10 @@ from typing import Any
 from hookscope.errors import MissingDependencyError, SpecError
 from hookscope.monitor.history import GradHistory
 
-__all__ = ["open_writer", "summary_writer", "write_scalars", "write_updates"]
+__all__ = [
+    "open_writer", "summary_writer", "write_histograms", "write_history", "write_scalars",
+    "write_updates",
+]
 
 
 def summary_writer(logdir: Any) -> Any:
@@ -54,6 +57,33 @@ def write_updates(writer: Any, history: GradHistory, row: int) -> None:
                                    history.weight_norms[row], strict=True):
         writer.add_scalar(f"update_ratio/{name}", ratio, step)
         writer.add_scalar(f"weight_norm/{name}", weight, step)
+
+
+def write_histograms(writer: Any, history: GradHistory, row: int) -> None:
+    """Histogram step ``row`` of ``history`` (``histograms=N``): ``grad/<parameter>`` and
+    ``weight/<parameter>`` as TensorBoard histograms, at its step (left out for a
+    writer without ``add_histogram_raw``)."""
+    add = getattr(writer, "add_histogram_raw", None)
+    if add is None:
+        return
+    step = history.histogram_steps[row]
+    for prefix, found in (("grad", history.grad_histograms[row]),
+                          ("weight", history.weight_histograms[row])):
+        for name, h in zip(history.names, found, strict=True):
+            if h is not None:
+                add(f"{prefix}/{name}", min=h.low, max=h.high, num=h.total, sum=h.sum,
+                    sum_squares=h.sum_squares, bucket_limits=h.edges[1:],
+                    bucket_counts=h.counts, global_step=step)
+
+
+def write_history(writer: Any, history: GradHistory) -> None:
+    """Every row of ``history``: norms, updates and histograms."""
+    for row in range(len(history)):
+        write_scalars(writer, history, row)
+    for row in range(len(history.update_steps)):
+        write_updates(writer, history, row)
+    for row in range(len(history.histogram_steps)):
+        write_histograms(writer, history, row)
 
 
 def open_writer(writer: Any) -> Any:

@@ -1,5 +1,5 @@
 """Pictures of a :class:`~hookscope.monitor.GradHistory`: norms over steps, the
-gradient flow at one step.
+gradient flow at one step, histograms over steps.
 
 matplotlib (``hookscope[plot]``) is optional: it is imported only when a picture is
 asked for, and a missing one is a :class:`~hookscope.errors.MissingDependencyError`
@@ -17,9 +17,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from hookscope.errors import MissingDependencyError, SpecError
+from hookscope.monitor.histograms import Histogram
 from hookscope.monitor.history import GradAnomaly, GradHistory
 
-__all__ = ["plot_flow", "plot_history", "worst_series"]
+__all__ = ["plot_flow", "plot_histograms", "plot_history", "worst_series"]
 
 _LEGEND_MAX = 12  # more lines than this: the worst named in colour, the rest grey
 _NAMED = 8  # lines named (in colour) among more than _LEGEND_MAX
@@ -186,3 +187,60 @@ def _colormap(n: int) -> Any:
     return lambda k: viridis(k / max(1, n - 1) * 0.9)
 
 
+
+
+_PANELS = 12  # parameters drawn by plot_histograms unless named
+
+
+def plot_histograms(history: GradHistory, path: Any, *, of: str = "grad",
+                    names: Sequence[str] | None = None) -> None:
+    """One panel per parameter: its histograms over the histogram steps, steps across,
+    values up (each step's bins put on one grid over the panel's whole range), the
+    count as colour (log scale; white: none)."""
+    if of not in ("grad", "weight"):
+        raise SpecError(f"of= must be 'grad' or 'weight', got {of!r}")
+    chosen = list(history.names[:_PANELS] if names is None else names)
+    unknown = [n for n in chosen if n not in history.names]
+    if unknown or not chosen:
+        raise SpecError(f"names= must name watched parameters, like {history.names[0]!r}; "
+                        f"got {unknown[0] if unknown else chosen!r}")
+    rows = history.grad_histograms if of == "grad" else history.weight_histograms
+    cols = min(3, len(chosen))
+    fig = _figure(4.2 * cols, 3.0 * math.ceil(len(chosen) / cols))
+    for k, name in enumerate(chosen):
+        ax = fig.add_subplot(math.ceil(len(chosen) / cols), cols, k + 1)
+        i = history.names.index(name)
+        found = [(s, r[i]) for s, r in zip(history.histogram_steps, rows, strict=True)
+                 if r[i] is not None]
+        _histogram_panel(fig, ax, found, name=name, of=of)
+    what = "gradients" if of == "grad" else "weights"
+    fig.suptitle(f"Histograms of the {what} over {len(history.histogram_steps)} steps")
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def _histogram_panel(fig: Any, ax: Any, found: list[tuple[int, Histogram | None]], *,
+                     name: str, of: str) -> None:
+    from matplotlib import colormaps
+    from matplotlib.colors import LogNorm
+
+    ax.set_title(name, fontsize=8)
+    ax.set_xlabel("step")
+    ax.set_ylabel(f"{of} value")
+    hists = [h for _, h in found if h is not None]
+    if not hists:
+        ax.text(0.5, 0.5, "no histogram", ha="center", transform=ax.transAxes)
+        return
+    low, high = min(h.low for h in hists), max(h.high for h in hists)
+    size = len(hists[0].counts)
+    grid = [[0.0] * len(hists) for _ in range(size)]
+    for col, h in enumerate(hists):
+        edges = h.edges
+        for b, count in enumerate(h.counts):
+            centre = (edges[b] + edges[b + 1]) / 2
+            grid[min(size - 1, int((centre - low) / (high - low) * size))][col] += count
+    ys = [low + (r + 0.5) * (high - low) / size for r in range(size)]
+    cmap = colormaps["viridis"].with_extremes(bad="white")
+    mesh = ax.pcolormesh([s for s, _ in found], ys, grid, shading="nearest", cmap=cmap,
+                         norm=LogNorm(vmin=1))
+    fig.colorbar(mesh, ax=ax, label="count")

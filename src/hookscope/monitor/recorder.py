@@ -20,9 +20,10 @@ import torch
 from hookscope.monitor.backward_stats import BackwardStats, grad_stats
 from hookscope.monitor.checks import AnomalyChecker, user_stacklevel
 from hookscope.monitor.clipping import clip_grads
+from hookscope.monitor.histograms import HistogramTaker, PendingHistograms, host_histograms
 from hookscope.monitor.history import GradHistory
 from hookscope.monitor.norms import rows_to_host
-from hookscope.monitor.output import write_scalars, write_updates
+from hookscope.monitor.output import write_histograms, write_scalars, write_updates
 from hookscope.monitor.scaler import Scaled, loss_scale
 from hookscope.monitor.steps import HostStep, PendingStep, append_step, device_rows, host_step
 from hookscope.monitor.updates import PendingUpdate, UpdateTracker, host_updates
@@ -37,6 +38,7 @@ class StepRecorder:
         self, params: Sequence[torch.Tensor], history: GradHistory, checker: AnomalyChecker, *,
         flow: bool, clip: dict[int, float], clip_mode: str, scaler: Any, writer: Any,
         log_every: int, update_band: tuple[float, float] | None, updates: bool,
+        histograms: int, bins: int,
     ) -> None:
         self._params, self.history, self.checker = list(params), history, checker
         self._flow, self._clip, self._clip_mode = flow, clip, clip_mode
@@ -44,6 +46,7 @@ class StepRecorder:
         self._band = update_band
         self.backward = BackwardStats(params, flow=flow)
         self.updates = UpdateTracker(params) if updates else None
+        self.histograms = HistogramTaker(params, every=histograms, bins=bins)
         self.pending: list[PendingStep] = []  # recorded, not yet on the host
         self.count = 0
         self._told_changed = False
@@ -55,6 +58,8 @@ class StepRecorder:
         index = [i for i, g in enumerate(grads) if g is not None]
         found = [g for g in grads if g is not None]
         after = self.backward.take()
+        if keep:
+            self.histograms.maybe_take(self.count)  # before the clip, as every number
         rows: list[torch.Tensor] = []
         if found:
             with torch.no_grad():
@@ -84,10 +89,12 @@ class StepRecorder:
         without raising for an anomaly)."""
         pending, self.pending = self.pending, []
         updates = self.updates.take() if self.updates is not None else []
-        if not pending and not updates:
+        histograms = self.histograms.take()
+        if not pending and not updates and not histograms:
             return
         host = rows_to_host([t for p in pending for t in p.rows]
-                            + [t for u in updates for t in u.rows])
+                            + [t for u in updates for t in u.rows]
+                            + [h.counts for h in histograms if h.counts is not None])
         steps = []
         offset = 0  # NB: a step without any gradient made no rows
         for p in pending:
@@ -99,6 +106,9 @@ class StepRecorder:
                 write_scalars(self._writer, self.history, len(self.history) - 1)
         ratios = [self._append_update(u, host[offset + 2 * k:offset + 2 * k + 2])
                   for k, u in enumerate(updates)]
+        counts = iter(host[offset + 2 * len(updates):])
+        for h in histograms:
+            self._append_histograms(h, next(counts) if h.counts is not None else [])
         self._check(steps, list(zip(updates, ratios, strict=True)), quiet=quiet)
 
     def _append_update(self, update: PendingUpdate, values: list[list[float]]) -> list[float]:
@@ -110,6 +120,16 @@ class StepRecorder:
         if self._writer is not None:
             write_updates(self._writer, h, len(h.update_steps) - 1)
         return ratios
+
+    def _append_histograms(self, pending: PendingHistograms, counts: list[float]) -> None:
+        h = self.history
+        found = host_histograms(pending, counts, self.histograms.bins)
+        half = len(found) // 2  # the gradients', then the weights'
+        h.histogram_steps.append(pending.step)
+        h.grad_histograms.append(found[:half])
+        h.weight_histograms.append(found[half:])
+        if self._writer is not None:
+            write_histograms(self._writer, h, len(h.histogram_steps) - 1)
 
     def _check(self, steps: list[HostStep], updates: list[tuple[PendingUpdate, list[float]]],
                *, quiet: bool) -> None:
