@@ -3,6 +3,7 @@ weight norms, against ``(w_after - w_before).norm() / w_before.norm()`` by hand.
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import pytest
@@ -58,7 +59,9 @@ def test_a_learning_rate_far_too_large_is_flagged_by_the_band() -> None:
         oracle = {n: float((p.detach() - before[n]).norm() / before[n].norm())
                   for n, p in model.named_parameters()}
     large = {a.path for a in mon.anomalies if a.kind == "update_large" and a.step == 1}
-    assert large == {n for n, r in oracle.items() if r > 0.1}
+    matrices = {n for n, p in model.named_parameters() if p.dim() >= 2}
+    assert large == {n for n, r in oracle.items() if r > 0.1 and n in matrices}
+    assert large  # the planted fault is found
     assert len(record) == 1  # one warning for the first step; step 1 repeats it
 
 
@@ -92,3 +95,22 @@ def test_a_step_the_scaler_skips_has_no_update() -> None:
 def test_bad_update_options_are_spec_errors(options: dict[str, object], match: str) -> None:
     with pytest.raises(hookscope.SpecError, match=match):
         hookscope.GradientMonitor(_model(), **options)  # type: ignore[arg-type]
+
+
+def test_a_zero_bias_has_no_ratio_and_vectors_are_left_out_of_the_band() -> None:
+    """A bias initialised to 0 had an infinite ratio (flagged on every model with
+    BatchNorm); a bias's or a norm scale's ratio is far from 1e-3 in a healthy run."""
+    model = _model()
+    nn.init.zeros_(model[0].bias)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", GradientAnomalyWarning)
+        with hookscope.GradientMonitor(model, optimizer=opt, updates=True,
+                                       update_band=(1e-9, 1e-8)) as mon:
+            model(torch.randn(4, 4)).pow(2).sum().backward()
+            with pytest.raises(GradientAnomalyWarning):
+                opt.step()
+                mon.flush()
+    ratios = dict(zip(mon.names, mon.history.update_ratio[0], strict=True))
+    assert math.isnan(ratios["0.bias"])
+    assert {a.path for a in mon.anomalies} == {"0.weight", "2.weight"}

@@ -151,16 +151,16 @@ class AnomalyChecker:
         self.found += new
         self._act(new)
 
-    def check_updates(self, step: int, ratios: Sequence[float], present: Sequence[bool],
+    def check_updates(self, step: int, ratios: Sequence[float], checked: Sequence[bool],
                       band: tuple[float, float]) -> None:
-        """Check one optimizer step's update-to-weight ratios against ``band``
-        (parameters without a gradient at the step are not checked)."""
+        """Check one optimizer step's update-to-weight ratios against ``band`` (those
+        ``checked``; a NaN ratio, of a zero weight, is not)."""
         low, high = band
         new = [
             GradAnomaly(step, name, "update_large", r, high) if r > high
             else GradAnomaly(step, name, "update_small", r, low)
-            for name, r, p in zip(self.names, ratios, present, strict=True)
-            if p and not low <= r <= high and not math.isnan(r)
+            for name, r, c in zip(self.names, ratios, checked, strict=True)
+            if c and not low <= r <= high and not math.isnan(r)
         ]
         self.found += new
         self._act(new)

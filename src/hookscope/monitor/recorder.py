@@ -138,7 +138,7 @@ class StepRecorder:
         checks: list[Any] = [lambda s=s: self.checker.check(s) for s in steps]
         if self._band is not None:
             band = self._band
-            checks += [lambda u=u, r=r: self.checker.check_updates(u.step, r, u.present, band)
+            checks += [lambda u=u, r=r: self.checker.check_updates(u.step, r, u.checked, band)
                        for u, r in updates]
         for check in checks:
             try:

@@ -1,8 +1,9 @@
 """The update-to-weight ratio of each parameter (``GradientMonitor(updates=True)``).
 
 How far one optimizer step moves each weight, relative to its size:
-``‖w_after − w_before‖ / ‖w_before‖``, usually near 1e-3 in a healthy run (much smaller:
-the layer barely learns; much larger: the step is too big for it). The monitor
+``‖w_after − w_before‖ / ‖w_before‖``, usually near 1e-3 for a weight matrix in a
+healthy run (much smaller: the layer barely learns; much larger: the step is too big
+for it); ``update_band=`` checks the matrices (two dimensions or more) only. The monitor
 (``monitor/monitor.py``) calls :meth:`UpdateTracker.before_step` from its optimizer
 step pre-hook, which copies the watched weights (the feature's cost: one copy of them
 until the step ends) and takes their norms, and :meth:`UpdateTracker.after_step` from a
@@ -32,7 +33,7 @@ class PendingUpdate:
     """One optimizer step's norms, still on the device."""
 
     step: int
-    present: list[bool]  # which parameters had a gradient at the step
+    checked: list[bool]  # which ratios the band checks (see UpdateTracker.before_step)
     rows: list[torch.Tensor]  # the norms of the updates, of the weights before
 
 
@@ -42,7 +43,7 @@ class UpdateTracker:
     def __init__(self, params: Sequence[torch.Tensor]) -> None:
         self._params = list(params)
         self._before: list[torch.Tensor] | None = None
-        self._present: list[bool] = []
+        self._checked: list[bool] = []
         self._weight_norms: torch.Tensor | None = None
         self.pending: list[PendingUpdate] = []
 
@@ -50,7 +51,10 @@ class UpdateTracker:
         with torch.no_grad():
             self._before = [p.detach().clone() for p in self._params]
             self._weight_norms = stack_norms(grad_norms(self._before, 2))
-        self._present = [p.grad is not None for p in self._params]
+        # NB: only weights of two dimensions or more, that had a gradient: the usual
+        # 1e-3 is of weight matrices; a bias or a norm's scale starts at 0 or 1 and
+        # moves relatively more in a healthy run
+        self._checked = [p.grad is not None and p.dim() >= 2 for p in self._params]
 
     def after_step(self, step: int) -> None:
         before, self._before = self._before, None
@@ -60,7 +64,7 @@ class UpdateTracker:
             for b, p in zip(before, self._params, strict=True):
                 b.sub_(p.detach())  # in place: no second copy
             moved = stack_norms(grad_norms(before, 2))
-        self.pending.append(PendingUpdate(step, self._present, [moved, self._weight_norms]))
+        self.pending.append(PendingUpdate(step, self._checked, [moved, self._weight_norms]))
 
     def take(self) -> list[PendingUpdate]:
         pending, self.pending = self.pending, []
@@ -69,15 +73,13 @@ class UpdateTracker:
 
 def host_updates(values: list[list[float]]) -> tuple[list[float], list[float]]:
     """One step's host rows (update norms, weight norms): the ratios and the weight
-    norms (a ratio of a zero weight is Inf when it moved, 0 when it did not)."""
+    norms (the ratio of a zero weight, a bias initialised to 0, is NaN: none)."""
     moved, weights = values
     return [_ratio(m, w) for m, w in zip(moved, weights, strict=True)], weights
 
 
 def _ratio(moved: float, weight: float) -> float:
-    if weight > 0 or math.isnan(moved) or math.isnan(weight):
-        return moved / weight if weight != 0 else math.nan
-    return math.inf if moved > 0 else 0.0
+    return moved / weight if weight != 0 else math.nan
 
 
 def check_band(band: object) -> tuple[float, float] | None:
