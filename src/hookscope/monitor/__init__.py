@@ -8,6 +8,7 @@ records per-step norms (``norms.py``) of the parameters it watches
 registers no module hook."""
 
 from hookscope.monitor.checks import GradientAnomalyError, GradientAnomalyWarning
+from hookscope.monitor.histograms import Histogram
 from hookscope.monitor.history import GradAnomaly, GradHistory
 from hookscope.monitor.monitor import GradientMonitor
 
@@ -17,4 +18,5 @@ __all__ = [
     "GradientAnomalyError",
     "GradientAnomalyWarning",
     "GradientMonitor",
+    "Histogram",
 ]
