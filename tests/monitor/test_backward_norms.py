@@ -133,3 +133,15 @@ def test_after_a_backward_that_raised_the_next_backward_is_still_read() -> None:
             mon.step()
     assert mon.history.norms[0][0] == pytest.approx(oracle, rel=1e-6)
     assert total_hooks(model) == 0
+
+
+def test_the_monitors_hooks_are_listed_as_hookscopes_and_gone_after_close() -> None:
+    model = _issue_model()
+    mon = hookscope.GradientMonitor(model)
+    assert len(hookscope.hooks(model).records) == 0  # not the user's hooks
+    own = hookscope.hooks(model, include_hookscope=True).records
+    assert [r.kind.value for r in own] == ["post_accumulate_grad"] * 4
+    assert {r.registered_by for r in own} == {"hookscope"}
+    mon.close()
+    assert len(hookscope.hooks(model, include_hookscope=True).records) == 0
+    assert total_hooks(model) == 0

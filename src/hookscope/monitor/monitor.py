@@ -57,7 +57,9 @@ __all__ = ["GradientMonitor"]
 
 
 class GradientMonitor:
-    """Record every parameter's gradient norm once per training step.
+    """Record every parameter's gradient norm once per training step, as backward made
+    it (before the loop's own ``clip_grad_norm_``: ``history.norms``, ``history.total``)
+    and as the optimizer gets it (``history.step_norms``, ``history.step_total``).
 
     Args:
         model: the model whose parameters (those with ``requires_grad``) are watched.
@@ -68,7 +70,8 @@ class GradientMonitor:
             ``scaler.step(optimizer)``: it unscales first, so norms are unscaled, and a
             step whose gradients overflowed is marked skipped. Needs ``optimizer``.
         select: watch only parameters whose path matches (glob, list, function).
-        explode_above, vanish_below: per-parameter thresholds on the norm; with
+        explode_above, vanish_below: per-parameter thresholds on the norm (as backward
+            made it); with
             ``relative=True`` they are factors of the parameter's running median over
             the last ``window`` steps. Non-finite gradients are always reported.
         on_anomaly: ``"warn"`` (one warning per step, naming its worst parameters,
