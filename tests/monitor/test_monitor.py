@@ -353,11 +353,11 @@ def test_a_step_no_line_reaches_is_drawn_as_a_point(monkeypatch: pytest.MonkeyPa
     """A one-step history (or a step between two missing ones) drew an empty plot: a
     line needs two points."""
     pytest.importorskip("matplotlib")
-    from hookscope.monitor import plots
+    from hookscope.monitor import plots as output
 
     figures: list[object] = []
-    make = plots._figure
-    monkeypatch.setattr(plots, "_figure", lambda *a: figures.append(make(*a)) or figures[-1])
+    make = output._figure
+    monkeypatch.setattr(output, "_figure", lambda *a: figures.append(make(*a)) or figures[-1])
     model = mlp()
     mon = hookscope.GradientMonitor(model)
     model(torch.randn(2, 4)).sum().backward()

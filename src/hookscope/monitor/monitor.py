@@ -16,7 +16,7 @@ Every handle is in a ``HandleGroup`` removed by ``close()``. At the step, one
 ``torch._foreach_norm`` per dtype takes the norms of ``.grad`` as the optimizer will
 get it; both sets (``monitor/steps.py``) stay on the device, stacked, until the rows
 move to the host once per ``log_every`` steps (``monitor/history.py``), where the
-thresholds are checked (``monitor/checks.py``). Clipping (``clip=``,
+thresholds are checked (``monitor/thresholds.py``). Clipping (``clip=``,
 ``monitor/clipping.py``) multiplies or clamps the gradients in place, before the
 optimizer step, from the norms at the step. Without clipping nothing is written:
 training is bit-identical.
@@ -36,20 +36,20 @@ from hookscope.core.handles import HandleGroup
 from hookscope.core.options import check_flags
 from hookscope.core.selectors import Selector
 from hookscope.errors import HookscopeError, SpecError
-from hookscope.monitor.checks import (
+from hookscope.monitor.clipping import check_value_clip
+from hookscope.monitor.histograms import check_histograms
+from hookscope.monitor.history import GradAnomaly, GradHistory, monitor_text
+from hookscope.monitor.history_output import open_writer, write_history
+from hookscope.monitor.plots import plot_flow, plot_histograms, plot_history
+from hookscope.monitor.recorder import StepRecorder
+from hookscope.monitor.scaler import Scaled, unscale
+from hookscope.monitor.thresholds import (
     AnomalyChecker,
     check_action,
     check_steps,
     check_threshold,
     clip_limits,
 )
-from hookscope.monitor.clipping import check_value_clip
-from hookscope.monitor.histograms import check_histograms
-from hookscope.monitor.history import GradAnomaly, GradHistory, monitor_text
-from hookscope.monitor.output import open_writer, write_history
-from hookscope.monitor.plots import plot_flow, plot_histograms, plot_history
-from hookscope.monitor.recorder import StepRecorder
-from hookscope.monitor.scaler import Scaled, unscale
 from hookscope.monitor.updates import DEFAULT_BAND, check_band
 from hookscope.monitor.watched_params import watched_params
 

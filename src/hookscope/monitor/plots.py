@@ -128,7 +128,7 @@ def _mark_anomalies(ax: Any, anomalies: Sequence[GradAnomaly]) -> None:
     """Red marks at the anomalies; each step's worst one named beside its mark."""
     if not anomalies:
         return
-    from hookscope.monitor.checks import worst_first
+    from hookscope.monitor.thresholds import worst_first
 
     finite = [a for a in anomalies if math.isfinite(a.value) and a.value > 0]
     other = [a for a in anomalies if a not in finite]

@@ -6,7 +6,7 @@ step on the device (``monitor/steps.py``, from ``monitor/backward_stats.py``), c
 (``monitor/clipping.py``), measures the optimizer's update (``monitor/updates.py``,
 ``updates=True``), and at a flush moves every pending row to the host in one transfer,
 appends it to the :class:`~hookscope.monitor.GradHistory`, logs it and checks it
-(``monitor/checks.py``).
+(``monitor/thresholds.py``).
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from typing import Any
 import torch
 
 from hookscope.monitor.backward_stats import BackwardStats, grad_stats
-from hookscope.monitor.checks import AnomalyChecker, user_stacklevel
 from hookscope.monitor.clipping import clip_grads
 from hookscope.monitor.histograms import HistogramTaker, PendingHistograms, host_histograms
 from hookscope.monitor.history import GradHistory
+from hookscope.monitor.history_output import write_histograms, write_scalars, write_updates
 from hookscope.monitor.norms import rows_to_host
-from hookscope.monitor.output import write_histograms, write_scalars, write_updates
 from hookscope.monitor.scaler import Scaled, loss_scale
 from hookscope.monitor.steps import HostStep, PendingStep, append_step, device_rows, host_step
+from hookscope.monitor.thresholds import AnomalyChecker, user_stacklevel
 from hookscope.monitor.updates import PendingUpdate, UpdateTracker, host_updates
 
 __all__ = ["StepRecorder"]
