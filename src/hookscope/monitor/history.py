@@ -175,7 +175,7 @@ def monitor_text(history: GradHistory, anomalies: Sequence[GradAnomaly], pending
     head = (f"GradientMonitor: {len(h.names)} parameters, {len(h)} steps, "
             f"{len(anomalies)} anomalies")
     if pending:
-        head += f" (+{pending} steps not yet on the host: flush())"
+        head += f" (+{pending} step{'s' if pending > 1 else ''} not yet on the host: flush())"
     if h.total:
         head += f"; total norm after backward at the last step {h.total[-1]:.4g}"
         if h.changed[-1]:
