@@ -510,6 +510,16 @@ def test_a_grad_scaler_s_overflow_flags_are_readable_after_unscale() -> None:
         assert torch_private.scaler_found_inf(object(), opt) is None
 
 
+def test_scaler_scale_is_the_loss_scale_get_scale_reads() -> None:
+    """GradientMonitor divides backward's norms by it: a torch release that keeps the
+    scale elsewhere must fail here (the monitor then reads ``get_scale()``)."""
+    scaler = torch.amp.GradScaler("cpu", init_scale=512.0)
+    scaler.scale(torch.ones(1))
+    scale = torch_private.scaler_scale(scaler)
+    assert isinstance(scale, torch.Tensor) and float(scale) == scaler.get_scale() == 512.0
+    assert torch_private.scaler_scale(object()) is None
+
+
 def test_raised_in_call_of_names_the_module_whose_call_impl_the_exception_left() -> None:
     """The failure report reads torch's ``_call_impl`` frames: a torch release that
     renames or restructures it must fail here."""

@@ -157,9 +157,12 @@ def test_an_exploding_model_is_flagged_at_the_right_step() -> None:
 
 
 def test_a_nan_injected_at_a_known_step_is_reported_with_its_parameter() -> None:
+    """A NaN the loop puts in a gradient after backward (the oracle: this test plants
+    it) is one the optimizer steps with: flagged, though backward made a finite one."""
     model = mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    with pytest.warns(GradientAnomalyWarning, match=r"step 3: 2.bias") as record, \
+    with pytest.warns(GradientAnomalyWarning, match=r"step 3: 2\.bias") as record, \
+            pytest.warns(UserWarning, match="the loop changed the gradients"), \
             hookscope.GradientMonitor(model) as mon:
         for step, (x, y) in enumerate(batches(6)):
             nn.functional.mse_loss(model(x), y).backward()
@@ -172,6 +175,10 @@ def test_a_nan_injected_at_a_known_step_is_reported_with_its_parameter() -> None
     assert [(a.step, a.path, a.kind) for a in mon.anomalies] == [
         (3, "2.bias", "nonfinite"), (4, "2.bias", "nonfinite")]
     assert len([w for w in record if "2.bias" in str(w.message)]) == 1  # warned once
+    assert mon.history.changed == [False, False, False, True, True, False]
+    column = mon.names.index("2.bias")
+    assert math.isfinite(mon.history.norms[3][column])  # as backward made it
+    assert math.isnan(mon.history.step_norms[3][column])  # as the optimizer got it
 
 
 def test_raise_stops_before_the_optimizer_step() -> None:
@@ -212,7 +219,10 @@ def test_grad_scaler_norms_are_unscaled_and_an_overflow_step_is_marked_skipped()
             scaler.scale(loss).backward()
             if step == 1:
                 model[0].bias.grad[0] = math.inf  # the scaler will skip this step
-            mon.step()
+                with pytest.warns(UserWarning, match="the loop changed the gradients"):
+                    mon.step()
+            else:
+                mon.step()
             unscaled.append(float(model[2].weight.grad.norm()))
             scaler.step(opt)
             scaler.update()
@@ -343,7 +353,7 @@ def test_a_step_no_line_reaches_is_drawn_as_a_point(monkeypatch: pytest.MonkeyPa
     """A one-step history (or a step between two missing ones) drew an empty plot: a
     line needs two points."""
     pytest.importorskip("matplotlib")
-    from hookscope.monitor import history_output as output
+    from hookscope.monitor import plots as output
 
     figures: list[object] = []
     make = output._figure
@@ -444,7 +454,10 @@ def test_a_nan_gradient_is_not_taken_for_a_missing_one() -> None:
     mon = hookscope.GradientMonitor(model, writer=writer)
     model[0].weight.grad = torch.full((2, 2), math.nan)
     model[0].bias.grad = torch.tensor([0.0, 4.0])
-    mon.step()  # model[1] has no gradient
+    with pytest.warns(GradientAnomalyWarning) as record:
+        mon.step()  # model[1] has no gradient
+    assert [str(w.message).split(";")[0] for w in record] == [
+        "hookscope: step 0: 0.weight gradient norm nan (non-finite)"]
     mon.close()
     assert mon.history.present == [[True, True, False, False]]
     modules = mon.history.modules()

@@ -4,7 +4,7 @@ The monitor (``monitor/monitor.py``) clips after a step's norms are taken and be
 optimizer step, in place, from the norms already computed: ``"norm"`` scales each
 chosen gradient to norm ≤ its limit, as ``torch.nn.utils.clip_grad_norm_`` does per
 tensor; ``"value"`` clamps each element to ``[-limit, limit]``. Which parameter gets
-which limit is decided once, from the ``clip=`` patterns (``checks.clip_limits``).
+which limit is decided once, from the ``clip=`` patterns (``thresholds.clip_limits``).
 """
 
 from __future__ import annotations

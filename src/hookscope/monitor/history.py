@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from hookscope.errors import MissingDependencyError
+from hookscope.monitor.histograms import Histogram
 
-__all__ = ["GradAnomaly", "GradHistory"]
+__all__ = ["GradAnomaly", "GradHistory", "joint_norm", "monitor_text"]
 
 
 @dataclass(frozen=True)
@@ -26,8 +28,9 @@ class GradAnomaly:
     Attributes:
         step: the monitor's step (0 is the first recorded step).
         path: the parameter's path.
-        kind: ``"nonfinite"``, ``"explode"`` or ``"vanish"``.
-        value: the gradient's norm (before any clipping).
+        kind: ``"nonfinite"``, ``"explode"`` or ``"vanish"`` (of the gradient's norm),
+            ``"update_large"`` or ``"update_small"`` (of its update-to-weight ratio).
+        value: the gradient's norm (as backward made it), or the update ratio.
         threshold: the limit it crossed (absolute; ``None`` for ``"nonfinite"``).
         skipped: the step was skipped by the ``GradScaler`` (its gradients overflowed).
     """
@@ -46,8 +49,9 @@ class GradAnomaly:
             if self.skipped:
                 what += ", step skipped by the GradScaler"
         else:
-            sign = ">" if self.kind == "explode" else "<"
-            what = f"gradient norm {self.value:.4g} {sign} {self.threshold:.4g} ({self.kind})"
+            sign = ">" if self.kind in ("explode", "update_large") else "<"
+            of = "update/weight ratio" if self.kind.startswith("update") else "gradient norm"
+            what = f"{of} {self.value:.4g} {sign} {self.threshold:.4g} ({self.kind})"
         return f"step {self.step}: {self.path} {what}"
 
 
@@ -58,9 +62,28 @@ class GradHistory:
     Attributes:
         names: parameter paths, the columns.
         steps: the step number of each row.
-        norms: per step, each parameter's gradient norm (NaN: no gradient that step,
-            or a gradient whose norm is NaN: ``present`` tells them apart).
+        norms: per step, each parameter's gradient norm as backward made it (before
+            the loop's own clipping, unscaled) (NaN: no gradient that step, or a
+            gradient whose norm is NaN: ``present`` tells them apart).
+        total: per step, the total norm of those gradients (the joint norm
+            ``clip_grad_norm_`` would compute; NaN when one of them is NaN).
+        step_norms: the same shape as ``norms``: each gradient's norm as the loop left it
+            for the optimizer step (after its own ``clip_grad_norm_``; before the
+            monitor's ``clip=``).
+        step_total: per step, the total norm of those.
+        changed: per step, whether the loop changed the gradients between backward and
+            the step (``step_norms`` differ from ``norms``).
         max_abs, mean_abs: the same shape, recorded with ``flow=True`` (else empty).
+        update_steps: with ``updates=True``, the steps the optimizer took (a step a
+            ``GradScaler`` skipped has none).
+        update_ratio: per optimizer step, each parameter's ``‖w_after − w_before‖ /
+            ‖w_before‖``.
+        weight_norms: per optimizer step, each parameter's ``‖w_before‖``.
+        histogram_steps: with ``histograms=N``, the steps whose histograms were taken.
+        grad_histograms, weight_histograms: per such step, each parameter's
+            :class:`~hookscope.monitor.histograms.Histogram` of its gradient (at the
+            step) and of its weight (before the optimizer step); ``None`` where there
+            was none.
         skipped: per step, whether the ``GradScaler`` skipped it.
         present: the same shape as ``norms``: whether the parameter had a gradient that
             step (empty in a history made without it: then NaN means no gradient).
@@ -69,13 +92,29 @@ class GradHistory:
     names: list[str]
     steps: list[int] = field(default_factory=list)
     norms: list[list[float]] = field(default_factory=list)
+    total: list[float] = field(default_factory=list)
+    step_norms: list[list[float]] = field(default_factory=list)
+    step_total: list[float] = field(default_factory=list)
+    changed: list[bool] = field(default_factory=list)
     max_abs: list[list[float]] = field(default_factory=list)
     mean_abs: list[list[float]] = field(default_factory=list)
+    update_steps: list[int] = field(default_factory=list)
+    update_ratio: list[list[float]] = field(default_factory=list)
+    weight_norms: list[list[float]] = field(default_factory=list)
+    histogram_steps: list[int] = field(default_factory=list)
+    grad_histograms: list[list[Histogram | None]] = field(default_factory=list)
+    weight_histograms: list[list[Histogram | None]] = field(default_factory=list)
     skipped: list[bool] = field(default_factory=list)
     present: list[list[bool]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.steps)
+
+    def __str__(self) -> str:
+        """A table, one row per parameter: its last, median, min and max norm."""
+        from hookscope.render.grads_table import grads_table
+
+        return str(grads_table(self, ()))
 
     def column(self, name: str) -> list[float]:
         """The norms of parameter ``name`` over the steps."""
@@ -97,7 +136,7 @@ class GradHistory:
             owners.setdefault(name.rpartition(".")[0], []).append(i)
         rows = [(row, self.had_gradient(n)) for n, row in enumerate(self.norms)]
         return {
-            module: [_joint([row[i] for i in cols if had[i]]) for row, had in rows]
+            module: [joint_norm([row[i] for i in cols if had[i]]) for row, had in rows]
             for module, cols in owners.items()
         }
 
@@ -123,6 +162,22 @@ class GradHistory:
         return frame
 
 
-def _joint(values: list[float]) -> float:
+def joint_norm(values: list[float]) -> float:
     """The joint norm of the norms that were there (NaN when none was)."""
     return math.sqrt(sum(v * v for v in values)) if values else math.nan
+
+
+def monitor_text(history: GradHistory, anomalies: Sequence[GradAnomaly], pending: int) -> str:
+    """``str(monitor)``: a line of counts and the last total norm, then the table."""
+    from hookscope.render.grads_table import grads_table
+
+    h = history
+    head = (f"GradientMonitor: {len(h.names)} parameters, {len(h)} steps, "
+            f"{len(anomalies)} anomalies")
+    if pending:
+        head += f" (+{pending} step{'s' if pending > 1 else ''} not yet on the host: flush())"
+    if h.total:
+        head += f"; total norm after backward at the last step {h.total[-1]:.4g}"
+        if h.changed[-1]:
+            head += f", at the optimizer step {h.step_total[-1]:.4g}"
+    return head + "\n" + str(grads_table(h, anomalies))

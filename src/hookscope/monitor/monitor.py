@@ -1,29 +1,31 @@
 """``GradientMonitor``: per-step gradient norms, thresholds and clipping for a training loop.
 
-Where it sits: beside ``hookscope.trace`` in the API layer, but it registers no module
-or tensor hook at all. A step is read where the gradients are final, after every
-backward of the step (gradient accumulation) and before the optimizer uses them:
+Where it sits: beside ``hookscope.trace`` in the API layer; it registers no module
+hook. Each watched parameter gets a post-accumulate-grad hook
+(``monitor/backward_stats.py``) that takes its gradient's statistics as backward made
+them, at the end of the backward pass, before the loop's code can change them (its
+``clip_grad_norm_``); under gradient accumulation the last backward's (the sum) stand.
+A step is then closed where the loop is done with the gradients, before the
+optimizer uses them:
 
 - ``mon.step()``, called by the user after ``backward()`` (with a ``GradScaler``: it
-  calls ``scaler.unscale_(optimizer)`` first, so norms are unscaled:
-  ``monitor/scaler.py``), or
-- an optimizer step pre-hook (``optimizer=``), its handle in a ``HandleGroup``
-  removed by ``close()``.
+  calls ``scaler.unscale_(optimizer)`` first: ``monitor/scaler.py``), or
+- an optimizer step pre-hook (``optimizer=``).
 
-Per step: one ``torch._foreach_norm`` over the ``.grad`` of the monitored parameters
-(``monitor/watched_params.py``), per device and dtype, on the device, stacked into
-one tensor per device (``monitor/norms.py``); the rows move to the host once per
-``log_every`` steps (``monitor/history.py``), where the thresholds are checked
-(``monitor/thresholds.py``). Clipping (``clip=``, ``monitor/clipping.py``) multiplies or
-clamps the gradients in place, before the optimizer step, from the norms already
-computed. Without clipping nothing is written: training is bit-identical.
+Every handle is in a ``HandleGroup`` removed by ``close()``. At the step, one
+``torch._foreach_norm`` per dtype takes the norms of ``.grad`` as the optimizer will
+get it; both sets (``monitor/steps.py``) stay on the device, stacked, until the rows
+move to the host once per ``log_every`` steps (``monitor/history.py``), where the
+thresholds are checked (``monitor/thresholds.py``). Clipping (``clip=``,
+``monitor/clipping.py``) multiplies or clamps the gradients in place, before the
+optimizer step, from the norms at the step. Without clipping nothing is written:
+training is bit-identical.
 """
 
 from __future__ import annotations
 
-import math
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -34,25 +36,30 @@ from hookscope.core.handles import HandleGroup
 from hookscope.core.options import check_flags
 from hookscope.core.selectors import Selector
 from hookscope.errors import HookscopeError, SpecError
-from hookscope.monitor.clipping import check_value_clip, clip_grads
-from hookscope.monitor.history import GradAnomaly, GradHistory
-from hookscope.monitor.history_output import open_writer, plot_flow, plot_history, write_scalars
-from hookscope.monitor.norms import grad_norms, rows_to_host, scatter_present, stack_norms
-from hookscope.monitor.scaler import Scaled, step_skipped, unscale
+from hookscope.monitor.clipping import check_value_clip
+from hookscope.monitor.histograms import check_histograms
+from hookscope.monitor.history import GradAnomaly, GradHistory, monitor_text
+from hookscope.monitor.history_output import open_writer, write_history
+from hookscope.monitor.plots import plot_flow, plot_histograms, plot_history
+from hookscope.monitor.recorder import StepRecorder
+from hookscope.monitor.scaler import Scaled, unscale
 from hookscope.monitor.thresholds import (
     AnomalyChecker,
     check_action,
-    check_optimizer,
+    check_steps,
     check_threshold,
     clip_limits,
 )
+from hookscope.monitor.updates import DEFAULT_BAND, check_band
 from hookscope.monitor.watched_params import watched_params
 
 __all__ = ["GradientMonitor"]
 
 
 class GradientMonitor:
-    """Record every parameter's gradient norm once per training step.
+    """Record every parameter's gradient norm once per training step, as backward made
+    it (before the loop's own ``clip_grad_norm_``: ``history.norms``, ``history.total``)
+    and as the optimizer gets it (``history.step_norms``, ``history.step_total``).
 
     Args:
         model: the model whose parameters (those with ``requires_grad``) are watched.
@@ -63,10 +70,12 @@ class GradientMonitor:
             ``scaler.step(optimizer)``: it unscales first, so norms are unscaled, and a
             step whose gradients overflowed is marked skipped. Needs ``optimizer``.
         select: watch only parameters whose path matches (glob, list, function).
-        explode_above, vanish_below: per-parameter thresholds on the norm; with
+        explode_above, vanish_below: per-parameter thresholds on the norm (as backward
+            made it); with
             ``relative=True`` they are factors of the parameter's running median over
             the last ``window`` steps. Non-finite gradients are always reported.
-        on_anomaly: ``"warn"`` (once per parameter and kind), ``"raise"``
+        on_anomaly: ``"warn"`` (one warning per step, naming its worst parameters,
+            for a step with a parameter and kind not warned about before), ``"raise"``
             (:class:`~hookscope.monitor.GradientAnomalyError`, before the optimizer
             step) or ``fn(anomaly: GradAnomaly) -> None``.
         clip: per-tensor limits by selector, ``{"fc.*": 1.0}``, applied after backward
@@ -76,6 +85,16 @@ class GradientMonitor:
         flow: also record max-abs and mean-abs per parameter (for :meth:`plot_flow`).
         log_every: move values to the host (and check, and log) every N steps.
         writer: a ``SummaryWriter`` (or a log directory) to log every row into.
+        updates: after each optimizer step, record each parameter's weight norm and
+            update-to-weight ratio ``‖w_after − w_before‖ / ‖w_before‖`` (costs a copy
+            of the watched weights during the step). Needs ``optimizer``.
+        histograms: record histograms of the gradients and weights every N steps
+            (``True``: every step; each costs one host transfer), for
+            :meth:`plot_histograms` and TensorBoard.
+        bins: the histograms' number of bins, over each tensor's own range.
+        update_band: ``(low, high)``: a ratio outside is an anomaly
+            (``"update_small"``/``"update_large"``), checked at the next host transfer;
+            ``None``: not checked.
 
     Example:
         >>> with hookscope.GradientMonitor(model, optimizer=opt, explode_above=100) as mon:
@@ -91,42 +110,48 @@ class GradientMonitor:
         explode_above: float | None = None, vanish_below: float | None = None,
         relative: bool = False, window: int = 20, on_anomaly: Any = "warn",
         clip: Mapping[str, float] | None = None, clip_mode: str = "norm", flow: bool = False,
-        log_every: int = 1, writer: Any = None,
+        log_every: int = 1, writer: Any = None, updates: bool = False,
+        update_band: tuple[float, float] | None = DEFAULT_BAND,
+        histograms: bool | int = False, bins: int = 64,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise SpecError(f"GradientMonitor expects an nn.Module, got {type(model).__name__}")
-        check_flags(relative=relative, flow=flow)
-        if scaler is not None and optimizer is None:
-            raise SpecError("scaler= needs optimizer= too (the scaler unscales its gradients)")
-        check_optimizer(optimizer, scaler)
-        if not isinstance(log_every, int) or isinstance(log_every, bool) or log_every < 1:
-            raise SpecError(f"log_every= must be a positive integer, got {log_every!r}")
-        if not isinstance(window, int) or isinstance(window, bool) or window < 1:
-            raise SpecError(f"window= must be a positive integer, got {window!r}")
+        check_flags(relative=relative, flow=flow, updates=updates)
+        check_steps(optimizer, scaler, updates=updates, log_every=log_every, window=window)
         if clip_mode not in ("norm", "value"):
             raise SpecError(f"clip_mode= must be 'norm' or 'value', got {clip_mode!r}")
+        band = check_band(update_band)
+        every = check_histograms(histograms, bins)
         self.names, self._params, paths = watched_params(model, select)
-        self._clip = clip_limits(paths, clip)
+        clip_by_index = clip_limits(paths, clip)
         if clip_mode == "value":
-            check_value_clip(self._clip, self.names, self._params)
-        self._clip_mode, self._flow, self._log_every = clip_mode, flow, log_every
-        self._checker = AnomalyChecker(
+            check_value_clip(clip_by_index, self.names, self._params)
+        checker = AnomalyChecker(
             self.names, explode_above=check_threshold("explode_above", explode_above),
             vanish_below=check_threshold("vanish_below", vanish_below), relative=relative,
             window=window, action=check_action(on_anomaly),
         )
         self.history = GradHistory(list(self.names))
         self._optimizer, self._scaler = optimizer, scaler
-        self._writer = open_writer(writer)
-        #: recorded steps not yet on the host: step, present, norm rows, scaler flags
-        self._pending: list[tuple[int, list[bool], list[torch.Tensor], Scaled]] = []
-        self._count = 0
+        self._recorder = StepRecorder(
+            self._params, self.history, checker, flow=flow, clip=clip_by_index,
+            clip_mode=clip_mode, scaler=scaler, writer=open_writer(writer),
+            log_every=log_every, update_band=band, updates=updates, histograms=every,
+            bins=bins,
+        )
         self._manual = False
-        self._handles = HandleGroup()
         self._closed = False
         self._in_block = False
-        if optimizer is not None:
-            self._handles.add(optimizer.register_step_pre_hook(self._pre_step))
+        self._handles = HandleGroup()
+        try:
+            self._recorder.backward.install(self._handles)
+            if optimizer is not None:
+                self._handles.add(optimizer.register_step_pre_hook(self._pre_step))
+            if optimizer is not None and updates:
+                self._handles.add(optimizer.register_step_post_hook(self._post_step))
+        except BaseException:
+            self._handles.remove()
+            raise
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -157,7 +182,7 @@ class GradientMonitor:
         self._closed = True
         try:
             if flush:
-                self._flush(quiet=quiet)
+                self._recorder.flush(quiet=quiet)
         except Exception as e:
             if not quiet:
                 raise
@@ -172,12 +197,12 @@ class GradientMonitor:
     @property
     def step_count(self) -> int:
         """How many steps were recorded."""
-        return self._count
+        return self._recorder.count
 
     @property
     def anomalies(self) -> list[GradAnomaly]:
         """Every anomaly found so far (up to the last host transfer), in step order."""
-        return list(self._checker.found)
+        return list(self._recorder.checker.found)
 
     def step(self) -> None:
         """Record (and clip) the current gradients as one step; call it after the
@@ -193,6 +218,7 @@ class GradientMonitor:
         self._manual = self._optimizer is not None
 
     def _pre_step(self, optimizer: Any, args: Any, kwargs: Any) -> Any:
+        self._recorder.before_optimizer_step()
         if self._manual:  # mon.step() already recorded this step
             self._manual = False
             return None
@@ -216,32 +242,11 @@ class GradientMonitor:
             return (*args[:at], recorded, *args[at + 1:]), kwargs
         return args, {**kwargs, "closure": recorded}
 
+    def _post_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self._recorder.after_optimizer_step()
+
     def _record(self, scaled: Scaled, *, keep: bool = True) -> None:
-        """Record (``keep``) and clip the gradients there are now as one step."""
-        grads = [p.grad for p in self._params]
-        present = [g is not None for g in grads]
-        index = [i for i, g in enumerate(grads) if g is not None]
-        found = [g for g in grads if g is not None]
-        rows: list[torch.Tensor] = []
-        if found:
-            with torch.no_grad():
-                norms = grad_norms(found, 2)
-                rows.append(stack_norms(norms))
-                # NB: every number of a step is of the gradients as backward made them,
-                # before the clip changes them (as the norm and an anomaly's value)
-                if self._flow and keep:
-                    rows.append(stack_norms(grad_norms(found, math.inf)))
-                    l1 = grad_norms(found, 1)
-                    sizes = [max(1, g.numel()) for g in found]
-                    rows.append(stack_norms([n / k for n, k in zip(l1, sizes, strict=True)]))
-                clip_grads(self._clip, index, found, norms, mode=self._clip_mode,
-                           names=self.names)
-        if not keep:
-            return
-        self._pending.append((self._count, present, rows, scaled))
-        self._count += 1
-        if len(self._pending) >= self._log_every:
-            self.flush()
+        self._recorder.record(scaled, keep=keep)
 
     def flush(self) -> None:
         """Move the recorded steps to the host, check them and log them.
@@ -250,48 +255,14 @@ class GradientMonitor:
             GradientAnomalyError: with ``on_anomaly="raise"``, for the first anomaly
                 (every step is recorded and checked first).
         """
-        self._flush(quiet=False)
-
-    def _flush(self, *, quiet: bool) -> None:
-        pending, self._pending = self._pending, []
-        if not pending:
-            return
-        host = rows_to_host([t for *_, rows, _ in pending for t in rows])
-        checks = []
-        offset = 0  # NB: a step without any gradient made no rows
-        for step, present, rows, scaled in pending:
-            values = host[offset:offset + len(rows)]
-            offset += len(rows)
-            # a step without any gradient: NaN rows, as many as a step with them has
-            full = [scatter_present(v, present) for v in values] or [
-                [math.nan] * len(present) for _ in range(3 if self._flow else 1)]
-            skipped = step_skipped(scaled, full[0], present)
-            self._append(step, full, skipped, present)
-            checks.append((step, full[0], present, skipped))
-        # NB: every step recorded before any check may raise, and every one checked
-        first: Exception | None = None
-        for step, norms, present, skipped in checks:
-            try:
-                self._checker.check(step, norms, present, skipped=skipped)
-            except Exception as e:  # on_anomaly="raise", or the user's function raised
-                first = first or e
-        if first is not None and not quiet:
-            raise first
-
-    def _append(self, step: int, full: list[list[float]], skipped: bool,
-                present: list[bool]) -> None:
-        h = self.history
-        h.steps.append(step)
-        h.norms.append(full[0])
-        h.skipped.append(skipped)
-        h.present.append(present)
-        if self._flow:
-            h.max_abs.append(full[1])
-            h.mean_abs.append(full[2])
-        if self._writer is not None:
-            write_scalars(self._writer, h, len(h) - 1)
+        self._recorder.flush(quiet=False)
 
     # -- output -------------------------------------------------------------------------
+
+    def __str__(self) -> str:
+        """A table of what was recorded: one row per parameter, anomalies flagged
+        (steps still on the device are counted, not moved: ``flush()`` moves them)."""
+        return monitor_text(self.history, self.anomalies, len(self._recorder.pending))
 
     def plot(self, path: Any, *, by: str = "module") -> None:
         """Norms over steps per layer (``by="module"``) or per parameter, log scale,
@@ -311,6 +282,16 @@ class GradientMonitor:
         """Write the whole history to a ``SummaryWriter`` (or a log directory)."""
         self.flush()
         w = open_writer(writer)
-        for row in range(len(self.history)):
-            write_scalars(w, self.history, row)
+        write_history(w, self.history)
         w.flush()
+
+    def plot_histograms(self, path: Any, *, of: str = "grad",
+                        names: Sequence[str] | None = None) -> None:
+        """The histograms over steps (``histograms=N``) of the gradients (``of="grad"``)
+        or the weights (``of="weight"``): one panel per parameter (``names``, or the
+        first 12), steps across, values up, the count as colour. Needs matplotlib."""
+        self.flush()
+        if not self.history.histogram_steps:
+            raise SpecError("plot_histograms needs GradientMonitor(..., histograms=N) and "
+                            "one histogram step")
+        plot_histograms(self.history, path, of=of, names=names)

@@ -15,7 +15,7 @@ import torch
 
 from hookscope.core import torch_private
 
-__all__ = ["Scaled", "step_skipped", "unscale"]
+__all__ = ["Scaled", "loss_scale", "step_skipped", "unscale"]
 
 Scaled = bool | list[torch.Tensor]
 """Whether a scaler unscaled the step: its overflow flags, or ``True`` where they
@@ -46,3 +46,14 @@ def step_skipped(scaled: Scaled, norms: list[float], present: list[bool]) -> boo
     return scaled and any(
         p and not math.isfinite(v) for v, p in zip(norms, present, strict=True)
     )
+
+
+def loss_scale(scaler: Any) -> torch.Tensor | None:
+    """The loss scale the backward gradients carry (a device tensor), ``None`` without
+    an enabled scaler (or before its first ``scale()``)."""
+    if scaler is None or not scaler.is_enabled():
+        return None
+    scale = torch_private.scaler_scale(scaler)
+    if scale is None:  # kept elsewhere by this torch: read to the host, once per step
+        return torch.tensor(float(scaler.get_scale()))
+    return scale

@@ -3,24 +3,32 @@
 The monitor hands every step's host row of norms to :class:`AnomalyChecker`, which
 finds the non-finite gradients (always), the ones above ``explode_above`` and below
 ``vanish_below`` (absolute, or relative to the parameter's running median), and acts:
-a warning once per parameter and kind (not once per step), an exception, or the
-user's function. The options are checked here too (:func:`check_threshold`,
+one warning per step naming its worst parameters (only for a step with a parameter
+and kind not warned about before), an exception (the worst anomaly), or the user's
+function (each one). The options are checked here too (:func:`check_threshold`,
 :func:`check_action`, :func:`clip_limits`).
 """
 
 from __future__ import annotations
 
+import inspect
 import math
+import os
 import statistics
 import warnings
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
+import torch
+
 from hookscope.core.selectors import compile_selector
 from hookscope.errors import HookscopeError, SpecError
 from hookscope.monitor.history import GradAnomaly
+from hookscope.monitor.steps import HostStep
 
-__all__ = ["AnomalyChecker", "GradientAnomalyError", "GradientAnomalyWarning"]
+__all__ = [
+    "AnomalyChecker", "GradientAnomalyError", "GradientAnomalyWarning", "severity", "worst_first",
+]
 
 Action = str | Callable[[GradAnomaly], None]
 """``"warn"``, ``"raise"``, or ``fn(anomaly: GradAnomaly) -> None``."""
@@ -50,6 +58,25 @@ def check_action(action: object) -> Action:
     raise SpecError(
         f"on_anomaly= must be 'warn', 'raise' or a function fn(anomaly), got {action!r}"
     )
+
+
+def check_steps(optimizer: object, scaler: object, *, updates: bool, log_every: object,
+                window: object) -> None:
+    """The options about steps: the optimizer and scaler (:func:`check_optimizer`),
+    what needs an optimizer, and the positive counts.
+
+    Raises:
+        SpecError: naming the option.
+    """
+    if scaler is not None and optimizer is None:
+        raise SpecError("scaler= needs optimizer= too (the scaler unscales its gradients)")
+    if updates and optimizer is None:
+        raise SpecError("updates=True needs optimizer= (the update is measured around its "
+                        "step)")
+    check_optimizer(optimizer, scaler)
+    for name, value in (("log_every", log_every), ("window", window)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise SpecError(f"{name}= must be a positive integer, got {value!r}")
 
 
 def check_optimizer(optimizer: object, scaler: object) -> None:
@@ -104,23 +131,39 @@ class AnomalyChecker:
         self._warned: set[tuple[str, str]] = set()
         self.found: list[GradAnomaly] = []
 
-    def check(
-        self, step: int, row: Sequence[float], present: Sequence[bool], *, skipped: bool
-    ) -> None:
-        """Check one step's norms (``present[i]``: parameter ``i`` had a gradient);
-        raises :class:`GradientAnomalyError` for ``on_anomaly="raise"``."""
+    def check(self, step: HostStep) -> None:
+        """Check one step's norms (as backward made them; a gradient the loop left
+        non-finite for the optimizer is one too); raises :class:`GradientAnomalyError`
+        for ``on_anomaly="raise"``."""
         new: list[GradAnomaly] = []
-        for i, value in enumerate(row):
-            if not present[i]:
+        for i, value in enumerate(step.norms):
+            if not step.present[i]:
                 continue
-            found = self._one(step, i, value, skipped)
+            found = self._one(step.step, i, value, step.skipped)
+            at_step = step.step_norms[i]
+            if found is None and not math.isfinite(at_step):
+                found = GradAnomaly(step.step, self.names[i], "nonfinite", at_step,
+                                    skipped=step.skipped)
             if found is not None:
                 new.append(found)
             if math.isfinite(value):
                 self._recent[i].append(value)
         self.found += new
-        for anomaly in new:
-            self._act(anomaly)
+        self._act(new)
+
+    def check_updates(self, step: int, ratios: Sequence[float], checked: Sequence[bool],
+                      band: tuple[float, float]) -> None:
+        """Check one optimizer step's update-to-weight ratios against ``band`` (those
+        ``checked``; a NaN ratio, of a zero weight, is not)."""
+        low, high = band
+        new = [
+            GradAnomaly(step, name, "update_large", r, high) if r > high
+            else GradAnomaly(step, name, "update_small", r, low)
+            for name, r, c in zip(self.names, ratios, checked, strict=True)
+            if c and not low <= r <= high and not math.isnan(r)
+        ]
+        self.found += new
+        self._act(new)
 
     def _one(self, step: int, i: int, value: float, skipped: bool) -> GradAnomaly | None:
         name = self.names[i]
@@ -149,24 +192,72 @@ class AnomalyChecker:
         median = statistics.median(recent)
         return median if median > 0 else None
 
-    def _act(self, anomaly: GradAnomaly) -> None:
+    def _act(self, new: list[GradAnomaly]) -> None:
+        """One step's anomalies: raise the worst, warn once naming the worst, or call
+        the user's function with each."""
         action = self.action
+        if not new:
+            return
         if action == "raise":
-            raise GradientAnomalyError(anomaly)
+            raise GradientAnomalyError(worst_first(new)[0])
         if action == "warn":
-            if anomaly.skipped:
-                return  # a GradScaler overflow: expected, recorded, not worth a warning
-            key = (anomaly.path, anomaly.kind)
-            if key not in self._warned:
-                self._warned.add(key)
-                warnings.warn(
-                    f"hookscope: {anomaly.describe()} (warned once per parameter; "
-                    "every one is in GradientMonitor.anomalies)",
-                    GradientAnomalyWarning, stacklevel=2,
-                )
+            self._warn(new)
             return
         assert callable(action)
-        action(anomaly)
+        for anomaly in new:
+            action(anomaly)
+
+    def _warn(self, new: list[GradAnomaly]) -> None:
+        """One warning for the step, naming its worst parameters, when the step has an
+        anomaly of a parameter and kind not warned about before (a GradScaler's skipped
+        overflow is expected: recorded, not warned about)."""
+        shown = [a for a in new if not a.skipped]
+        keys = {(a.path, a.kind) for a in shown}
+        if not keys - self._warned:
+            return
+        self._warned |= keys
+        ranked = worst_first(shown)
+        named = "; ".join(_short(a) for a in ranked[:_NAMED])
+        if len(ranked) > 1:
+            more = f" (+{len(ranked) - _NAMED} more)" if len(ranked) > _NAMED else ""
+            named = f"{len(ranked)} gradient anomalies, worst first: {named}{more}"
+        warnings.warn(
+            f"hookscope: step {ranked[0].step}: {named}; every one is in "
+            "GradientMonitor.anomalies (warned once per parameter and kind)",
+            GradientAnomalyWarning, stacklevel=user_stacklevel(),
+        )
+
+
+_NAMED = 3  # parameters a step's warning names
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` of the loop's line: the first frame outside hookscope and
+    torch (a step is checked inside ``optimizer.step()``'s hook, or ``mon.step()``)."""
+    skip = (os.path.dirname(os.path.dirname(__file__)), os.path.dirname(torch.__file__))
+    frame, level = inspect.currentframe(), 0
+    while frame is not None and frame.f_code.co_filename.startswith(skip):
+        frame, level = frame.f_back, level + 1
+    return max(level, 1)
+
+
+def worst_first(anomalies: Sequence[GradAnomaly]) -> list[GradAnomaly]:
+    """``anomalies`` from the worst: non-finite first, then by how many times past its
+    threshold (an exploding norm over its limit, the limit over a vanishing norm)."""
+    return sorted(anomalies, key=severity, reverse=True)
+
+
+def severity(a: GradAnomaly) -> tuple[bool, float]:
+    """How bad ``a`` is, for sorting: non-finite above any factor."""
+    if a.kind == "nonfinite" or a.threshold is None:
+        return (True, 0.0)
+    if a.kind in ("vanish", "update_small"):
+        return (False, a.threshold / a.value if a.value > 0 else math.inf)
+    return (False, a.value / a.threshold)
+
+
+def _short(a: GradAnomaly) -> str:
+    return a.describe().partition(": ")[2]
 
 
 def clip_limits(names: list[list[str]], clip: Mapping[str, float] | None) -> dict[int, float]:

@@ -2,7 +2,7 @@
 
 Those that require grad when the monitor is made, in ``named_parameters`` order, which
 the monitor (``monitor/monitor.py``) keeps: a history's columns, a step's norms and
-``clip=``'s limits (``checks.clip_limits``, from every path of each) follow it.
+``clip=``'s limits (``thresholds.clip_limits``, from every path of each) follow it.
 """
 
 from __future__ import annotations

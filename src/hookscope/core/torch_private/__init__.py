@@ -80,6 +80,7 @@ from hookscope.core.torch_private.autograd import (
     queue_end_of_backward,
     saved_tensor_default_hooks,
     scaler_found_inf,
+    scaler_scale,
 )
 from hookscope.core.torch_private.call_impl import (
     call_impl_replaceable,
@@ -162,6 +163,7 @@ __all__ = [
     "replace_call_impl",
     "saved_tensor_default_hooks",
     "scaler_found_inf",
+    "scaler_scale",
     "set_versions",
     "sparse_coo_parts",
     "stand_in_call_impl",

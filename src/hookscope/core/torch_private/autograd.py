@@ -6,7 +6,7 @@ Private: ``torch._C._autograd._get_sequence_nr``, ``torch._C._current_autograd_n
 ``_top_saved_tensors_default_hooks``, a tensor's hook dict behind its handle
 (:func:`hooks_first`), ``torch._C._will_engine_execute_node``
 (:func:`accumulates_now`, :func:`node_runs_function`) and a ``GradScaler``'s per-optimizer state
-(:func:`scaler_found_inf`).
+(:func:`scaler_found_inf`, :func:`scaler_scale`).
 """
 
 from __future__ import annotations
@@ -157,6 +157,13 @@ def scaler_found_inf(scaler: Any, optimizer: Any) -> list[torch.Tensor] | None:
                    "keeps a GradScaler's overflow flags where hookscope cannot read them")
         return None
     return flags
+
+
+def scaler_scale(scaler: Any) -> torch.Tensor | None:
+    """A ``GradScaler``'s current loss scale as its device tensor (``scaler._scale``,
+    private; ``get_scale()`` would read it to the host); ``None`` where it is not one."""
+    scale = getattr(scaler, "_scale", None)
+    return scale if isinstance(scale, torch.Tensor) else None
 
 
 _will_run: Callable[[Any], bool] | None = getattr(torch._C, "_will_engine_execute_node", None)
