@@ -180,6 +180,14 @@ def structure_text(info: ModuleInfo, class_name: str) -> str:
     return text
 
 
+def structure_fold_text(modules: Sequence[ModuleInfo], *, ascii: bool) -> str:
+    """``"    h.1 ... h.11 x11"``: :func:`hookscope.inspect`'s row for a run of
+    identical blocks (their class is in the next column)."""
+    dots, times = ("...", "x") if ascii else ("…", "×")
+    first, last = short_name(modules[0].path), short_name(modules[-1].path)
+    return f"{'  ' * modules[0].depth}{first} {dots} {last} {times}{len(modules)}"
+
+
 def shorten_tree(cell: str, width: int) -> str:
     """A tree label in ``width``: the class shortened first (to 4 characters, or to 2
     when that keeps the name whole: ``layer1.0 (B…k)``, not ``lay…1.0 (Ba…k)``), then
