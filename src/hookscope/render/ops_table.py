@@ -70,18 +70,18 @@ def uncounted_legend(trace: Trace) -> str | None:
     """``+ lower bound: no FLOP formula for aten.foo.default (x3), ...``, or ``None``."""
     if not trace.uncounted_ops:
         return None
-    listed = ", ".join(f"{name} (x{n})" for name, n in trace.uncounted_ops.items())
+    listed = ", ".join(f"{name} (x{n:,})" for name, n in trace.uncounted_ops.items())
     return f"+ lower bound: no FLOP formula for {listed}"
 
 
 def _caption(trace: Trace, total: FlopCount, shown: int, kinds: int) -> list[str]:
     parts = [
-        f"{len(trace.ops):,} ops of {kinds} types",
+        f"{len(trace.ops):,} ops of {kinds:,} types",
         f"FLOPs forward {format_count(total.forward)}, backward {format_count(total.backward)}",
         "MACs = FLOPs / 2",
     ]
     if shown < kinds:
-        parts.insert(1, f"showing the {shown} heaviest")
+        parts.insert(1, f"showing the {shown:,} heaviest")
     return parts
 
 

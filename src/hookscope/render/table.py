@@ -283,7 +283,7 @@ def structure_table(info: ModelInfo, *, ascii: bool = False, fold: bool = True) 
             GridColumn("buffers", "Buffer elements", [buffers(r) for r in rows],
                        footer=format_count(info.total_buffers), priority=30),
         ]
-        tied = f", {len(info.tied)} tied counted once" if info.tied else ""
+        tied = f", {len(info.tied):,} tied counted once" if info.tied else ""
         caption = [
             f"params: {info.total_params:,} ({info.trainable_params:,} trainable, "
             f"{info.frozen_params:,} frozen{tied})",

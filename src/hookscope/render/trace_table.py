@@ -212,7 +212,7 @@ def _caption(
 ) -> list[str]:
     n = len(trace.calls)
     noun = "call" if n == 1 else "calls"
-    rows = f"{len(shown)} of {len(total)} rows" if len(shown) != len(total) else ""
+    rows = f"{len(shown):,} of {len(total):,} rows" if len(shown) != len(total) else ""
     # NB: every call of the run is counted; those ``depth`` leaves out are said so
     within = f", {calls:,} to depth {depth}" if calls < n else ""
     rows = f"{n:,} {noun}{within}" + (f", {rows}" if rows else "")
