@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from hookscope.core.records import Call, ModuleInfo, TensorMeta, Trace
 from hookscope.core.tensors import shape_text
-from hookscope.render.grid import Shorten, distinct_forms, elide
+from hookscope.render.names import Shorten, distinct_forms, elide
 
 ROOT = "<root>"
 """How the root module's path is written in captions and messages."""

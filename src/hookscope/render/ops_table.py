@@ -16,8 +16,9 @@ from hookscope.core.records import FlopCount, FlopRule, Trace
 from hookscope.errors import RenderError, SpecError
 from hookscope.flops import OpTotals, by_op
 from hookscope.render.fold import Folded, tree_rows
-from hookscope.render.grid import Grid, GridColumn, shorten_plain
+from hookscope.render.grid import Grid, GridColumn
 from hookscope.render.labels import tree_text
+from hookscope.render.names import shorten_plain
 from hookscope.render.table import DEFAULT_WIDTH, GridTable, format_count, tree_column
 
 _RULE_TEXT = {
@@ -106,7 +107,7 @@ def ops_table(trace: Trace, *, top: int | None = None, ascii: bool = False) -> G
         ts = [t for _, t in rows]
         names = [n for n, _ in rows]
         cols = [
-            # numbers are never cut: a long op name is shortened in the middle instead
+            # a name is cut last (render/grid.py): shortened only with no column to drop
             GridColumn("op", "Op", names, numeric=False, priority=1000,
                        shorten=shorten_plain, min_width=min(max(map(len, names), default=0),
                                                             _OP_MIN)),
