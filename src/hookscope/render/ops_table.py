@@ -39,8 +39,9 @@ def _require_ops(trace: Trace) -> FlopCount:
     return totals
 
 
-#: The op names' narrowest width: 18 keeps both ends of ``aten._unsafe_view.default``
-#: (``aten._u~w.default``), and leaves a 40-column table room for a 17-digit FLOPs count.
+#: The op names' narrowest width, once no other column is left to leave out (a name is
+#: cut last, ``render/grid.py``): 18 keeps both ends of ``aten._unsafe_view.default``
+#: (``aten._u~w.default``).
 _OP_MIN = 18
 
 
