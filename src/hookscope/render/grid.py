@@ -49,6 +49,7 @@ KEEP = 1000
 INDENT = "  "
 """How a wrapped shape's continuation lines are indented under their first line."""
 
+
 @dataclass(frozen=True)
 class GridColumn:
     """One column of finished cells.
