@@ -9,7 +9,6 @@ import torch
 
 import hookscope
 from hookscope.render.grads_table import grads_table
-from hookscope.render.units import format_stat
 
 
 @pytest.fixture(scope="module")
@@ -36,14 +35,19 @@ def test_no_number_is_cut_and_every_row_stays_distinguishable(
     rows = lines[3:3 + len(monitor.names)]
     labels = [row.split("  ")[0] for row in rows]
     assert len(set(labels)) == len(labels)  # two rows never read the same
+    # a name is cut last: while the Last column can be left out, every path is whole
+    shown = "Last" in lines[1]
+    assert shown or re.search(r"not shown at width \d+:[^;]*\blast\b", text.replace("\n  ", " "))
     for name, row, label in zip(monitor.names, rows, labels, strict=True):
-        if "~" not in label:  # shortened (the "…" of plain text)
+        if "~" not in label or not shown:  # shortened (the "…" of plain text)
             assert label.strip() == name
-        last = format_stat(monitor.history.column(name)[-1])
-        assert re.search(rf"(^|\s){re.escape(last)}(\s|$)", row[len(label):]), (row, last)
+        last = monitor.history.column(name)[-1]  # the oracle: the recorded norm
+        if shown:
+            cell = row[len(label):].split()[0]
+            assert float(cell) == pytest.approx(last, rel=1e-3), (row, last)
     if width < 90:
         assert "not shown at width" in text
-        assert "widen with --width" in text
+        assert re.search(r"width=\d+ shows them", text)  # Python's words, not the CLI's
 
 
 def test_anomalies_are_listed_next_to_their_parameter(monitor: hookscope.GradientMonitor) -> None:
@@ -70,3 +74,16 @@ def test_distinct_shortener_keeps_bert_like_paths_apart_at_every_width_it_allows
         forms = [shorten(n, width) for n in names]
         assert all(len(f) <= width for f in forms)
         assert len(set(forms)) == len(names), width
+
+
+def test_each_column_of_numbers_follows_one_rule(monitor: hookscope.GradientMonitor) -> None:
+    """A column mixed ``0.1235`` and ``3.049e+05``: one notation per column."""
+    text = grads_table(monitor.history, monitor.anomalies, ascii=True).to_text(width=200)
+    lines = text.splitlines()
+    rows = lines[3:3 + len(monitor.names)]
+    for col in range(1, 5):  # Last, Median, Min, Max
+        cells = [row.split()[col] for row in rows if len(row.split()) > col]
+        numbers = [c for c in cells if c not in ("-", "nan", "inf", "-inf")]
+        assert numbers
+        kinds = {"e" in c for c in numbers}
+        assert len(kinds) == 1, (col, numbers)

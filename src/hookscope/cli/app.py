@@ -160,7 +160,8 @@ def trace_command(
     sort: Annotated[str | None, typer.Option(
         metavar="COLUMN", show_default=False, help="Sort calls by COLUMN, largest first.")] = None,
     top: Annotated[int | None, typer.Option(
-        min=1, metavar="K", show_default=False, help="Show only the first K rows.")] = None,
+        min=1, metavar="K", show_default=False,
+        help="Show only the K heaviest rows (by --sort, else by time, FLOPs or params).")] = None,
     columns: Annotated[str | None, typer.Option(
         metavar="A,B,...", show_default=False, help="Columns to show, comma-separated.")] = None,
     depth: DepthOpt = None,
@@ -230,6 +231,7 @@ def inspect_command(
     width: WidthOpt = None,
     debug: DebugOpt = False,
     dtype: DtypeOpt = None,
+    no_fold: NoFoldOpt = False,
 ) -> None:
     """Module tree, parameters and buffers, without running the model (on the meta
     device unless --device is given: no weights are allocated)."""
@@ -253,7 +255,8 @@ def inspect_command(
                                  f"({str(e).rsplit(': ', 1)[-1]}); building it as its "
                                  "code does\n")
                 loaded = load(model, config=config, device=None, dtype=dtype)
-        target.write(structure_view(hookscope.inspect(loaded.model), fmt.value))
+        target.write(structure_view(hookscope.inspect(loaded.model), fmt.value,
+                                    fold=not no_fold))
 
 
 @app.command("demo")

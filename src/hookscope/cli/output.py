@@ -6,7 +6,8 @@ style depends on the destination. :class:`OutputTarget` then decides:
 
 - a terminal gets coloured tables with box characters, as wide as the terminal;
 - a pipe, a file, or ``--no-color`` gets plain ASCII tables without colour, at
-  ``--width`` (default 120) columns;
+  ``--width`` columns (default: ``COLUMNS`` when set, else 120): the same width gives
+  the same layout on a terminal and in a pipe;
 - ``-o FILE`` is written to a temporary file in the same directory and renamed
   over ``FILE`` only once everything is rendered and written, so a failure never
   leaves a half-written file. ``-o -`` is stdout; a symlink is written through (the
@@ -99,11 +100,11 @@ class OutputTarget:
     def _as_text(self, rendered: Rendered) -> str:
         if rendered.text is not None:
             return rendered.text
-        from hookscope.render.table import DEFAULT_WIDTH, to_text
+        from hookscope.render.table import pipe_width, to_text
 
         assert rendered.tables is not None
-        width = self.width or DEFAULT_WIDTH
-        return "".join(to_text(r, width=width) for r in rendered.tables(True))
+        width = self.width or pipe_width()
+        return "".join(to_text(r, width=width) for r in _worded(rendered.tables(True)))
 
     def _print_tables(self, rendered: Rendered) -> None:
         from hookscope.render.table import make_console
@@ -114,8 +115,21 @@ class OutputTarget:
         # model's error after a partial table; raise what writing text raises instead.
         console.on_broken_pipe = _broken_pipe  # type: ignore[method-assign]
         renderables = rendered.tables(self.no_color or not console.is_terminal)
-        for renderable in renderables:
+        for renderable in _worded(renderables):
             console.print(renderable)
+
+
+def _worded(renderables: Sequence[Any]) -> Sequence[Any]:
+    """``renderables`` with their tables' captions saying how to see left-out columns in
+    command-line terms (``widen with --width 142``) rather than Python ones."""
+    from hookscope.render.grid import Wording
+    from hookscope.render.table import GridTable
+
+    for renderable in renderables:
+        if isinstance(renderable, GridTable):
+            renderable.wording = Wording(widen="widen with --width {width}",
+                                         pick="or pick them with --columns")
+    return renderables
 
 
 def color_choice(no_color: bool) -> bool | None:

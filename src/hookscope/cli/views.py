@@ -211,13 +211,19 @@ def trace_view(trace: Trace, fmt: str, view: TraceView) -> Rendered:
     return Rendered.of_tables(build)
 
 
-def structure_view(info: ModelInfo, fmt: str) -> Rendered:
-    """The module tree of ``hookscope inspect``, or its JSON document."""
+def structure_view(info: ModelInfo, fmt: str, *, fold: bool = True) -> Rendered:
+    """The module tree of ``hookscope inspect`` (repeated blocks folded unless
+    ``fold`` is false), or its JSON document.
+
+    Raises:
+        SpecError: ``--no-fold`` given with ``--format json``.
+    """
     if fmt == "json":
+        check_summary_view(None, fmt, fold=fold)
         return Rendered.of_text(info.to_json())
     from hookscope.render.table import structure_table
 
-    return Rendered.of_tables(lambda ascii: [structure_table(info, ascii=ascii)])
+    return Rendered.of_tables(lambda ascii: [structure_table(info, ascii=ascii, fold=fold)])
 
 
 def _ops_table(trace: Trace, *, top: int | None, ascii: bool) -> Any:

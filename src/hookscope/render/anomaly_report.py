@@ -41,7 +41,7 @@ def _where(a: Anomaly) -> str:
 
 
 def _counts(nan: int | None, inf: int | None) -> str:
-    parts = [f"{n} {label}" for n, label in ((nan, "NaN"), (inf, "Inf")) if n]
+    parts = [f"{n:,} {label}" for n, label in ((nan, "NaN"), (inf, "Inf")) if n]
     return ", ".join(parts) or "finite"
 
 

@@ -141,12 +141,14 @@ def fold_cell(col: Column, view: View, calls: Sequence[Call]) -> str:
 PRIORITY: dict[str, int] = {
     "layer": 1000, "time": 90, "output": 85, "params": 80, "flops_fwd": 78, "nan": 72,
     "inf": 71, "grad_out": 70, "grad_in": 68, "bwd_time": 66, "flops_bwd": 65,
-    "input": 60, "self_time": 55, "saved_bytes": 52, "out_bytes": 50, "peak": 45,
-    "mean": 45, "std": 40, "alloc_delta": 35, "time_pct": 35, "bwd_self_time": 34,
-    "zeros": 30, "absmax": 28, "min": 25, "max": 25, "class": 20,
+    "self_time": 55, "saved_bytes": 52, "out_bytes": 50, "peak": 45, "mean": 45,
+    "std": 40, "alloc_delta": 35, "time_pct": 35, "bwd_self_time": 34, "zeros": 30,
+    "absmax": 28, "min": 25, "max": 25, "class": 20, "input": 10,
 }
 """Which columns stay when the table is too wide: the lowest are left out first (a
-column not named here: 50). The layer column is never left out."""
+column not named here: 50). The layer column is never left out; the names first, the
+probes' headline facts next, the input shapes (the previous row's output, mostly) last.
+"""
 
 
 def priority(col: Column) -> int:

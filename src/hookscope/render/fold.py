@@ -4,7 +4,11 @@ A run of sibling calls of one module class whose blocks after the first are iden
 (same class, child names, parameter counts and input and output shapes all the way
 down: GPT-2's ``h.1`` ... ``h.11``, a ResNet stage's bottlenecks after the first) is
 shown as the first block, expanded, and one :class:`Folded` row for the rest, with
-their parameters, FLOPs and times summed. ``fold=False`` shows every row.
+their parameters, FLOPs and times summed, when the rest are at least two blocks (a
+single repeat is shown whole: folding it would hide its statistics for a few
+lines). ``fold=False`` shows every row.
+
+:func:`structure_rows` folds :func:`hookscope.inspect`'s tree the same way.
 
 :func:`auto_depth` picks the deepest depth whose table, folded, has at most
 ``max_rows`` rows (what the CLI shows without ``--depth``).
@@ -14,8 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from hookscope.core.model_records import ModuleInfo
 from hookscope.core.records import Call, Trace
+
+if TYPE_CHECKING:
+    from hookscope.core.structure import ModelInfo
 
 DEFAULT_MAX_ROWS = 60
 """Without ``--depth``, the CLI shows the deepest levels that fit in this many rows."""
@@ -39,6 +48,9 @@ class Folded:
 
 
 Row = Call | Folded
+
+MIN_REPEATS = 2
+"""A run folds when at least this many blocks repeat the first (``h.1 ... h.2 x2``)."""
 
 
 def signatures(trace: Trace) -> list[int]:
@@ -91,10 +103,10 @@ def _group(
             j += 1
         rest = kids[i + 1:j]
         hidden = sum(sizes[c.index] for c in rest)
-        repeated = len(rest) > 1 or (len(rest) == 1 and sigs[rest[0].index] == sigs[first.index])
-        # blocks, not leaves, and rows are saved: their rows below, or (at the depth
-        # limit, where a block is one row) the run itself
-        if repeated and (hidden > len(rest) or (len(rest) > 1 and bool(rest[0].children))):
+        # NB: from two repeats on: one block folded hides its rows, statistics included,
+        # to save a few lines. Blocks, not leaves, and rows are saved: their rows below,
+        # or (at the depth limit, where a block is one row) the run itself
+        if len(rest) >= MIN_REPEATS and (hidden > len(rest) or bool(rest[0].children)):
             out.append(Folded(tuple(rest), hidden))
             i = j
         else:
@@ -135,3 +147,61 @@ def folded_rows(rows: Sequence[Row]) -> tuple[int, int]:
     """``(runs, hidden rows)`` of the folded rows among ``rows``."""
     folds = [r for r in rows if isinstance(r, Folded)]
     return len(folds), sum(f.hidden for f in folds) - len(folds)
+
+
+@dataclass(frozen=True)
+class FoldedModules:
+    """One row of :func:`hookscope.inspect`'s tree for a run of identical blocks.
+
+    Attributes:
+        modules: the folded blocks (each the top of its block), in order.
+        inside: every module of the folded blocks, their tops included.
+    """
+
+    modules: tuple[ModuleInfo, ...]
+    inside: tuple[ModuleInfo, ...]
+
+
+StructureRow = ModuleInfo | FoldedModules
+
+
+def structure_rows(info: ModelInfo, *, fold: bool = True) -> list[StructureRow]:
+    """The rows of :func:`hookscope.inspect`'s tree: every module, in registration
+    order, runs of identical blocks folded as in a trace (the same class, extra_repr,
+    child names and parameter and buffer counts all the way down)."""
+    mods = info.modules
+    if not fold or not mods:
+        return list(mods.values())
+    sigs: dict[str, int] = {}
+    for m in reversed(mods.values()):  # NB: a child is registered after its parent
+        kids = tuple((p.rpartition(".")[2], sigs.get(p, 0)) for p in m.children)
+        sigs[m.path] = hash((m.class_name, m.extra_repr, m.total_params, m.trainable_params,
+                             m.own_buffers, len(m.aliases), kids))
+    out: list[StructureRow] = []
+    stack: list[StructureRow] = [m for m in reversed(mods.values()) if m.parent is None]
+    while stack:
+        row = stack.pop()
+        out.append(row)
+        if isinstance(row, ModuleInfo):
+            below = [mods[p] for p in row.children if p in mods]
+            stack.extend(reversed(_fold_modules(info, below, sigs)))
+    return out
+
+
+def _fold_modules(info: ModelInfo, kids: list[ModuleInfo], sigs: dict[str, int]
+                  ) -> list[StructureRow]:
+    out: list[StructureRow] = []
+    i = 0
+    while i < len(kids):
+        out.append(kids[i])
+        j = i + 1
+        while j < len(kids) and sigs[kids[j].path] == sigs[kids[i + 1].path]:
+            j += 1
+        rest = kids[i + 1:j]
+        if len(rest) >= MIN_REPEATS and rest[0].children:
+            inside = tuple(m for r in rest for m in (r, *info.descendants(r.path)))
+            out.append(FoldedModules(tuple(rest), inside))
+            i = j
+        else:
+            i += 1
+    return out

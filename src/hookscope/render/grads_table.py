@@ -22,7 +22,7 @@ from hookscope.render.grid import (
     distinct_shortener,
 )
 from hookscope.render.table import GridTable
-from hookscope.render.units import format_stat
+from hookscope.render.units import format_stats
 
 __all__ = ["grads_table"]
 
@@ -35,30 +35,28 @@ def grads_table(history: Any, anomalies: Sequence[Any], *, ascii: bool = False,
     ``caption`` (parts: how the values were made) goes under the table.
 
     Laid out as every table is (``render/grid.py``): at any width no number is cut;
-    long parameter paths shorten in the middle, and columns that still do not fit are
-    left out, least useful first, the caption naming them."""
+    columns that do not fit are left out, least useful first, the caption naming them,
+    before a long parameter path is shortened in the middle. Each column of numbers
+    follows one rule (``render/units.format_stats``)."""
 
     def build(ascii: bool) -> Grid:
         flagged: dict[str, list[Any]] = {}
         for a in anomalies:
             flagged.setdefault(a.path, []).append(a)
-        rows: list[list[str]] = []
+        rows: list[list[float | None]] = []
         notes: list[str] = []
+        none: list[bool] = []  # no gradient at the last step
         had = [history.had_gradient(r) for r in range(len(history.steps))]
         for i, name in enumerate(history.names):
             values = history.column(name)
             there = [row[i] for row in had]
             finite = [v for v, t in zip(values, there, strict=True) if t and math.isfinite(v)]
-            last = values[-1] if values else None
-            # NB: "-", not "nan", where the parameter had no gradient: a NaN gradient
-            # shows "nan" (and is flagged non-finite)
-            cells = [format_stat(last) if there and there[-1] else "-"]
+            last = values[-1] if values and there and there[-1] else None
+            none.append(last is None)
             if finite:
-                cells += [format_stat(statistics.median(finite)), format_stat(min(finite)),
-                          format_stat(max(finite))]
+                rows.append([last, statistics.median(finite), min(finite), max(finite)])
             else:
-                cells += ["", "", ""]
-            rows.append(cells)
+                rows.append([last, None, None, None])
             note = _describe(flagged.get(name, []))
             notes.append(note if any(there) or not there else (note or "no gradient"))
         names = list(history.names)
@@ -66,10 +64,13 @@ def grads_table(history: Any, anomalies: Sequence[Any], *, ascii: bool = False,
         columns = [
             GridColumn("parameter", "Parameter", names, numeric=False, priority=KEEP,
                        shorten=distinct_shortener(names), min_width=distinct_min(names, LABEL_MIN)),
-            GridColumn("last", "Last", [r[0] for r in rows], priority=90),
-            GridColumn("median", "Median", [r[1] for r in rows], priority=60),
-            GridColumn("min", "Min", [r[2] for r in rows], priority=50),
-            GridColumn("max", "Max", [r[3] for r in rows], priority=70),
+            # NB: "-", not "nan", where the parameter had no gradient: a NaN gradient
+            # shows "nan" (and is flagged non-finite)
+            GridColumn("last", "Last", [c if not n else "-" for c, n in zip(
+                format_stats([r[0] for r in rows]), none, strict=True)], priority=90),
+            GridColumn("median", "Median", format_stats([r[1] for r in rows]), priority=60),
+            GridColumn("min", "Min", format_stats([r[2] for r in rows]), priority=50),
+            GridColumn("max", "Max", format_stats([r[3] for r in rows]), priority=70),
             GridColumn("anomalies", "Anomalies", notes, numeric=False, priority=80,
                        styles=styles),
         ]

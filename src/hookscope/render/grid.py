@@ -2,16 +2,24 @@
 
 A renderer (summary, trace, ops, structure) builds a :class:`Grid`: named columns of
 finished cell text (a cell may hold several lines, one shape per line), a footer, a
-caption made of parts. :func:`fit` then decides what fits a width:
+caption made of parts. :func:`fit` then decides what fits a width, by one rule: **a
+name is cut last**. A module path, a class name, a keyword name (``kwargs["input_ids"]``)
+and an op name are what a reader looks for, so while anything else can give way, they
+stay whole:
 
-1. every line of a cell is whole: no number, shape or unit is ever cut or wrapped;
-2. long labels are shortened, distinguishably (a middle ellipsis keeps their start
-   and end): tree labels (the class name first, then the module name) and the
-   ``path:`` prefix of a shape line (``kwargs["po…ings"][0]: [1, 128, 64]``); the
-   shape after the prefix is never touched;
-3. when that is not enough, the lowest-:attr:`GridColumn.priority` columns are left
-   out, and the caption says which, and at what width they fit;
-4. the caption's parts go on one line when they fit, else one per line, a long part
+1. every line of a cell is whole where it is kept: no number, shape or unit is ever
+   cut, and a number is never split from its unit;
+2. headers wrap between words, and long shape lines wrap onto two (the ``path:``
+   label on one line, the shape below it; a shape itself is never broken), lowest
+   :attr:`GridColumn.priority` first;
+3. when the names still do not fit whole, the lowest-priority columns are left out
+   (a probe's headline facts rank high, input shapes lowest), and the caption says
+   which, and at what width they all fit (:class:`Wording` words it for Python or
+   for the command line);
+4. only when no column is left to leave out are names shortened, distinguishably (a
+   middle ellipsis keeps their start and end: the class name first, then the module
+   name);
+5. the caption's parts go on one line when they fit, else one per line, a long part
    wrapped between words only (a number stays with its unit).
 
 :mod:`hookscope.render.plain` draws a fitted grid as plain text (pipes, files,
@@ -26,14 +34,20 @@ import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-ELLIPSIS = "…"
-LABEL_MIN = 12
-"""A shortened ``path:`` label keeps this many characters (``kwarg…_ids"]``)."""
+# NB: re-exported: the renderers take their layout from this module
+from hookscope.render.names import ELLIPSIS as ELLIPSIS
+from hookscope.render.names import LABEL_MIN as LABEL_MIN
+from hookscope.render.names import Shorten as Shorten
+from hookscope.render.names import distinct_forms as distinct_forms
+from hookscope.render.names import distinct_min as distinct_min
+from hookscope.render.names import distinct_shortener as distinct_shortener
+from hookscope.render.names import elide as elide
+from hookscope.render.names import shorten_plain as shorten_plain
+
 KEEP = 1000
 """A column with this priority or more is never left out (the layer column)."""
-
-Shorten = Callable[[str, int], str]
-"""``shorten(cell, width) -> cell``: a cell whose every line fits ``width`` if it can."""
+INDENT = "  "
+"""How a wrapped shape's continuation lines are indented under their first line."""
 
 
 @dataclass(frozen=True)
@@ -47,8 +61,11 @@ class GridColumn:
         footer: the total below the rows (``""``: none).
         numeric: right-justified.
         priority: columns are left out lowest first when the width is too small.
-        shorten: how its lines are shortened (``None``: never).
+        shorten: how its names are shortened when nothing else can give way
+            (``None``: never).
         min_width: the narrowest ``shorten`` may make it.
+        wrap: how its lines are wrapped onto more lines, nothing cut (``None``: never).
+        wrap_min: the narrowest ``wrap`` can make it.
         styles: per row, a rich style for the terminal (``""``: none).
     """
 
@@ -60,7 +77,26 @@ class GridColumn:
     priority: int = 50
     shorten: Shorten | None = None
     min_width: int = 0
+    wrap: Shorten | None = None
+    wrap_min: int = 0
     styles: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class Wording:
+    """How a caption tells the reader to see the columns left out.
+
+    Attributes:
+        widen: the way to a wider table, ``{width}`` being the width where all fit.
+        pick: the way to choose columns (said when the table's columns were not chosen).
+    """
+
+    widen: str = "width={width} shows them"
+    pick: str = "or pick them with columns=[...]"
+
+
+PYTHON = Wording()
+"""The caption's words for a table drawn from Python (``to_text(width=...)``)."""
 
 
 @dataclass
@@ -72,20 +108,25 @@ class Grid:
         caption: short parts, joined by a separator on one line when they fit.
         notes: lines under the caption (legends), wrapped between words.
         title: a line above the table.
-        hint: how to see left-out columns (``"--width N"``, ``"or pick --columns"``).
-        label_style: a terminal-only style applied to ``(Class)`` in the first column.
+        pickable: the columns are a default set, so choosing others is a way to see
+            those left out (:attr:`Wording.pick`).
     """
 
     columns: list[GridColumn]
     caption: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     title: str | None = None
-    hint: str = "widen with --width {width}"
+    pickable: bool = False
 
 
 @dataclass(frozen=True)
 class Fitted:
-    """A grid laid out at a width: the kept columns with their widths."""
+    """A grid laid out at a width: the kept columns with their widths.
+
+    Attributes:
+        dropped: the names of the columns left out.
+        fits_at: the narrowest width where every column fits with its names whole.
+    """
 
     columns: list[GridColumn]
     widths: list[int]
@@ -93,6 +134,7 @@ class Fitted:
     caption: list[str]
     title: str | None
     gap: int
+    fits_at: int = 0
 
     @property
     def width(self) -> int:
@@ -120,60 +162,88 @@ def natural_width(col: GridColumn) -> int:
     return max(content_width(col), len(col.header))
 
 
-def fit(grid: Grid, width: int, *, gap: int = 2, sep: str = " | ") -> Fitted:
+def whole_width(col: GridColumn) -> int:
+    """The narrowest ``col`` gets with nothing cut: headers and shapes wrapped."""
+    if col.wrap is None:
+        return content_width(col)
+    return min(content_width(col),
+               max(col.wrap_min, cell_width(col.footer), header_min(col.header)))
+
+
+def _cut_width(col: GridColumn) -> int:
+    """The narrowest ``col`` gets with its names shortened too (the last resort)."""
+    if col.shorten is None:
+        return whole_width(col)
+    return min(whole_width(col), max(col.min_width, header_min(col.header)))
+
+
+def fit(grid: Grid, width: int, *, gap: int = 2, sep: str = " | ",
+        wording: Wording = PYTHON) -> Fitted:
     """Lay ``grid`` out in ``width`` characters (see the module docstring)."""
     cols = list(grid.columns)
-    natural = {c.name: natural_width(c) for c in cols}
-    full = sum(natural.values()) + gap * max(len(cols) - 1, 0)
+
+    def need(cs: list[GridColumn], size: Callable[[GridColumn], int]) -> int:
+        return sum(size(c) for c in cs) + gap * max(len(cs) - 1, 0)
+
+    fits_at = need(cols, whole_width)
     dropped: list[str] = []
-
-    def least(c: GridColumn) -> int:
-        return min(natural[c.name], max(c.min_width, header_min(c.header))) if c.shorten \
-            else content_width(c)
-
-    while True:
-        need = sum(least(c) for c in cols) + gap * max(len(cols) - 1, 0)
+    while need(cols, whole_width) > width:
         removable = [c for c in cols if c.priority < KEEP]
-        if need <= width or not removable:
+        if not removable:
             break
         worst = min(reversed(removable), key=lambda c: c.priority)
         cols.remove(worst)
         dropped.append(worst.name)
-    widths = [natural[c.name] for c in cols]
-    excess = sum(widths) + gap * max(len(cols) - 1, 0) - width
-    # first wrap headers between words, lowest-priority columns first
-    for i in sorted(range(len(cols)), key=lambda i: cols[i].priority):
+    widths = [natural_width(c) for c in cols]
+    excess = need(cols, natural_width) - width
+    order = sorted(range(len(cols)), key=lambda i: cols[i].priority)
+    for i in order:  # headers wrap between words
         if excess <= 0:
             break
-        room = widths[i] - content_width(cols[i])
-        if room > 0:
-            cut = min(room, excess)
-            widths[i] -= cut
-            excess -= cut
-    # shorten the lowest-priority shortenable columns first
-    for i in sorted(range(len(cols)), key=lambda i: cols[i].priority):
-        if excess <= 0:
-            break
-        col = cols[i]
-        if col.shorten is None:
-            continue
-        target = max(least(col), widths[i] - excess)
-        if target < widths[i]:
-            shortened = [col.shorten(c, target) for c in col.cells]
-            cols[i] = replace(col, cells=shortened)
-            new = max(max((cell_width(c) for c in shortened), default=0),
-                      cell_width(col.footer), header_min(col.header))
-            excess -= widths[i] - new
-            widths[i] = new
+        cut = min(max(widths[i] - content_width(cols[i]), 0), excess)
+        widths[i] -= cut
+        excess -= cut
+    for stage, floor in ((_wrapped, whole_width), (_shortened, _cut_width)):
+        for i in order:
+            if excess <= 0:
+                break
+            target = max(floor(cols[i]), widths[i] - excess)
+            if target < widths[i]:
+                cols[i] = stage(cols[i], target)
+                new = content_width(cols[i])
+                excess -= widths[i] - new
+                widths[i] = new
     caption = list(grid.caption)
     if dropped:
-        headers = {c.name: c.header for c in grid.columns}
-        names = ", ".join(f"{n} ({headers[n]})" if headers[n].lower() != n else n
-                          for n in dropped)
-        caption.append(f"not shown at width {width}: {names}; "
-                       + grid.hint.format(width=full))
+        caption.append(left_out_text(grid, dropped, width, fits_at, wording))
     lines = wrap_caption(caption, width, sep=sep) + wrap_notes(grid.notes, width)
-    return Fitted(cols, widths, dropped, lines, grid.title, gap)
+    return Fitted(cols, widths, dropped, lines, grid.title, gap, fits_at)
+
+
+def _wrapped(col: GridColumn, width: int) -> GridColumn:
+    if col.wrap is None:
+        return col
+    wrap = col.wrap
+    return replace(col, cells=[wrap(c, width) for c in col.cells])
+
+
+def _shortened(col: GridColumn, width: int) -> GridColumn:
+    if col.shorten is None:
+        return col
+    shorten = col.shorten
+    return replace(col, cells=[shorten(c, width) for c in col.cells])
+
+
+def left_out_text(grid: Grid, dropped: Sequence[str], width: int, fits_at: int,
+                  wording: Wording) -> str:
+    """``not shown at width 80: zeros, input (Input shape); width=142 shows them``."""
+    headers = {c.name: c.header for c in grid.columns}
+    names = ", ".join(f"{n} ({headers[n]})" if headers[n].lower() != n else n
+                      for n in dropped)
+    how = wording.widen.format(width=fits_at)
+    if grid.pickable:
+        how += f", {wording.pick}"
+    return f"not shown at width {width}: {names}; {how}"
 
 
 _KEEP_TOGETHER = re.compile(r"(?<=[\d)]) (?=[A-Za-zµ%]+\b)")
@@ -217,130 +287,31 @@ def wrap_header(header: str, width: int) -> list[str]:
     return textwrap.wrap(header, width, break_long_words=False) or [header]
 
 
-# -- shortening, distinguishably --------------------------------------------------------
+# -- wrapping shapes, nothing cut --------------------------------------------------
 
 
-def elide(text: str, width: int, *, head: int | None = None) -> str:
-    """``text`` in ``width`` characters with a middle ellipsis (start and end kept)."""
-    if len(text) <= width:
-        return text
-    if width <= 1:
-        return ELLIPSIS
-    keep = width - 1
-    front = head if head is not None and head < keep else (keep + 1) // 2
-    front = min(front, keep)
-    return text[:front] + ELLIPSIS + (text[len(text) - (keep - front):] if keep > front else "")
-
-
-def shorten_labelled(cell: str, width: int) -> str:
-    """Shorten the ``path:`` prefix of each line of a shape cell; the shape stays whole."""
-    out = []
+def wrap_shapes(cell: str, width: int) -> str:
+    """Each line of a shape cell in ``width`` characters where it can, nothing cut: a
+    line that is too long puts its ``path:`` label on a line of its own and the shape
+    below it, indented. A shape itself is never broken (``[1, 64, 56, 56]`` on four
+    lines reads worse than a column left out)."""
+    out: list[str] = []
     for line in cell.split("\n"):
         label, colon, value = line.partition(": ")
-        if not colon or len(line) <= width:
+        if len(line) <= width or not colon:
             out.append(line)
-            continue
-        room = max(width - len(value) - 2, LABEL_MIN)
-        out.append(f"{elide(label, room, head=max(room // 2, 3))}: {value}")
+        else:
+            out.extend((label + ":", INDENT + value))
     return "\n".join(out)
 
 
-def labelled_min(cells: Sequence[str]) -> int:
-    """The narrowest :func:`shorten_labelled` can make these cells while the labels of
-    each cell still read apart (``kwargs["input_ids"]`` and ``kwargs["decoder_input_ids"]``
-    both read ``kwargs…ids"]`` at the narrowest), at that width of the column."""
+def shapes_min(cells: Sequence[str]) -> int:
+    """The narrowest :func:`wrap_shapes` can make these cells: each label whole with its
+    colon, each shape whole after its indentation."""
     widest = 0
-    several: list[str] = []  # cells of two or more distinct labels
     for cell in cells:
-        lines = cell.split("\n")
-        for line in lines:
-            _, colon, value = line.partition(": ")
-            widest = max(widest, min(len(line), len(value) + 2 + LABEL_MIN) if colon
-                         else len(line))
-        if len(lines) > 1:
-            labels = [line.partition(": ")[0] for line in lines if ": " in line]
-            if len(set(labels)) == len(labels) > 1:  # distinct whole: kept distinct
-                several.append(cell)
-    # NB: apart at one width, apart at every wider one (each keeps more of both ends)
-    for cell in several:
-        longest = max(map(len, cell.split("\n")))
-        while widest < longest and not _labels_apart(cell, widest):
-            widest += 1
+        for line in cell.split("\n"):
+            label, colon, value = line.partition(": ")
+            need = max(len(label) + 1, len(INDENT) + len(value)) if colon else len(line)
+            widest = max(widest, min(len(line), need))
     return widest
-
-
-def _labels_apart(cell: str, width: int) -> bool:
-    labels = [line.partition(": ")[0] for line in shorten_labelled(cell, width).split("\n")]
-    return len(set(labels)) == len(labels)
-
-
-def shorten_plain(cell: str, width: int) -> str:
-    """Every line of ``cell`` in ``width`` characters, by a middle ellipsis."""
-    return "\n".join(elide(line, width) for line in cell.split("\n"))
-
-
-
-def distinct_shortener(labels: Sequence[str]) -> Shorten:
-    """A :data:`Shorten` for one-line labels (parameter paths) that keeps them apart.
-
-    Each label that does not fit is elided in the middle, more of its end kept than of
-    its start (``layer…onv1.weight``: the end of a path tells its rows apart). Labels
-    that would then read alike are given other elisions (more of the start, or of the
-    end) by a matching over every label's possible forms, so two rows never look the
-    same while distinct forms of the width exist (:func:`distinct_min` finds the
-    narrowest width where they do).
-    """
-    chosen: dict[int, dict[str, str]] = {}
-
-    def shorten(cell: str, width: int) -> str:
-        forms = chosen.get(width)
-        if forms is None:
-            forms = chosen[width] = distinct_forms(labels, width)[0]
-        return forms.get(cell) or elide(cell, width)
-
-    return shorten
-
-
-def distinct_min(labels: Sequence[str], floor: int) -> int:
-    """The narrowest width from ``floor`` on where :func:`distinct_shortener` keeps every
-    label apart (at most the widest label)."""
-    widest = max(map(len, labels), default=0)
-    width = min(floor, widest)
-    while width < widest and not distinct_forms(labels, width)[1]:
-        width += 1
-    return width
-
-
-def distinct_forms(labels: Sequence[str], width: int) -> tuple[dict[str, str], bool]:
-    """Each label's form in ``width`` characters, and whether they are all distinct:
-    labels that fit are themselves; the others get one of their elided forms, matched
-    (augmenting paths) so that no two share one where that is possible."""
-    unique = list(dict.fromkeys(labels))
-    out = {label: label for label in unique if len(label) <= width}
-    fixed = set(out)
-    keep = max(width - 1, 1)
-    default = max(keep // 3, 1)
-    heads = [default, *range(default - 1, 0, -1), *range(default + 1, keep)]
-    rest = [label for label in unique if label not in out]
-    options = {label: [f for f in dict.fromkeys(elide(label, width, head=h) for h in heads)
-                       if f not in fixed] for label in rest}
-    owner: dict[str, str] = {}  # form -> the label it is given to
-
-    def place(label: str, seen: set[str]) -> bool:
-        for form in options[label]:
-            if form in seen:
-                continue
-            seen.add(form)
-            if form not in owner or place(owner[form], seen):
-                owner[form] = label
-                return True
-        return False
-
-    distinct = True
-    for label in rest:
-        if not place(label, set()):
-            distinct = False
-    out.update({label: form for form, label in owner.items()})
-    for label in rest:
-        out.setdefault(label, elide(label, width, head=default))
-    return out, distinct

@@ -18,7 +18,7 @@ from hookscope.core.model_records import ModuleInfo
 from hookscope.core.records import Call, Trace
 from hookscope.core.tensors import shape_text
 from hookscope.core.values import TensorMeta
-from hookscope.render.grid import Shorten, distinct_forms, elide
+from hookscope.render.names import Shorten, distinct_forms, elide
 
 ROOT = "<root>"
 """How the root module's path is written in captions and messages."""
@@ -180,6 +180,14 @@ def structure_text(info: ModuleInfo, class_name: str) -> str:
     if info.aliases:
         text += f" (= {', '.join(info.aliases)})"
     return text
+
+
+def structure_fold_text(modules: Sequence[ModuleInfo], *, ascii: bool) -> str:
+    """``"    h.1 ... h.11 x11"``: :func:`hookscope.inspect`'s row for a run of
+    identical blocks (their class is in the next column)."""
+    dots, times = ("...", "x") if ascii else ("…", "×")
+    first, last = short_name(modules[0].path), short_name(modules[-1].path)
+    return f"{'  ' * modules[0].depth}{first} {dots} {last} {times}{len(modules)}"
 
 
 def shorten_tree(cell: str, width: int) -> str:

@@ -17,8 +17,9 @@ from hookscope.core.values import FlopCount, FlopRule
 from hookscope.errors import RenderError, SpecError
 from hookscope.flops.registry import OpTotals, by_op, flops_text
 from hookscope.render.fold import Folded, tree_rows
-from hookscope.render.grid import Grid, GridColumn, shorten_plain
+from hookscope.render.grid import Grid, GridColumn
 from hookscope.render.labels import tree_text
+from hookscope.render.names import shorten_plain
 from hookscope.render.table import DEFAULT_WIDTH, GridTable, tree_column
 from hookscope.render.units import format_count
 
@@ -40,8 +41,9 @@ def _require_ops(trace: Trace) -> FlopCount:
     return totals
 
 
-#: The op names' narrowest width: 18 keeps both ends of ``aten._unsafe_view.default``
-#: (``aten._u~w.default``), and leaves a 40-column table room for a 17-digit FLOPs count.
+#: The op names' narrowest width, once no other column is left to leave out (a name is
+#: cut last, ``render/grid.py``): 18 keeps both ends of ``aten._unsafe_view.default``
+#: (``aten._u~w.default``).
 _OP_MIN = 18
 
 
@@ -72,18 +74,18 @@ def uncounted_legend(trace: Trace) -> str | None:
     """``+ lower bound: no FLOP formula for aten.foo.default (x3), ...``, or ``None``."""
     if not trace.uncounted_ops:
         return None
-    listed = ", ".join(f"{name} (x{n})" for name, n in trace.uncounted_ops.items())
+    listed = ", ".join(f"{name} (x{n:,})" for name, n in trace.uncounted_ops.items())
     return f"+ lower bound: no FLOP formula for {listed}"
 
 
 def _caption(trace: Trace, total: FlopCount, shown: int, kinds: int) -> list[str]:
     parts = [
-        f"{len(trace.ops):,} ops of {kinds} types",
+        f"{len(trace.ops):,} ops of {kinds:,} types",
         f"FLOPs forward {format_count(total.forward)}, backward {format_count(total.backward)}",
         "MACs = FLOPs / 2",
     ]
     if shown < kinds:
-        parts.insert(1, f"showing the {shown} heaviest")
+        parts.insert(1, f"showing the {shown:,} heaviest")
     return parts
 
 
@@ -108,7 +110,7 @@ def ops_table(trace: Trace, *, top: int | None = None, ascii: bool = False) -> G
         ts = [t for _, t in rows]
         names = [n for n, _ in rows]
         cols = [
-            # numbers are never cut: a long op name is shortened in the middle instead
+            # a name is cut last (render/grid.py): shortened only with no column to drop
             GridColumn("op", "Op", names, numeric=False, priority=1000,
                        shorten=shorten_plain, min_width=min(max(map(len, names), default=0),
                                                             _OP_MIN)),

@@ -22,7 +22,7 @@ from hookscope.render.grid import (
     distinct_shortener,
 )
 from hookscope.render.table import GridTable
-from hookscope.render.units import format_stat
+from hookscope.render.units import format_stats
 
 __all__ = ["param_grads_table"]
 
@@ -36,11 +36,10 @@ def param_grads_table(records: Sequence[Any], *, ascii: bool = False) -> GridTab
         status = [r.status for r in records]
 
         def stat(name: str) -> list[str]:
-            return [format_stat(getattr(r, name)) if getattr(r, name) is not None else ""
-                    for r in records]
+            return format_stats([getattr(r, name) for r in records])  # one rule a column
 
         def count(name: str) -> list[str]:
-            return [str(getattr(r, name)) if getattr(r, name) else "" for r in records]
+            return [f"{getattr(r, name):,}" if getattr(r, name) else "" for r in records]
 
         styles = ["" if ascii or s in ("ok", "frozen") else "yellow" for s in status]
         columns = [
@@ -53,6 +52,6 @@ def param_grads_table(records: Sequence[Any], *, ascii: bool = False) -> GridTab
             GridColumn("nan", "NaN", count("nan_count"), priority=80),
             GridColumn("inf", "Inf", count("inf_count"), priority=80),
         ]
-        return Grid(columns, title=f"Gradients of {len(records)} parameters")
+        return Grid(columns, title=f"Gradients of {len(records):,} parameters")
 
     return GridTable(build, ascii=ascii)

@@ -18,8 +18,9 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from hookscope.core.records import Call, Trace
 from hookscope.core.values import TensorMeta
 from hookscope.flops.registry import flops_text
+from hookscope.render.columns import PRIORITY
 from hookscope.render.fold import Folded, Row, folded_rows, tree_rows
-from hookscope.render.grid import Grid, GridColumn, labelled_min, shorten_labelled
+from hookscope.render.grid import Grid, GridColumn, shapes_min, wrap_shapes
 from hookscope.render.labels import (
     ended_early,
     fold_text,
@@ -30,7 +31,13 @@ from hookscope.render.labels import (
     tree_text,
 )
 from hookscope.render.ops_table import uncounted_legend
-from hookscope.render.table import DEFAULT_WIDTH, GridTable, tree_column
+from hookscope.render.table import (
+    DEFAULT_WIDTH,
+    GridTable,
+    plural,
+    terminal_width,
+    tree_column,
+)
 from hookscope.render.units import format_bytes, format_count
 
 
@@ -70,10 +77,10 @@ class Summary:
         m = trace.model
         cols = [
             tree_column(labels),
-            GridColumn("input", "Input shape", ins, numeric=False, priority=60,
-                       shorten=shorten_labelled, min_width=labelled_min(ins)),
-            GridColumn("output", "Output shape", outs, numeric=False, priority=85,
-                       shorten=shorten_labelled, min_width=labelled_min(outs)),
+            GridColumn("input", "Input shape", ins, numeric=False, priority=PRIORITY["input"],
+                       wrap=wrap_shapes, wrap_min=shapes_min(ins)),
+            GridColumn("output", "Output shape", outs, numeric=False,
+                       priority=PRIORITY["output"], wrap=wrap_shapes, wrap_min=shapes_min(outs)),
             GridColumn("params", "Params", [_params(trace, r) for r in rows],
                        footer=format_count(m.params_total), priority=90),
         ]
@@ -102,7 +109,7 @@ class Summary:
         parts = [
             f"params: {m.params_total:,} ({m.params_trainable:,} trainable, "
             f"{m.params_total - m.params_trainable:,} frozen)",
-            f"buffers: {m.buffers_total:,} elements ({format_bytes(m.buffer_bytes)})",
+            f"buffers: {plural(m.buffers_total, 'element')} ({format_bytes(m.buffer_bytes)})",
             f"param size: {format_bytes(m.param_bytes)}",
         ]
         runs, hidden = folded_rows(rows)
@@ -158,7 +165,7 @@ class Summary:
         return grid_html(self.grid(False))
 
     def __str__(self) -> str:
-        return self.to_text()
+        return self.to_text(width=terminal_width())
 
     def __repr__(self) -> str:
         return f"<hookscope.Summary of {self.trace.model.class_name}: {len(self.trace)} calls>"

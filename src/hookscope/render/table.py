@@ -16,6 +16,8 @@ priority first, and the caption says which (``render/grid.py``).
 from __future__ import annotations
 
 import io
+import os
+import shutil
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -26,28 +28,38 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
-from hookscope.render.grid import Fitted, Grid, GridColumn, fit, wrap_header
-from hookscope.render.labels import structure_text, tree_min, tree_shortener
+from hookscope.render.fold import FoldedModules, StructureRow, structure_rows
+from hookscope.render.grid import PYTHON, Fitted, Grid, GridColumn, Wording, fit, wrap_header
+from hookscope.render.labels import (
+    structure_fold_text,
+    structure_text,
+    tree_min,
+    tree_shortener,
+)
 from hookscope.render.plain import GAP, draw
 from hookscope.render.units import format_bytes, format_count
 
 if TYPE_CHECKING:
+    from hookscope.core.model_records import ModuleInfo
     from hookscope.core.structure import ModelInfo
 
 DEFAULT_WIDTH = 120
-RICH_GAP = 3  # padding 1, divider 1, padding 1
+RICH_GAP = GAP
+"""Columns are as far apart on a terminal (a divider and a padding) as in plain text, so
+the same width gives the same layout in both."""
 
 
 def make_console(
     *, file: Any = None, width: int | None = None, color: bool | None = None
 ) -> Console:
-    """A console for ``file`` (default stdout): colour only on a terminal unless forced."""
+    """A console for ``file`` (default stdout): colour only on a terminal unless forced;
+    as wide as ``width``, else the terminal, else :func:`pipe_width`."""
     file = file if file is not None else sys.stdout
     is_tty = bool(getattr(file, "isatty", lambda: False)())
     use_color = is_tty if color is None else color
     return Console(
         file=file,
-        width=width or (None if is_tty else DEFAULT_WIDTH),
+        width=width or (None if is_tty else pipe_width()),
         color_system="auto" if use_color else None,
         no_color=not use_color,
         force_terminal=use_color if color is not None else None,
@@ -70,6 +82,19 @@ def to_text(renderable: Any, *, width: int = DEFAULT_WIDTH, color: bool = False)
     return buf.getvalue()
 
 
+def pipe_width() -> int:
+    """The width of a table written to a pipe or a file: ``COLUMNS`` when it is set
+    (as rich and most command-line tools read it), else :data:`DEFAULT_WIDTH`."""
+    columns = os.environ.get("COLUMNS", "").strip()
+    return int(columns) if columns.isdigit() and int(columns) > 0 else DEFAULT_WIDTH
+
+
+def terminal_width() -> int:
+    """The terminal's width when there is one (``COLUMNS`` when set), else
+    :data:`DEFAULT_WIDTH`: what ``print(table)`` in a script is drawn at."""
+    return shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns or DEFAULT_WIDTH
+
+
 def table_box(ascii: bool) -> box.Box:
     return box.ASCII2 if ascii else box.SIMPLE_HEAD
 
@@ -85,11 +110,15 @@ class GridTable:
     Attributes:
         build: ``build(ascii) -> Grid``: the table's cells, in ASCII or not.
         ascii: how it was asked for (``str()`` always draws ASCII).
+        wording: how the caption says to see columns left out (the command line sets
+            its own: ``--width``, ``--columns``).
     """
 
-    def __init__(self, build: Callable[[bool], Grid], *, ascii: bool = False) -> None:
+    def __init__(self, build: Callable[[bool], Grid], *, ascii: bool = False,
+                 wording: Wording = PYTHON) -> None:
         self.build = build
         self.ascii = ascii
+        self.wording = wording
         self._grids: dict[bool, Grid] = {}
 
     def grid(self, ascii: bool | None = None) -> Grid:
@@ -107,10 +136,15 @@ class GridTable:
 
     def to_text(self, *, width: int = DEFAULT_WIDTH) -> str:
         """Plain ASCII text at ``width`` characters."""
-        return draw(fit(self.grid(True), width, gap=GAP, sep=separator(True)))
+        return draw(self.fit(width, ascii=True))
+
+    def fit(self, width: int, *, ascii: bool) -> Fitted:
+        """The table laid out at ``width`` (``render/grid.py``): what is kept, how wide."""
+        return fit(self.grid(ascii), width, gap=GAP, sep=separator(ascii),
+                   wording=self.wording)
 
     def __str__(self) -> str:
-        return self.to_text()
+        return self.to_text(width=terminal_width())
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         width = options.max_width
@@ -119,7 +153,7 @@ class GridTable:
                 yield Segment(line)
                 yield Segment.line()
             return
-        fitted = fit(self.grid(False), width, gap=RICH_GAP, sep=separator(False))
+        fitted = self.fit(width, ascii=False)
         yield to_rich(fitted)
         for line in fitted.caption:
             yield Text(line, style="dim", no_wrap=True, overflow="ignore")
@@ -135,6 +169,7 @@ def to_rich(fitted: Fitted) -> Table:
     table = Table(
         box=box.SIMPLE_HEAD, show_footer=any(c.footer for c in fitted.columns),
         pad_edge=False, show_edge=False, title=fitted.title,
+        padding=(0, 0, 0, RICH_GAP - 1),  # a divider and a left padding: RICH_GAP apart
     )
     for col, width in zip(fitted.columns, fitted.widths, strict=True):
         table.add_column(
@@ -164,9 +199,27 @@ def tree_column(cells: list[str], *, footer: str = "Total", header: str = "Layer
     )
 
 
-def render_structure_text(info: ModelInfo, *, width: int = DEFAULT_WIDTH) -> str:
-    """The module tree of :func:`hookscope.inspect` as plain ASCII text."""
-    return structure_table(info, ascii=True).to_text(width=width)
+def _first_module(row: StructureRow) -> ModuleInfo:
+    return row.modules[0] if isinstance(row, FoldedModules) else row
+
+
+def _total(m: ModuleInfo) -> int:
+    return m.total_params
+
+
+def _trainable(m: ModuleInfo) -> int:
+    return m.trainable_params
+
+
+def plural(n: int, noun: str) -> str:
+    """``1 element``, ``2,048 elements``."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def render_structure_text(info: ModelInfo, *, width: int | None = None) -> str:
+    """The module tree of :func:`hookscope.inspect` as plain ASCII text (``print(info)``:
+    as wide as the terminal, :func:`terminal_width`)."""
+    return structure_table(info, ascii=True).to_text(width=width or terminal_width())
 
 
 def structure_html(info: ModelInfo) -> str:
@@ -174,38 +227,56 @@ def structure_html(info: ModelInfo) -> str:
     return structure_table(info)._repr_html_()
 
 
-def structure_table(info: ModelInfo, *, ascii: bool = False) -> GridTable:
-    """The module tree of :func:`hookscope.inspect`: params, trainable, buffers."""
+def structure_table(info: ModelInfo, *, ascii: bool = False, fold: bool = True) -> GridTable:
+    """The module tree of :func:`hookscope.inspect`: params, trainable, buffers; runs
+    of identical blocks folded as in a summary (``fold=False``: every module)."""
 
     def build(ascii: bool) -> Grid:
-        mods = list(info.modules.values())
+        rows = structure_rows(info, fold=fold)
         tied_at: dict[str, list[str]] = {}
         for later, first in info.tied.items():
             tied_at.setdefault(later.rpartition(".")[0], []).append(f"{later} = {first}")
-        labels = [structure_text(m, info.class_name)
-                  + (" [tied]" if m.path in tied_at else "") for m in mods]
+
+        def label(row: StructureRow) -> str:
+            if isinstance(row, FoldedModules):
+                return structure_fold_text(row.modules, ascii=ascii)
+            return structure_text(row, info.class_name) + (
+                " [tied]" if row.path in tied_at else "")
+
+        def count(row: StructureRow, of: Callable[[ModuleInfo], int]) -> str:
+            tops = row.modules if isinstance(row, FoldedModules) else (row,)
+            return format_count(sum(of(m) for m in tops))
+
+        def buffers(row: StructureRow) -> str:
+            mods = row.inside if isinstance(row, FoldedModules) else (row,)
+            total = sum(m.own_buffers for m in mods)
+            return format_count(total) if total else ""
+
         cols = [
-            tree_column(labels, footer="Total", header="Module"),
-            GridColumn("class", "Class", [m.class_name for m in mods], numeric=False,
-                       priority=60),
-            GridColumn("params", "Params", [format_count(m.total_params) for m in mods],
+            tree_column([label(r) for r in rows], footer="Total", header="Module"),
+            GridColumn("class", "Class", [_first_module(r).class_name for r in rows],
+                       numeric=False, priority=60),
+            GridColumn("params", "Params", [count(r, _total) for r in rows],
                        footer=format_count(info.total_params), priority=90),
-            GridColumn("trainable", "Trainable",
-                       [format_count(m.trainable_params) for m in mods],
+            GridColumn("trainable", "Trainable", [count(r, _trainable) for r in rows],
                        footer=format_count(info.trainable_params), priority=40),
-            GridColumn("buffers", "Buffer elements",
-                       [format_count(m.own_buffers) if m.own_buffers else "" for m in mods],
+            GridColumn("buffers", "Buffer elements", [buffers(r) for r in rows],
                        footer=format_count(info.total_buffers), priority=30),
         ]
-        tied = f", {len(info.tied)} tied counted once" if info.tied else ""
+        tied = f", {len(info.tied):,} tied counted once" if info.tied else ""
         caption = [
             f"params: {info.total_params:,} ({info.trainable_params:,} trainable, "
             f"{info.frozen_params:,} frozen{tied})",
-            f"buffers: {len(info.buffers):,} ({info.total_buffers:,} elements, "
+            f"buffers: {len(info.buffers):,} ({plural(info.total_buffers, 'element')}, "
             f"{format_bytes(info.buffer_bytes)})",
             f"param size: {format_bytes(info.param_bytes)}",
         ]
         notes = [f"tied: {', '.join(v)}" for v in tied_at.values()]
+        runs = [r for r in rows if isinstance(r, FoldedModules)]
+        if runs:
+            hidden = sum(len(r.inside) for r in runs) - len(runs)
+            caption.append(f"{len(runs)} run{'s' if len(runs) > 1 else ''} of repeated "
+                           f"blocks folded ({hidden:,} rows; --no-fold or fold=False shows them)")
         return Grid(cols, caption, notes, title=f"{info.class_name} structure")
 
     return GridTable(build, ascii=ascii)

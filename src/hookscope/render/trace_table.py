@@ -6,7 +6,9 @@
 
 ``sort=`` orders rows by a column: numbers descending (``"time"``: slowest first,
 a NaN counts as largest), names ascending; rows without a value go last. ``top=``
-keeps the first K rows (after sorting), ``depth=`` only calls down to that depth.
+keeps the K heaviest rows (the first K after sorting; without ``sort=``, sorted by
+time, FLOPs or parameters, whichever the trace has), ``depth=`` only calls down to
+that depth.
 """
 
 from __future__ import annotations
@@ -30,9 +32,9 @@ from hookscope.render.columns import (
     sort_key,
 )
 from hookscope.render.fold import Folded, Row, folded_rows, hidden_deeper, tree_rows
-from hookscope.render.grid import Grid, GridColumn, labelled_min, shorten_labelled
+from hookscope.render.grid import Grid, GridColumn, shapes_min, wrap_shapes
 from hookscope.render.labels import ended_early, fold_text, tree_text
-from hookscope.render.table import DEFAULT_WIDTH, GridTable, tree_column
+from hookscope.render.table import DEFAULT_WIDTH, GridTable, terminal_width, tree_column
 from hookscope.render.units import format_stat, format_time
 
 __all__ = [
@@ -68,7 +70,9 @@ def trace_table(
             :func:`default_columns`).
         sort: order rows by this column (numbers descending, names ascending); sorted
             rows are not folded.
-        top: keep only the first ``top`` rows (after sorting).
+        top: keep only the ``top`` heaviest rows: the first after sorting by ``sort``,
+            or, without it, by time, FLOPs or parameters, the first the trace has
+            (:data:`HEAVY`).
         depth: only calls down to this depth (0: the root only).
         ascii: draw with ASCII characters and no colour.
         fold: show a run of identical blocks as its first block and one row for the
@@ -85,9 +89,9 @@ def trace_table(
     if isinstance(columns, str) or (columns is not None and not columns):
         raise RenderError(f"columns= needs a list of column names, got {columns!r}")
     chosen = [column(n) for n in (default_columns(trace) if columns is None else columns)]
-    order = column(sort) if sort is not None else None
     _check_limit("top", top, minimum=1)
     _check_limit("depth", depth, minimum=0)
+    order = column(sort) if sort is not None else heaviest(trace) if top is not None else None
 
     def build(ascii: bool) -> Grid:
         view = View(trace, ascii=ascii, flat=order is not None)
@@ -104,9 +108,8 @@ def trace_table(
         shown = rows if top is None else rows[:top]
         # NB: columns the caller chose are dropped only when they cannot fit: the way
         # out is the width alone
-        hint = "widen with --width {width}" + (
-            ", or pick them with --columns" if columns is None else "")
-        grid = Grid([_grid_column(col, view, shown) for col in chosen], hint=hint)
+        grid = Grid([_grid_column(col, view, shown) for col in chosen],
+                    pickable=columns is None)
         visible = sum(1 for c in trace.calls if depth is None or c.depth <= depth)
         grid.caption = _caption(trace, shown=shown, total=rows, calls=visible, order=order,
                                 ascii=ascii, unsorted=unsorted, depth=depth)
@@ -128,8 +131,8 @@ def _grid_column(col: Column, view: View, rows: Sequence[Row]) -> GridColumn:
     return GridColumn(
         col.name, col.header, cells, footer=render_footer(col, view), numeric=col.numeric,
         priority=priority(col), styles=styles,
-        shorten=shorten_labelled if labelled else None,
-        min_width=labelled_min(cells) if labelled else 0,
+        wrap=wrap_shapes if labelled else None,
+        wrap_min=shapes_min(cells) if labelled else 0,
     )
 
 
@@ -169,6 +172,22 @@ def depth_caption(trace: Trace, depth: int | None, *, fold: bool) -> list[str]:
     return [f"depth {depth}: {hidden:,} deeper {noun} hidden (--depth {deepest} shows them)"]
 
 
+HEAVY = ("time", "flops_fwd", "params")
+"""What ``top=`` without ``sort=`` ranks rows by: the first of these the trace has."""
+
+
+def heaviest(trace: Trace) -> Column:
+    """The column ``top=`` ranks by when no ``sort=`` is given (:data:`HEAVY`): the
+    heaviest rows, not the first rows of the tree, cut mid-block."""
+    view = View(trace)
+    for name in HEAVY:
+        col = columns().get(name)
+        if col is not None and any(sort_key(col, view, c) not in (None, 0)
+                                   for c in trace.calls):
+            return col
+    return column("params")
+
+
 def sort_calls(view: View, calls: Sequence[Call], order: Column) -> list[Call]:
     """``calls`` ordered by ``order``'s key; calls without a value last, ties stable."""
     keyed = [(sort_key(order, view, c), c) for c in calls]
@@ -192,7 +211,7 @@ def _caption(
 ) -> list[str]:
     n = len(trace.calls)
     noun = "call" if n == 1 else "calls"
-    rows = f"{len(shown)} of {len(total)} rows" if len(shown) != len(total) else ""
+    rows = f"{len(shown):,} of {len(total):,} rows" if len(shown) != len(total) else ""
     # NB: every call of the run is counted; those ``depth`` leaves out are said so
     within = f", {calls:,} to depth {depth}" if calls < n else ""
     rows = f"{n:,} {noun}{within}" + (f", {rows}" if rows else "")
@@ -227,6 +246,12 @@ def describe_input_stats(call: Call) -> str:
         )
         parts.append(f"{s.path} {values} nan={s.nan_count} inf={s.inf_count}")
     return "; input statistics: " + "; ".join(parts)
+
+
+def render_trace_text(trace: Trace, *, width: int | None = None) -> str:
+    """The trace table of a trace as plain ASCII text (``print(trace)``: as wide as
+    the terminal, :func:`~hookscope.render.table.terminal_width`)."""
+    return render_trace(trace, width=width or terminal_width())
 
 
 def trace_html(trace: Trace) -> str:

@@ -7,6 +7,7 @@ maps ``None`` (not recorded) to the empty string.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 _BYTE_UNITS = ("KiB", "MiB", "GiB", "TiB")
 
@@ -54,6 +55,23 @@ def format_stat(x: float | None, *, digits: int = 4) -> str:
     if math.isinf(x):
         return "inf" if x > 0 else "-inf"
     return f"{x:.{digits}g}"
+
+
+def format_stats(values: Sequence[float | None], *, digits: int = 4) -> list[str]:
+    """A column of statistics under one rule: ``digits`` significant digits, every value
+    in fixed notation when each reads so (``0.1235``, ``12.35``), else every value in
+    scientific notation (``1.235e-01``, ``3.049e+05``); ``None`` is empty, NaN and
+    infinities are spelled out."""
+    finite = [abs(v) for v in values if v is not None and math.isfinite(v) and v != 0]
+    top = 10 ** digits - 0.5  # NB: .4g writes 9999.6 as 1e+04
+    fixed = all(1e-4 <= v < top for v in finite)
+    out = []
+    for v in values:
+        if v is None or not math.isfinite(v):
+            out.append(format_stat(v))
+        else:
+            out.append(f"{v:.{digits}g}" if fixed else f"{v:.{digits - 1}e}")
+    return out
 
 
 def _three_digits(x: float) -> str:
