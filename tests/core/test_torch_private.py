@@ -534,3 +534,17 @@ def test_raised_in_call_of_names_the_module_whose_call_impl_the_exception_left()
     assert found is not None and found[0] is inner
     assert found[1] is nn.Linear.forward.__code__
     assert torch_private.raised_in_call_of(None) is None
+
+
+def test_anomaly_mode_keeps_the_forward_stack_on_each_node_it_makes() -> None:
+    """What the backward hunt of ``find_anomaly`` reads for the model's line."""
+    x = torch.ones(2, requires_grad=True)
+    assert torch_private.node_forward_stack(x.sqrt().grad_fn) is None  # mode off: none
+    torch.autograd.set_detect_anomaly(True, check_nan=False)
+    try:
+        y = x.sqrt()  # the line
+    finally:
+        torch.autograd.set_detect_anomaly(False)
+    stack = torch_private.node_forward_stack(y.grad_fn)
+    assert stack is not None
+    assert f'File "{__file__}"' in stack[-1] and "y = x.sqrt()  # the line" in stack[-1]

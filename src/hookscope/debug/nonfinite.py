@@ -9,8 +9,8 @@ At the first call whose output holds a NaN or an Inf it raises
 :class:`NonFiniteError` (a :class:`~hookscope.errors.RunStopped`): the rest of the
 model does not run and the caller gets the partial trace. With ``backward=True``
 (:class:`NonFiniteGradProbe`) the gradients are checked as the backward delivers
-them: of each call's outputs, of its inputs, of each parameter. The entry points that
-run them are ``debug/anomaly.py``'s.
+them (``debug/grad_probe.py``). The entry points that run them are
+``debug/anomaly.py``'s.
 
 NB: the op check runs during the forward itself, never by re-running a module, so
 what it reports is what the model computed, with the model's own RNG draws, buffers
@@ -44,7 +44,7 @@ from hookscope.probes.moments import make_stats, tensor_moments
 
 if TYPE_CHECKING:
     from hookscope.core.handles import Removable
-    from hookscope.core.records import Call, ParamGrad, TensorStats
+    from hookscope.core.records import Call, TensorStats
     from hookscope.core.tracer import Tracer
 
 
@@ -188,41 +188,6 @@ class NonFiniteProbe(Probe):
         return AnomalyReport(tuple(self.anomalies), trace=trace, stopped=not self.collect_all)
 
 
-class NonFiniteGradProbe(NonFiniteProbe):
-    """:class:`NonFiniteProbe` that also checks gradients, in backward order."""
-
-    def on_backward_enter(self, call: Call, grad_outputs: tuple[Any, ...]) -> None:
-        self._grads(call, grad_outputs, AnomalyKind.GRAD_OUTPUT, "grad_out")
-
-    def on_backward_exit(self, call: Call, grad_inputs: tuple[Any, ...]) -> None:
-        self._grads(call, grad_inputs, AnomalyKind.GRAD_INPUT, "grad_in")
-
-    def on_param_grad(self, grad: ParamGrad) -> None:
-        g = grad.grad
-        if g is None or all_finite(g):
-            return
-        owner = grad.path.rpartition(".")[0]
-        trace = None if self._tracer is None else self._tracer.trace
-        info = None if trace is None else trace.modules.get(owner)
-        nans, infs = counts(g)
-        self._found(Anomaly(
-            AnomalyKind.PARAM_GRAD, "backward", owner, info.class_name if info else "",
-            None, None, grad.path, g.numel(), nans or 0, infs or 0,
-            op=self.findings.backward, parameter=grad.path,
-        ))
-
-    def _grads(self, call: Call, grads: tuple[Any, ...], kind: AnomalyKind, root: str) -> None:
-        for i, g in enumerate(grads):
-            if isinstance(g, torch.Tensor) and not all_finite(g):
-                nans, infs = counts(g)
-                self._found(Anomaly(
-                    kind, "backward", call.path, call.module_class, call.call_index,
-                    call.index, f"{root}[{i}]", g.numel(), nans or 0, infs or 0,
-                    op=self.findings.backward,
-                ))
-                return
-
-
 #: How many finite tensors a probe remembers (weakly): enough for a container's
 #: output, which is its last child's.
 _REMEMBERED = 4
@@ -268,7 +233,7 @@ def _output_anomaly(
     for i, (in_path, x) in enumerate(iter_call_inputs(args, kwargs)):
         before = versions[i] if versions is not None and i < len(versions) else None
         changed = before is not None and before != _version(x)
-        inputs.append(InputCheck(_stats(in_path, x), changed))
+        inputs.append(InputCheck(tensor_stats(in_path, x), changed))
     op = findings.inside(call.index)
     # the value came in with the call's inputs (not with a parameter of its own): name
     # the op that made it before the call, found by identity, or else the callers' first
@@ -296,7 +261,7 @@ def _version(t: torch.Tensor) -> int | None:
     return None if t.is_inference() else t._version
 
 
-def _stats(path: str, t: torch.Tensor) -> TensorStats:
+def tensor_stats(path: str, t: torch.Tensor) -> TensorStats:
     with torch.no_grad():
         kind, moments = tensor_moments(t)
     values = moments.tolist() if isinstance(moments, torch.Tensor) else moments

@@ -28,8 +28,9 @@ below (``torch_private.next_sequence_nr()``); the submodules hold them:
 - ``autograd.py``: node sequence numbers, the current node and graph task, the
   end-of-backward queue, saved-tensor hooks, a tensor's hook order
   (:func:`hooks_first`), whether a backward accumulates into a leaf
-  (:func:`accumulates_now`), whether a pass runs a node (:func:`node_runs_function`)
-  and a ``GradScaler``'s overflow flags.
+  (:func:`accumulates_now`), whether a pass runs a node (:func:`node_runs_function`),
+  the forward stack anomaly mode keeps on a node (:func:`node_forward_stack`) and a
+  ``GradScaler``'s overflow flags.
 - ``dispatch.py``: functorch's wrappers and batches, version counters, the
   dispatcher's kernel table, and Python dispatch (:func:`dispatch_off`,
   :func:`unwrapped_dispatch_mode`).
@@ -50,6 +51,7 @@ from hookscope.core.torch_private.autograd import (
     graph_task_running,
     hooks_first,
     next_sequence_nr,
+    node_forward_stack,
     node_runs_function,
     node_sequence_nr,
     queue_end_of_backward,
@@ -97,6 +99,7 @@ __all__ = [
     "jit_trace_scopes",
     "jit_tracing_paused",
     "next_sequence_nr",
+    "node_forward_stack",
     "node_runs_function",
     "node_sequence_nr",
     "overrides_call_impl",

@@ -5,8 +5,9 @@ Private: ``torch._C._autograd._get_sequence_nr``, ``torch._C._current_autograd_n
 ``torch._C._current_graph_task_id``, the execution engine's ``queue_callback``,
 ``_top_saved_tensors_default_hooks``, a tensor's hook dict behind its handle
 (:func:`hooks_first`), ``torch._C._will_engine_execute_node``
-(:func:`accumulates_now`, :func:`node_runs_function`) and a ``GradScaler``'s per-optimizer state
-(:func:`scaler_found_inf`).
+(:func:`accumulates_now`, :func:`node_runs_function`), a ``GradScaler``'s per-optimizer state
+(:func:`scaler_found_inf`) and the forward stack anomaly mode keeps on a node
+(:func:`node_forward_stack`).
 """
 
 from __future__ import annotations
@@ -199,3 +200,23 @@ def accumulates_now(p: torch.Tensor) -> bool | None:
         _warn_once("the memory of gradient recording (grads=True, on_param_grad)",
                    f"cannot tell whether a backward accumulates a gradient ({e})")
         return None
+
+
+def node_forward_stack(node: Any) -> list[str] | None:
+    """The forward stack anomaly mode recorded when autograd ``node`` was made
+    (``torch.autograd.set_detect_anomaly(True)`` on at the time): formatted frames,
+    outermost first, each ``'  File "f.py", line 5, in forward\\n    code\\n'``.
+    ``None`` when none was recorded; with a warning where torch keeps it elsewhere
+    (``node.metadata["traceback_"]``, private)."""
+    metadata = getattr(node, "metadata", None)
+    if not isinstance(metadata, dict):
+        _warn_once("the forward line of a backward node", "keeps no node.metadata dict")
+        return None
+    stack = metadata.get("traceback_")
+    if stack is None:
+        return None
+    if not isinstance(stack, list) or not all(isinstance(f, str) for f in stack):
+        _warn_once("the forward line of a backward node",
+                   "keeps anomaly mode's forward stack in another form")
+        return None
+    return stack
