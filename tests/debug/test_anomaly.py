@@ -248,6 +248,8 @@ def test_detect_anomaly_raises_inside_the_users_loop_with_the_same_report() -> N
 def test_bad_options_are_spec_errors() -> None:
     with pytest.raises(hookscope.SpecError, match="collect_all"):
         hookscope.find_anomaly(nn.Linear(2, 2), torch.ones(1, 2), collect_all="yes")
+    with pytest.raises(hookscope.SpecError, match="pdb= must be True or False"):
+        hookscope.find_anomaly(nn.Linear(2, 2), torch.ones(1, 2), pdb="yes")
 
 
 class MaskedAttention(nn.Module):

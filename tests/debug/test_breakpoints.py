@@ -370,3 +370,85 @@ def test_q_in_the_cli_s_debugger_exits_with_its_own_status(tmp_path: Path) -> No
     from hookscope.cli.debug_options import EXIT_DEBUGGER_QUIT
 
     assert child.exitstatus == EXIT_DEBUGGER_QUIT == 3
+
+
+POST_MORTEM_SCRIPT = """
+import torch
+from torch import nn
+import hookscope
+
+
+class Log(nn.Module):
+    def forward(self, x):
+        return x.log()
+
+
+class Sqrt(nn.Module):
+    def forward(self, y):
+        return torch.where(y > 0, y.sqrt(), torch.zeros_like(y))
+
+
+class Net(nn.Module):
+    def __init__(self, act):
+        super().__init__()
+        self.lin, self.act, self.head = nn.Linear(4, 4), act, nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.head(self.act(self.lin(x)))  # the caller
+
+
+torch.manual_seed(0)
+r = hookscope.find_anomaly(Net(Log()), torch.randn(3, 4), pdb=True)
+print("FORWARD", r.first.path)
+r = hookscope.find_anomaly(Net(Sqrt()), torch.randn(3, 4), backward=True, pdb=True)
+print("BACKWARD", r.first.node.name)
+"""
+
+
+def test_find_anomaly_pdb_opens_at_the_anomalous_call_forward_and_backward(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "post.py"
+    script.write_text(textwrap.dedent(POST_MORTEM_SCRIPT))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONBREAKPOINT"}
+    child = pexpect.spawn(sys.executable, [str(script)], encoding="utf-8", timeout=120,
+                          env=env, cwd=str(tmp_path))
+    child.expect(r"hookscope\.find_anomaly: forward output out of module 'act' \(Log")
+    child.expect(r"\(Pdb\) ")
+    child.sendline("p sorted(locals())")
+    child.expect(r"\(Pdb\) ")
+    assert "['inputs', 'kwargs', 'module', 'output', 'path']" in child.before
+    child.sendline("p bool(output.isnan().any()), bool(inputs[0].isnan().any())")
+    child.expect(r"\(Pdb\) ")
+    assert "(True, False)" in child.before
+    child.sendline("up")
+    child.expect(r"\(Pdb\) ")
+    assert "# the caller" in child.before
+    child.sendline("c")
+    child.expect("FORWARD act")
+    child.expect(r"hookscope\.find_anomaly: backward node SqrtBackward0")
+    child.expect(r"\(Pdb\) ")
+    child.sendline("p sorted(locals())")
+    child.expect(r"\(Pdb\) ")
+    assert "['grad_inputs', 'grad_outputs', 'module', 'node', 'path']" in child.before
+    child.sendline("p node.name(), path, type(module).__name__")
+    child.expect(r"\(Pdb\) ")
+    assert "('SqrtBackward0', 'act', 'Sqrt')" in child.before
+    child.sendline("q")  # ends the session: the report is still returned
+    child.expect("BACKWARD SqrtBackward0")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+
+
+def test_find_anomaly_pdb_stops_once_with_the_call_s_values(recorder: Recorder) -> None:
+    torch.manual_seed(0)
+    model, x = _model(), torch.randn(3, 4)
+    report = hookscope.find_anomaly(model, x, pdb=True, collect_all=True)
+    assert report is not None and len(report.anomalies) > 1
+    [seen] = recorder.seen  # the first anomaly only
+    assert seen["path"] == "1" and seen["module"] is model[1]
+    with torch.no_grad():
+        expected = model[1](model[0](x))  # oracle: the call, run by hand
+    assert torch.equal(seen["output"].isnan(), expected.isnan())
+    assert total_hooks(model) == 0

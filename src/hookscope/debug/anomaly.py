@@ -41,6 +41,7 @@ def find_anomaly(
     loss: Callable[[Any], torch.Tensor] | None = None,
     collect_all: bool = False,
     ops: bool = True,
+    pdb: bool = False,
 ) -> AnomalyReport | None:
     """Run the model once and find the first module call whose output holds NaN or Inf.
 
@@ -65,6 +66,13 @@ def find_anomaly(
         collect_all: do not stop: report every anomalous call (in a NaN's wake, most
             calls after the first one).
         ops: also name the first aten op inside the call that produced the value.
+        pdb: open the debugger at the first anomaly, while the run is there, after a
+            one-line banner: in the forward, in a frame whose locals are the call's
+            ``module``, ``path``, ``inputs``, ``kwargs`` and ``output``; in the
+            backward, ``module`` (``None`` for the loss), ``path``, the ``node`` and
+            its ``grad_inputs`` and ``grad_outputs``. ``up`` goes to the model's code;
+            ``c`` or ``q`` ends the session and the report is returned. As
+            :func:`hookscope.breakpoint`, ``PYTHONBREAKPOINT`` picks another debugger.
 
     Returns:
         ``None`` when every output (and gradient) is finite, else the
@@ -80,13 +88,14 @@ def find_anomaly(
         >>> print(report)  # the layer, the output, the inputs, the op
     """
     check_model(model)
-    check_flags(backward=backward, collect_all=collect_all, ops=ops)
+    check_flags(backward=backward, collect_all=collect_all, ops=ops, pdb=pdb)
     if _on_meta(model, inputs, kwargs):
         raise SpecError(
             "find_anomaly looks for NaN and Inf values, and the meta device has shapes "
             "but no values; run it with the model and inputs on 'cpu' or 'cuda'"
         )
-    probe = (NonFiniteGradProbe if backward else NonFiniteProbe)(collect_all=collect_all, ops=ops)
+    probe = (NonFiniteGradProbe if backward else NonFiniteProbe)(
+        collect_all=collect_all, ops=ops, pdb=pdb)
     if loss is not None and callable(loss) and isinstance(probe, NonFiniteGradProbe):
         loss = _hunted(loss, probe)
     try:

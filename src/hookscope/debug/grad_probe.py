@@ -23,6 +23,7 @@ from hookscope.debug.checks import all_finite, counts
 from hookscope.debug.grad_nodes import NodeHunt, forward_op, user_line
 from hookscope.debug.nonfinite import NonFiniteError, NonFiniteProbe, tensor_stats
 from hookscope.debug.records import Anomaly, AnomalyKind, BackwardNode
+from hookscope.debug.stops import at_backward_node
 
 if TYPE_CHECKING:
     from hookscope.core.handles import Removable
@@ -73,12 +74,17 @@ class NonFiniteGradProbe(NonFiniteProbe):
             )
             g = grad_inputs[index]
             nans, infs = counts(g)
+        anomaly = Anomaly(
+            AnomalyKind.BACKWARD_NODE, "backward", call.path if call else "",
+            call.module_class if call else "", call.call_index if call else None, owner,
+            f"grad_in[{index}]", g.numel(), nans or 0, infs or 0, node=found,
+        )
+        if self.pdb:
+            module = tracer.model.get_submodule(call.path) if call is not None else None
+            self._debug(anomaly, at_backward_node, module, anomaly.path, node, grad_inputs,
+                        grad_outputs)
         try:
-            self._found(Anomaly(
-                AnomalyKind.BACKWARD_NODE, "backward", call.path if call else "",
-                call.module_class if call else "", call.call_index if call else None, owner,
-                f"grad_in[{index}]", g.numel(), nans or 0, infs or 0, node=found,
-            ))
+            self._found(anomaly)
         except NonFiniteError as e:
             e.locate(self.name, call)
             raise

@@ -21,7 +21,11 @@ call ends: an input the call wrote into shows what it holds then (the record say
 
 from __future__ import annotations
 
+import bdb
+import contextlib
+import sys
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -39,6 +43,7 @@ from hookscope.debug.records import (
     InputCheck,
     OpFinding,
 )
+from hookscope.debug.stops import debugger_disabled, in_call
 from hookscope.errors import RunStopped
 from hookscope.probes.moments import make_stats, tensor_moments
 
@@ -74,6 +79,8 @@ class NonFiniteProbe(Probe):
     Args:
         collect_all: record every anomalous call instead of stopping at the first.
         ops: also find the first aten op that produced the value (a dispatch mode).
+        pdb: open the debugger at the first anomaly, in a frame of its call's values
+            (``debug/stops.py``).
     """
 
     name = "nonfinite"
@@ -81,9 +88,10 @@ class NonFiniteProbe(Probe):
     order = 5
     watches_ops = True  # the engine then marks other probes' work, which the mode skips
 
-    def __init__(self, *, collect_all: bool = False, ops: bool = True) -> None:
+    def __init__(self, *, collect_all: bool = False, ops: bool = True, pdb: bool = False) -> None:
         self.collect_all = collect_all
         self.ops = ops
+        self.pdb = pdb
         self.anomalies: list[Anomaly] = []
         self.findings = OpFindings()
         self._mode: OpCheckMode | None = None
@@ -138,8 +146,11 @@ class NonFiniteProbe(Probe):
                         outside=self._outside(),
                     ) if came_in else True
                     mode.flush()  # the ops held since the call started: which one did it
-                self._found(_output_anomaly(call, path, t, args, kwargs, versions,
-                                            self.findings, made))
+                anomaly = _output_anomaly(call, path, t, args, kwargs, versions,
+                                          self.findings, made)
+                if self.pdb:
+                    self._debug(anomaly, in_call, module, call.path, args, kwargs, output)
+                self._found(anomaly)
                 return
             self._remember(t)
         if mode is not None:
@@ -175,6 +186,19 @@ class NonFiniteProbe(Probe):
         if len(finite) >= _REMEMBERED:
             del finite[0]
         finite.append((weakref.ref(t), version, mode.writes))
+
+    def _debug(self, anomaly: Anomaly, frame: Callable[..., None], *values: Any) -> None:
+        """Open the debugger in ``frame(*values)`` at the first anomaly, after a banner
+        that names it; ``q`` only ends the session (the run stops there anyway)."""
+        if self.anomalies or debugger_disabled():
+            return
+        from hookscope.render.anomaly import anomaly_line
+
+        sys.stderr.write(f"hookscope.find_anomaly: {anomaly_line(anomaly)}; locals: "
+                         f"{', '.join(frame.__code__.co_varnames[:len(values)])}\n")
+        sys.stderr.flush()
+        with contextlib.suppress(bdb.BdbQuit):
+            frame(*values)
 
     def _found(self, anomaly: Anomaly) -> None:
         self.anomalies.append(anomaly)

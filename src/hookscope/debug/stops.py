@@ -43,6 +43,18 @@ def in_backward_of_call(
     return None  # the debugger stops here: the locals are the module call's
 
 
+def at_backward_node(
+    module: nn.Module | None, path: str, node: Any, grad_inputs: tuple[Any, ...],
+    grad_outputs: tuple[Any, ...],
+) -> None:
+    """The frame ``find_anomaly(pdb=True)`` opens at the backward node that made the
+    first non-finite gradient: the module whose forward made it (``None``: the loss),
+    the node, the gradients it computed and those it received."""
+    if not _pdb_opened(sys._getframe()):
+        sys.breakpointhook()
+    return None  # the debugger stops here: the locals are the node's
+
+
 def debugger_disabled() -> bool:
     """Whether ``PYTHONBREAKPOINT=0`` turned Python's own breakpoint hook off."""
     return sys.breakpointhook is sys.__breakpointhook__ and (
