@@ -300,7 +300,8 @@ def test_resnet50_with_a_sqrt_activation() -> None:
 def test_gpt2_with_a_log_in_its_mlp() -> None:
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=100, n_positions=32)
+    cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=100, n_positions=32,
+                                  bos_token_id=0, eos_token_id=0)
     model = transformers.GPT2LMHeadModel(cfg).eval()
     model.transformer.h[1].mlp.act = Planted(log_at_zero)
     ids = torch.randint(0, cfg.vocab_size, (1, 16))

@@ -452,3 +452,34 @@ def test_find_anomaly_pdb_stops_once_with_the_call_s_values(recorder: Recorder) 
         expected = model[1](model[0](x))  # oracle: the call, run by hand
     assert torch.equal(seen["output"].isnan(), expected.isnan())
     assert total_hooks(model) == 0
+
+
+def test_gpt2_a_nan_in_one_mlp_stops_once_where_it_is_made(recorder: Recorder) -> None:
+    """A NaN made in block 1's MLP of a 4-layer GPT-2 opened pdb 8 times at ``*.mlp``."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_layer=4, n_embd=64, n_head=2, vocab_size=100,
+                                  n_positions=32, bos_token_id=0, eos_token_id=0)
+    model = transformers.GPT2LMHeadModel(cfg).eval()
+    model.transformer.h[1].mlp.act = Log()  # log of negatives: NaN
+    ids = torch.randint(0, cfg.vocab_size, (1, 8))
+    # oracle: plain forward hooks on the MLPs, in the order their calls end
+    holds: list[tuple[str, bool, bool]] = []
+    handles = [m.register_forward_hook(
+        lambda m, i, o, n=n: holds.append((n, bool(i[0].isnan().any()), bool(o.isnan().any()))))
+        for n, m in model.named_modules() if n.endswith(".mlp")]
+    with torch.no_grad():
+        model(ids)
+    for h in handles:
+        h.remove()
+    first = next(n for n, nan_in, nan_out in holds if nan_out and not nan_in)
+    assert first == "transformer.h.1.mlp"
+    assert sum(nan_out for _, _, nan_out in holds) == 3  # blocks 1, 2, 3
+    with torch.no_grad(), hookscope.breakpoint(model, at="**.mlp", when="nan"):
+        model(ids)
+    assert [s["path"] for s in recorder.seen] == [first]
+    recorder.seen.clear()
+    with torch.no_grad(), hookscope.breakpoint(model, at="**.mlp", when="nan", every=True):
+        model(ids)
+    assert [s["path"] for s in recorder.seen] == [n for n, _, nan_out in holds if nan_out]
+    assert total_hooks(model) == 0
