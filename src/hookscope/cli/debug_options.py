@@ -37,8 +37,9 @@ class BreakOn(str, Enum):
 
 
 FindAnomalyOpt = Annotated[bool, typer.Option(
-    "--find-anomaly", help="Find the first module call whose output (with --backward: "
-    "or gradient) holds NaN/Inf, and the op that made it; exit 1 if found, 0 if clean.")]
+    "--find-anomaly", help="Find the first module call whose output holds NaN/Inf, and "
+    "the op that made it (with --backward, then the autograd node that made the first "
+    "non-finite gradient, and its line); exit 1 if found, 0 if clean.")]
 BreakAtOpt = Annotated[str | None, typer.Option(
     "--break-at", metavar="GLOB", show_default=False,
     help="Open the debugger (sys.breakpointhook: PYTHONBREAKPOINT is honoured) after "
