@@ -548,3 +548,32 @@ def test_anomaly_mode_keeps_the_forward_stack_on_each_node_it_makes() -> None:
     stack = torch_private.node_forward_stack(y.grad_fn)
     assert stack is not None
     assert f'File "{__file__}"' in stack[-1] and "y = x.sqrt()  # the line" in stack[-1]
+
+
+class _Twice(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad * 2
+
+
+def test_a_custom_function_s_node_names_its_class() -> None:
+    x = torch.ones(2, requires_grad=True)
+    assert torch_private.custom_function_class(_Twice.apply(x).grad_fn) is _Twice
+    assert torch_private.custom_function_class(x.sqrt().grad_fn) is None
+
+
+def test_a_node_hook_s_handle_tells_when_the_node_is_gone() -> None:
+    import gc
+
+    x = torch.ones(2, requires_grad=True)
+    y = x.sqrt()
+    assert y.grad_fn is not None
+    handle = y.grad_fn.register_hook(lambda gi, go: None)
+    assert torch_private.hook_table_alive(handle)
+    del y
+    gc.collect()
+    assert not torch_private.hook_table_alive(handle)

@@ -71,7 +71,7 @@ class NodeHunt:
         self._start = torch_private.next_sequence_nr()
         self._hooked.clear()
         # the handles of graphs already freed: their hooks went with them
-        self._handles = [h for h in self._handles if h.hooks_dict_ref() is not None]
+        self._handles = [h for h in self._handles if torch_private.hook_table_alive(h)]
         self.record_stacks()
 
     def record_stacks(self) -> None:
@@ -128,8 +128,8 @@ def _non_finite(g: Any) -> bool:
 def forward_op(node: Any) -> str:
     """The forward op whose gradient ``node`` computes: ``sqrt`` for ``SqrtBackward0``,
     ``MyFn.apply`` for a custom ``autograd.Function``'s node."""
-    cls = getattr(node, "_forward_cls", None)
-    if isinstance(cls, type):
+    cls = torch_private.custom_function_class(node)
+    if cls is not None:
         return f"{cls.__name__}.apply"
     name = re.sub(r"Backward\d*$", "", str(node.name()))
     return re.sub(r"(?<=[a-z])(?=[A-Z])", "_", name).lower()

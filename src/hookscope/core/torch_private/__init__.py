@@ -29,8 +29,9 @@ below (``torch_private.next_sequence_nr()``); the submodules hold them:
   end-of-backward queue, saved-tensor hooks, a tensor's hook order
   (:func:`hooks_first`), whether a backward accumulates into a leaf
   (:func:`accumulates_now`), whether a pass runs a node (:func:`node_runs_function`),
-  the forward stack anomaly mode keeps on a node (:func:`node_forward_stack`) and a
-  ``GradScaler``'s overflow flags.
+  the forward stack anomaly mode keeps on a node (:func:`node_forward_stack`), a custom
+  function's class (:func:`custom_function_class`), whether a hook handle's table
+  still exists (:func:`hook_table_alive`) and a ``GradScaler``'s overflow flags.
 - ``dispatch.py``: functorch's wrappers and batches, version counters, the
   dispatcher's kernel table, and Python dispatch (:func:`dispatch_off`,
   :func:`unwrapped_dispatch_mode`).
@@ -47,8 +48,10 @@ from hookscope.core.torch_private.autograd import (
     accumulates_now,
     current_autograd_node,
     current_graph_task_id,
+    custom_function_class,
     graph_task_id_function,
     graph_task_running,
+    hook_table_alive,
     hooks_first,
     next_sequence_nr,
     node_forward_stack,
@@ -88,11 +91,13 @@ __all__ = [
     "call_impl_shortcut",
     "current_autograd_node",
     "current_graph_task_id",
+    "custom_function_class",
     "dispatch_has_composite_kernel",
     "dispatch_off",
     "global_module_hooks_present",
     "graph_task_id_function",
     "graph_task_running",
+    "hook_table_alive",
     "hooks_first",
     "inside_another_module_call",
     "is_functorch_wrapped",

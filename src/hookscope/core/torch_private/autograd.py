@@ -6,8 +6,10 @@ Private: ``torch._C._autograd._get_sequence_nr``, ``torch._C._current_autograd_n
 ``_top_saved_tensors_default_hooks``, a tensor's hook dict behind its handle
 (:func:`hooks_first`), ``torch._C._will_engine_execute_node``
 (:func:`accumulates_now`, :func:`node_runs_function`), a ``GradScaler``'s per-optimizer state
-(:func:`scaler_found_inf`) and the forward stack anomaly mode keeps on a node
-(:func:`node_forward_stack`).
+(:func:`scaler_found_inf`), the forward stack anomaly mode keeps on a node
+(:func:`node_forward_stack`), a custom function's class behind its node
+(:func:`custom_function_class`) and whether a hook handle's table still exists
+(:func:`hook_table_alive`).
 """
 
 from __future__ import annotations
@@ -220,3 +222,19 @@ def node_forward_stack(node: Any) -> list[str] | None:
                    "keeps anomaly mode's forward stack in another form")
         return None
     return stack
+
+
+def custom_function_class(node: Any) -> type | None:
+    """The ``torch.autograd.Function`` subclass whose ``apply`` made ``node`` (its
+    ``MyFnBackward`` node), ``None`` for a built-in op's node. Private: the class is
+    the node class's ``_forward_cls``."""
+    cls = getattr(node, "_forward_cls", None)
+    return cls if isinstance(cls, type) else None
+
+
+def hook_table_alive(handle: Any) -> bool:
+    """Whether the hooks behind ``handle`` (a ``RemovableHandle``) still exist: the
+    table of an autograd node that was freed is gone, and its handle need not be kept.
+    Private: the handle's weak ``hooks_dict_ref``; ``True`` (keep it) where it has none."""
+    ref = getattr(handle, "hooks_dict_ref", None)
+    return not callable(ref) or ref() is not None
