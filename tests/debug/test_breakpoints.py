@@ -483,3 +483,40 @@ def test_gpt2_a_nan_in_one_mlp_stops_once_where_it_is_made(recorder: Recorder) -
         model(ids)
     assert [s["path"] for s in recorder.seen] == [n for n, _, nan_out in holds if nan_out]
     assert total_hooks(model) == 0
+
+
+class _Scaled(nn.Module):
+    """Its output is not its last child's: no two calls share an output gradient."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin, self.act, self.head = nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.act(self.lin(x))) * 2
+
+
+def test_a_backward_breakpoint_on_nan_stops_once_at_the_first_backward(
+    recorder: Recorder,
+) -> None:
+    model = _Scaled()
+    x = torch.randn(3, 4)
+    order: list[str] = []  # oracle: torch's backward pre-hooks, in autograd's order
+    handles = [m.register_full_backward_pre_hook(
+        lambda m, go, n=n: order.append(n) if bool(go[0].isnan().any()) else None)
+        for n, m in model.named_modules()]
+    (model(x) * float("nan")).sum().backward()
+    for h in handles:
+        h.remove()
+    assert sorted(order) == ["", "act", "head", "lin"]
+    with hookscope.breakpoint(model, phase="backward", when="nan"):
+        (model(x) * float("nan")).sum().backward()
+    assert [s["path"] for s in recorder.seen] == order[:1]  # once: the first to receive it
+    recorder.seen.clear()
+    with hookscope.breakpoint(model, phase="backward", when="nan", every=True):
+        (model(x) * float("nan")).sum().backward()
+    assert [s["path"] for s in recorder.seen] == order
+    assert set(recorder.seen[0]) == {"module", "path", "inputs", "kwargs", "output",
+                                     "grad_output"}
+    model.zero_grad()
+    assert total_hooks(model) == 0
