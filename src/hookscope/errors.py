@@ -10,7 +10,9 @@ The tree::
     ├── ProbeError (RuntimeError)    a probe (hookscope's or the user's) raised; names the
     │                                probe and the call; carries the partial ``Trace``
     ├── RunStopped                   a probe stopped the run early on purpose (the first
-    │                                NaN, say); carries the partial ``Trace``
+    │   │                            NaN, say); carries the partial ``Trace``
+    │   └── DebuggerQuit             the user quit the debugger ``hookscope.breakpoint``
+    │                                opened (``q``)
     ├── RenderError (ValueError)     a trace could not be rendered or parsed (unknown
     │                                column, unknown format, JSON of another schema)
     └── MissingDependencyError (ImportError)
@@ -131,3 +133,9 @@ class RunStopped(HookscopeError):
         if call is not None and self.path is None:
             self.path, self.call = call.path, call.index
         self.args = (self._text(),)
+
+
+class DebuggerQuit(RunStopped):
+    """The user quit the debugger :func:`hookscope.breakpoint` opened in a module call
+    (``q``): the run stops there, the model is left as before; the command line exits
+    with its own status (3), not a usage error's."""

@@ -28,6 +28,16 @@ def nan():
     return nn.Sequential(nn.Linear(4, 8), Log(), nn.Linear(8, 2))
 
 
+class SafeSqrt(nn.Module):
+    def forward(self, x):
+        return torch.where(x > 0, x.sqrt(), torch.zeros_like(x))
+
+
+def grad_nan():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), SafeSqrt(), nn.Linear(8, 2))
+
+
 def clean():
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
@@ -80,7 +90,7 @@ def test_break_at_and_break_on_open_the_breakpointhook(
                         lambda: seen.append(sys._getframe(1).f_locals["path"]))
     code, _, _ = run_cli(capsys, "trace", f"{models}:nan", "-i", "3,4", "--break-on", "nan",
                            "--no-time")
-    assert code == 0 and seen == ["1", "2", ""]
+    assert code == 0 and seen == ["1"]  # once: where the NaN is made, not in its wake
     seen.clear()
     code, _, _ = run_cli(capsys, "trace", f"{models}:clean", "-i", "3,4", "--break-at", "0")
     assert code == 0 and seen == ["0"]
@@ -156,3 +166,31 @@ def test_a_clean_find_anomaly_json_has_the_report_s_keys(
     doc = json.loads(clean)
     assert sorted(doc) == sorted(json.loads(found))
     assert doc["anomalies"] == [] and doc["stopped"] is False
+
+
+def test_find_anomaly_backward_names_the_node_torch_s_detect_anomaly_names(
+    models: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib.util
+    import re
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location("cli_models", models)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    model = module.grad_nan()
+    torch.manual_seed(1)
+    x = torch.randn(3, 4)
+    with pytest.warns(UserWarning), pytest.raises(RuntimeError) as info, \
+            torch.autograd.detect_anomaly():
+        model(x).sum().backward()
+    node = re.search(r"Function '(\w+)'", str(info.value))
+    assert node is not None
+    code, out, _ = run_cli(capsys, "trace", f"{models}:grad_nan", "-i", "3,4", "--find-anomaly",
+                           "--backward")
+    assert code == 1
+    assert out.startswith(f"First non-finite value: backward node {node.group(1)} ")
+    assert "in module '1' (SafeSqrt, call 0)" in out.splitlines()[0]
+    assert "return torch.where(x > 0, x.sqrt(), torch.zeros_like(x))" in out

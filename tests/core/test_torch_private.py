@@ -698,3 +698,46 @@ def test_global_forward_hook_flags_and_legacy_backward_hooks_are_seen(
         assert torch_private.global_backward_hooks_are_legacy()
     finally:
         legacy.remove()
+
+
+def test_anomaly_mode_keeps_the_forward_stack_on_each_node_it_makes() -> None:
+    """What the backward hunt of ``find_anomaly`` reads for the model's line."""
+    x = torch.ones(2, requires_grad=True)
+    assert torch_private.node_forward_stack(x.sqrt().grad_fn) is None  # mode off: none
+    torch.autograd.set_detect_anomaly(True, check_nan=False)
+    try:
+        y = x.sqrt()  # the line
+    finally:
+        torch.autograd.set_detect_anomaly(False)
+    stack = torch_private.node_forward_stack(y.grad_fn)
+    assert stack is not None
+    assert f'File "{__file__}"' in stack[-1] and "y = x.sqrt()  # the line" in stack[-1]
+
+
+class _Twice(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad * 2
+
+
+def test_a_custom_function_s_node_names_its_class() -> None:
+    x = torch.ones(2, requires_grad=True)
+    assert torch_private.custom_function_class(_Twice.apply(x).grad_fn) is _Twice
+    assert torch_private.custom_function_class(x.sqrt().grad_fn) is None
+
+
+def test_a_node_hook_s_handle_tells_when_the_node_is_gone() -> None:
+    import gc
+
+    x = torch.ones(2, requires_grad=True)
+    y = x.sqrt()
+    assert y.grad_fn is not None
+    handle = y.grad_fn.register_hook(lambda gi, go: None)
+    assert torch_private.hook_table_alive(handle)
+    del y
+    gc.collect()
+    assert not torch_private.hook_table_alive(handle)

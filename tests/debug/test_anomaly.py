@@ -181,20 +181,27 @@ def test_collect_all_reports_every_anomalous_call_in_execution_order() -> None:
     assert model.ran == ["stem", "log", "head"]
 
 
-def test_a_backward_anomaly_names_the_parameter() -> None:
+def test_a_backward_anomaly_names_the_node_then_the_parameter() -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 4), SqrtScale(), nn.Linear(4, 2))
     x = torch.randn(3, 4)
     assert hookscope.find_anomaly(model, x) is None  # the forward is finite
+    # oracle: autograd's own gradient of the same loss
+    (g,) = torch.autograd.grad(model(x).sum(), [model[1].w])
+    bad = int((~torch.isfinite(g)).sum())
     report = hookscope.find_anomaly(model, x, backward=True)
     assert report is not None
     a = report.first
-    assert a.phase == "backward" and a.kind.value == "param_grad"
-    assert a.parameter == "1.w" and a.path == "1" and a.module_class == "SqrtScale"
-    # oracle: autograd's own gradient of the same loss
-    (g,) = torch.autograd.grad(model(x).sum(), [model[1].w])
-    assert a.inf_count + a.nan_count == int((~torch.isfinite(g)).sum())
-    assert a.op is not None and a.op.phase == "backward" and a.op.path == "1"
+    assert a.phase == "backward" and a.kind.value == "backward_node"
+    assert a.node is not None and a.node.name == "SqrtBackward0"  # w.sqrt(), at w = 0
+    assert a.path == "1" and a.module_class == "SqrtScale"
+    assert a.inf_count + a.nan_count == bad
+    every = hookscope.find_anomaly(model, x, backward=True, collect_all=True)
+    assert every is not None
+    param = every.anomalies[1]
+    assert (param.kind.value, param.parameter, param.path) == ("param_grad", "1.w", "1")
+    assert param.inf_count + param.nan_count == bad
+    assert param.op is not None and param.op.phase == "backward" and param.op.path == "1"
     assert all(p.grad is None for p in model.parameters())
     assert total_hooks(model) == 0
 
@@ -241,6 +248,8 @@ def test_detect_anomaly_raises_inside_the_users_loop_with_the_same_report() -> N
 def test_bad_options_are_spec_errors() -> None:
     with pytest.raises(hookscope.SpecError, match="collect_all"):
         hookscope.find_anomaly(nn.Linear(2, 2), torch.ones(1, 2), collect_all="yes")
+    with pytest.raises(hookscope.SpecError, match="pdb= must be True or False"):
+        hookscope.find_anomaly(nn.Linear(2, 2), torch.ones(1, 2), pdb="yes")
 
 
 class MaskedAttention(nn.Module):
@@ -533,10 +542,11 @@ def test_a_parameter_gradient_is_checked_in_backward_order() -> None:
     handle.remove()
     first_bad = next(name for name, finite in order if not finite)
     assert first_bad == "3.w"
-    report = hookscope.find_anomaly(model, x, backward=True)
+    report = hookscope.find_anomaly(model, x, backward=True, collect_all=True)
     assert report is not None
-    assert report.first.parameter == "3.w" and report.first.inf_count == 1
-    assert report.first.op is not None and report.first.op.path == "3"
+    node, param = report.anomalies[:2]  # the node that made it, then the parameter's
+    assert node.node is not None and (node.node.name, node.path) == ("SqrtBackward0", "3")
+    assert param.parameter == "3.w" and param.inf_count == 1
 
 
 def test_a_gradient_made_in_a_call_s_backward_is_that_call_s_gradient_input() -> None:
@@ -554,19 +564,22 @@ def test_a_gradient_made_in_a_call_s_backward_is_that_call_s_gradient_input() ->
     handles = [m.register_full_backward_hook(
         lambda m, gi, go, n=n: order.append(n) if gi[0] is not None
         and not bool(gi[0].isfinite().all()) else None) for n, m in model.named_children()]
-    torch.autograd.grad(model(x).sum(), list(model.parameters()))
+    # x needs no gradient: torch says so of the first layer's hook
+    with pytest.warns(UserWarning, match="no inputs require gradients"):
+        torch.autograd.grad(model(x).sum(), list(model.parameters()))
     for h in handles:
         h.remove()
     assert order[0] == "sq"
     report = hookscope.find_anomaly(model, x, backward=True)
     assert report is not None
     a = report.first
-    assert (a.path, a.tensor) == ("sq", "grad_in[0]")
-    assert a.op is not None and a.op.path == "sq"
+    assert a.node is not None and (a.node.name, a.path) == ("SqrtBackward0", "sq")
     every = hookscope.find_anomaly(model, x, backward=True, collect_all=True)
     assert every is not None
-    assert [(b.path, b.tensor) for b in every.anomalies][:2] == [
-        ("sq", "grad_in[0]"), ("t", "grad_out[0]")]
+    assert [(b.path, b.tensor) for b in every.anomalies][:3] == [
+        ("sq", "grad_in[0]"), ("sq", "grad_in[0]"), ("t", "grad_out[0]")]
+    assert [b.kind.value for b in every.anomalies][:3] == [
+        "backward_node", "grad_input", "grad_output"]
 
 
 class _LogThenMask(nn.Module):

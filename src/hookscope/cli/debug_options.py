@@ -4,12 +4,11 @@ The options' types live here and ``cli/app.py``'s ``trace`` command declares the
 the work is the public API's (:func:`hookscope.find_anomaly`,
 :func:`hookscope.breakpoint`). ``--find-anomaly`` prints the report (text, or JSON
 with ``--format json``) and exits 1 when a non-finite value was found, 0 when the run
-was clean.
+was clean; ``q`` in the debugger the ``--break-*`` options open exits 3.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import Enum
@@ -24,6 +23,9 @@ if TYPE_CHECKING:
     from hookscope.cli.running import Prepared
 
 EXIT_FOUND = 1
+#: ``q`` in the debugger ``--break-at``/``--break-on`` opened: the user's own stop, not
+#: a usage error (2) nor a failure (1)
+EXIT_DEBUGGER_QUIT = 3
 
 
 class BreakOn(str, Enum):
@@ -35,16 +37,18 @@ class BreakOn(str, Enum):
 
 
 FindAnomalyOpt = Annotated[bool, typer.Option(
-    "--find-anomaly", help="Find the first module call whose output (with --backward: "
-    "or gradient) holds NaN/Inf, and the op that made it; exit 1 if found, 0 if clean.")]
+    "--find-anomaly", help="Find the first module call whose output holds NaN/Inf, and "
+    "the op that made it (with --backward, then the autograd node that made the first "
+    "non-finite gradient, and its line); exit 1 if found, 0 if clean.")]
 BreakAtOpt = Annotated[str | None, typer.Option(
     "--break-at", metavar="GLOB", show_default=False,
     help="Open the debugger (sys.breakpointhook: PYTHONBREAKPOINT is honoured) after "
     "each call of the modules matching GLOB.")]
 BreakOnOpt = Annotated[BreakOn | None, typer.Option(
     "--break-on", show_default=False,
-    help="Only break where the call's output holds this: nonfinite, nan or inf "
-    "(every module when --break-at is not given).")]
+    help="Only break where the call's output holds this: nonfinite, nan or inf, once, at "
+    "the first call whose output holds it and whose inputs do not (every module when "
+    "--break-at is not given); 'q' in the debugger exits 3.")]
 
 
 def check_debug_options(
@@ -124,7 +128,13 @@ def breaking(model: nn.Module, break_at: str | None, break_on: BreakOn | None) -
         paths = [path for path, _ in model.named_modules(remove_duplicate=False)]
         require_match(break_at, compile_selector(break_at), paths, type(model).__name__,
                       option="--break-at")
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(hookscope.breakpoint(
-            model, at=break_at, when=None if break_on is None else break_on.value))
-        yield
+    from hookscope.cli.failure_boundary import print_error
+    from hookscope.errors import DebuggerQuit
+
+    try:
+        with hookscope.breakpoint(model, at=break_at,
+                                  when=None if break_on is None else break_on.value):
+            yield
+    except DebuggerQuit as e:
+        print_error(str(e))
+        raise typer.Exit(EXIT_DEBUGGER_QUIT) from None

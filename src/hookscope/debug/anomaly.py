@@ -10,7 +10,7 @@ the run stops there. The report (``debug/anomaly_records.py``) prints through
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -23,7 +23,8 @@ from hookscope.core.meta import is_on_meta
 from hookscope.core.options import check_flags
 from hookscope.core.structure import check_model
 from hookscope.debug.anomaly_records import AnomalyReport
-from hookscope.debug.nonfinite import NonFiniteError, NonFiniteGradProbe, NonFiniteProbe
+from hookscope.debug.grad_probe import NonFiniteGradProbe
+from hookscope.debug.nonfinite import NonFiniteError, NonFiniteProbe
 from hookscope.errors import SpecError
 
 __all__ = [
@@ -37,8 +38,10 @@ def find_anomaly(
     *inputs: Any,
     kwargs: dict[str, Any] | None = None,
     backward: bool = False,
+    loss: Callable[[Any], torch.Tensor] | None = None,
     collect_all: bool = False,
     ops: bool = True,
+    pdb: bool = False,
 ) -> AnomalyReport | None:
     """Run the model once and find the first module call whose output holds NaN or Inf.
 
@@ -49,13 +52,27 @@ def find_anomaly(
         model: the model.
         *inputs: its positional inputs.
         kwargs: its keyword inputs.
-        backward: if the forward is clean, run a backward pass from the sum of the
-            floating outputs (``torch.autograd.grad``: no ``.grad`` changes) and find
-            the first non-finite gradient, in backward execution order: of a call's
-            outputs, of its inputs, or of a parameter.
+        backward: if the forward is clean, run a backward pass from ``loss``
+            (``torch.autograd.grad``: no ``.grad`` changes) and find where the first
+            non-finite gradient was made: the autograd node that computed it from
+            finite gradients (``SqrtBackward0``), the module call whose forward made
+            that node, the forward op, the line of the model's code that called it,
+            and the statistics of the gradients the node received and computed.
+            NB: the forward then runs with anomaly mode on, which records a stack per
+            autograd node (slower).
+        loss: ``loss(output) -> Tensor``: the scalar to differentiate, as for
+            :func:`hookscope.trace` (default: the sum of every floating output); a
+            gradient its own ops make non-finite is found too, outside any module.
         collect_all: do not stop: report every anomalous call (in a NaN's wake, most
             calls after the first one).
         ops: also name the first aten op inside the call that produced the value.
+        pdb: open the debugger at the first anomaly, while the run is there, after a
+            one-line banner: in the forward, in a frame whose locals are the call's
+            ``module``, ``path``, ``inputs``, ``kwargs`` and ``output``; in the
+            backward, ``module`` (``None`` for the loss), ``path``, the ``node`` and
+            its ``grad_inputs`` and ``grad_outputs``. ``up`` goes to the model's code;
+            ``c`` or ``q`` ends the session and the report is returned. As
+            :func:`hookscope.breakpoint`, ``PYTHONBREAKPOINT`` picks another debugger.
 
     Returns:
         ``None`` when every output (and gradient) is finite, else the
@@ -71,17 +88,20 @@ def find_anomaly(
         >>> print(report)  # the layer, the output, the inputs, the op
     """
     check_model(model)
-    check_flags(backward=backward, collect_all=collect_all, ops=ops)
+    check_flags(backward=backward, collect_all=collect_all, ops=ops, pdb=pdb)
     if _on_meta(model, inputs, kwargs):
         raise SpecError(
             "find_anomaly looks for NaN and Inf values, and the meta device has shapes "
             "but no values; run it with the model and inputs on 'cpu' or 'cuda'"
         )
-    probe = (NonFiniteGradProbe if backward else NonFiniteProbe)(collect_all=collect_all, ops=ops)
+    probe = (NonFiniteGradProbe if backward else NonFiniteProbe)(
+        collect_all=collect_all, ops=ops, pdb=pdb)
+    if loss is not None and callable(loss) and isinstance(probe, NonFiniteGradProbe):
+        loss = _hunted(loss, probe)
     try:
         result = _trace(
-            model, *inputs, kwargs=kwargs, backward=backward, shapes=False, time=False,
-            stats=False, memory=False, grads=False, probes=[probe],
+            model, *inputs, kwargs=kwargs, backward=backward, loss=loss, shapes=False,
+            time=False, stats=False, memory=False, grads=False, probes=[probe],
         )
     except NonFiniteError as e:
         return e.report
@@ -102,7 +122,11 @@ def detect_anomaly(
 
     Args:
         model: the model to watch.
-        backward: also check gradients.
+        backward: also check gradients: the autograd nodes of each forward of
+            ``model`` are hooked, and the first that makes a non-finite gradient from
+            finite ones is named, with its line (anomaly mode records the forward
+            stacks while ``model`` runs); a gradient made non-finite by the loop's
+            own loss is found at the first module whose output gradient holds it.
         ops: also name the first aten op that produced the value.
 
     Raises:
@@ -119,6 +143,24 @@ def detect_anomaly(
     probe = (NonFiniteGradProbe if backward else NonFiniteProbe)(ops=ops)
     with Tracer(model, shapes=False, probes=[probe]):
         yield
+
+
+def _hunted(
+    loss: Callable[[Any], torch.Tensor], probe: NonFiniteGradProbe
+) -> Callable[[Any], torch.Tensor]:
+    """``loss`` whose autograd nodes the backward hunt hooks too, with their lines."""
+
+    def hunted(output: Any) -> torch.Tensor:
+        probe.hunt.record_stacks()
+        try:
+            value = loss(output)
+        finally:
+            probe.hunt.restore_mode()
+        if isinstance(value, torch.Tensor):
+            probe.hunt.hook([value])
+        return value
+
+    return hunted
 
 
 def _on_meta(model: nn.Module, inputs: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:

@@ -23,6 +23,7 @@ class AnomalyKind(str, Enum):
     GRAD_OUTPUT = "grad_output"  # the gradient arriving at a call's outputs (backward)
     GRAD_INPUT = "grad_input"  # the gradient a call's backward computed for its inputs
     PARAM_GRAD = "param_grad"  # the gradient of a parameter
+    BACKWARD_NODE = "backward_node"  # an autograd node made it from finite gradients
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +79,47 @@ class OpFinding:
 
 
 @dataclass(frozen=True, slots=True)
+class SourceLine:
+    """A line of the user's code: where the forward called an op.
+
+    Attributes:
+        file: the file's path.
+        line: the line number.
+        function: the function the line is in.
+        code: the line's text, stripped (``""`` when the file cannot be read).
+    """
+
+    file: str
+    line: int
+    function: str
+    code: str
+
+
+@dataclass(frozen=True, slots=True)
+class BackwardNode:
+    """The first autograd node that made a non-finite gradient from finite ones.
+
+    Attributes:
+        name: the node, as autograd names it (``SqrtBackward0``; a custom
+            ``autograd.Function``'s is ``MyFnBackward``).
+        forward_op: the forward op whose gradient the node computes (``sqrt``;
+            ``MyFn.apply`` for a custom function).
+        source: the line of the model's code (the innermost frame outside torch and
+            hookscope) whose forward made the node; ``None`` when it was not recorded.
+        grad_outputs: statistics of the gradients the node received (of the forward
+            op's outputs: all finite), ``grad_out[i]``.
+        grad_inputs: statistics of the gradients it computed (of the forward op's
+            inputs), ``grad_in[i]``: at least one is not finite.
+    """
+
+    name: str
+    forward_op: str
+    source: SourceLine | None
+    grad_outputs: tuple[TensorStats, ...]
+    grad_inputs: tuple[TensorStats, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class InputCheck:
     """One input of the anomalous call: its statistics and whether it was finite.
 
@@ -108,12 +150,15 @@ class Anomaly:
     Attributes:
         kind: output, gradient of outputs or inputs, or a parameter's gradient.
         phase: ``forward`` or ``backward``.
-        path: module path of the call (for a parameter: of the module that owns it).
+        path: module path of the call (for a parameter: of the module that owns it;
+            for a ``backward_node``: of the call whose forward made the node, ``""``
+            with ``call`` ``None`` when no call did: the loss).
         module_class: that module's class name.
         call_index: how many times that module had run before this call.
         call: index in ``Trace.calls`` (``None`` for a parameter's gradient).
         tensor: which value: ``out["logits"]``, ``grad_out[0]``, ``grad_in[1]`` or the
-            parameter's path (``layers.2.weight``).
+            parameter's path (``layers.2.weight``); for a ``backward_node``, the
+            node's first non-finite output, ``grad_in[i]``.
         numel: its number of elements.
         nan_count: how many are NaN.
         inf_count: how many are infinite.
@@ -128,6 +173,7 @@ class Anomaly:
             parent's ``forward``, between two of its submodules); ``None`` otherwise.
             An in-place op's inputs are counted after it wrote, so for one the op
             before is named too.
+        node: the autograd node that made the value (``backward_node`` only).
     """
 
     kind: AnomalyKind
@@ -144,6 +190,7 @@ class Anomaly:
     op: OpFinding | None = None
     parameter: str | None = None
     origin: OpFinding | None = None
+    node: BackwardNode | None = None
 
 
 @dataclass(frozen=True)

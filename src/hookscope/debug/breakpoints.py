@@ -3,21 +3,28 @@
 The seed steps into ``nn.Conv2d`` by editing the model (``pdb.set_trace()`` in a
 wrapper). Here a probe on the engine watches the calls of the selected modules (the
 tracer hooks only those: ``Tracer(select=at)``) and, when the condition holds, calls
-:func:`_stopped_in_layer`, whose frame holds ``module``, ``path``, ``inputs``,
-``kwargs``, ``output`` (and ``grad_output`` in the backward) as local variables, and
-which calls ``sys.breakpointhook()``: what the builtin ``breakpoint()`` calls, so
+:func:`~hookscope.debug.stops.in_call` (``debug/stops.py``), whose only locals are
+``module``, ``path``, ``inputs``, ``kwargs``, ``output`` (and ``grad_output`` in the
+backward). With Python's own hook and ``PYTHONBREAKPOINT`` unset (or
+``pdb.set_trace``), pdb opens in that frame, its stack going from there straight to
+the module's caller (``up`` reaches the caller's code); otherwise the frame calls
+``sys.breakpointhook()``, what the builtin ``breakpoint()`` calls, so
 ``PYTHONBREAKPOINT`` chooses the debugger (``ipdb.set_trace``, pudb, an IDE's) and
-``PYTHONBREAKPOINT=0`` turns it off. ``pdb`` stops in that frame, after a one-line
-banner that says where it is and how to continue.
+``PYTHONBREAKPOINT=0`` turns it off. A one-line banner says where it stopped
+and how to continue; ``q`` raises :class:`~hookscope.errors.DebuggerQuit`.
 
-One probe class per phase, each overriding one event, so that a forward breakpoint
+A named condition (``"nan"``, ``"inf"``, ``"nonfinite"``) stops once by default, at the
+call where it first becomes true: in the forward, the first call whose output holds the
+value while its inputs did not (a NaN's wake, every later call that holds it, is not
+stopped in); ``every=True`` stops at each call where it holds.
+
+One probe class per phase, each overriding its events, so that a forward breakpoint
 installs no backward hooks and a backward one no pre-hook work.
 """
 
 from __future__ import annotations
 
 import bdb
-import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,7 +36,8 @@ from torch import nn
 from hookscope.core.probe import Probe
 from hookscope.core.tensors import iter_tensors
 from hookscope.debug.checks import all_finite, counts
-from hookscope.errors import SpecError
+from hookscope.debug.stops import debugger_disabled, in_backward_of_call, in_call
+from hookscope.errors import DebuggerQuit, SpecError
 
 if TYPE_CHECKING:
     from hookscope.core.handles import Removable
@@ -67,35 +75,30 @@ def _holds(when: str | Condition | None, module: nn.Module, value: Any) -> bool:
     return False
 
 
-def _stopped_in_layer(
-    banner: str, module: nn.Module, path: str, inputs: tuple[Any, ...],
-    kwargs: dict[str, Any], output: Any, grad_output: Any,
-) -> None:
-    """The frame the debugger opens in: its arguments are the locals to inspect."""
-    disabled = sys.breakpointhook is sys.__breakpointhook__ and (
-        os.environ.get("PYTHONBREAKPOINT") == "0")
-    if not disabled:
-        sys.stderr.write(banner + "\n")
-        sys.stderr.flush()
-    sys.breakpointhook()
-    return None  # (the debugger stops here: the locals above are the layer's call)
-
-
 class _BreakProbe(Probe):
+    """Stops in matching calls: with ``once``, at the first call where a named condition
+    (``"nan"``...) becomes true, and no other."""
+
     name = "breakpoint"
     install_touches_modules = False
 
-    def __init__(self, when: str | Condition | None) -> None:
+    def __init__(self, when: str | Condition | None, *, every: bool = True) -> None:
         self.when = when
+        self.once = isinstance(when, str) and not every
+        self.done = False
         self.hits = 0
 
     def install(self, tracer: Tracer) -> list[Removable]:
         self.tracer = tracer
         return []
 
+    def _holds(self, module: nn.Module, value: Any) -> bool:
+        return not self.done and _holds(self.when, module, value)
+
     def _stop(self, call: Call, where: str, module: nn.Module, inputs: tuple[Any, ...],
               kwargs: dict[str, Any], output: Any = None, grad_output: Any = None) -> None:
         self.hits += 1
+        self.done = self.once
         name = call.path or "<root>"
         cond = "" if self.when is None else f" ({getattr(self.when, '__name__', self.when)})"
         locals_ = "module, path, inputs, kwargs, output" + (
@@ -104,23 +107,42 @@ class _BreakProbe(Probe):
             f"hookscope.breakpoint: {where} {name!r} ({call.module_class}, call "
             f"{call.call_index}){cond}; locals: {locals_}; 'c' continues, 'q' stops the run"
         )
+        if not debugger_disabled():
+            sys.stderr.write(banner + "\n")
+            sys.stderr.flush()
         try:
-            _stopped_in_layer(banner, module, call.path, inputs, kwargs, output, grad_output)
+            if grad_output is None:
+                in_call(module, call.path, inputs, kwargs, output)
+            else:
+                in_backward_of_call(module, call.path, inputs, kwargs, output, grad_output)
         except bdb.BdbQuit:
-            self.tracer.stop(f"quit from the debugger in {name!r}")
+            raise DebuggerQuit(f"quit from the debugger in {name!r}") from None
 
 
 class _PreBreak(_BreakProbe):
     def on_enter(self, call: Call, module: nn.Module, args: tuple[Any, ...],
                  kwargs: dict[str, Any]) -> None:
-        if _holds(self.when, module, (args, kwargs)):
+        if self._holds(module, (args, kwargs)):
             self._stop(call, "before", module, args, kwargs)
 
 
 class _ForwardBreak(_BreakProbe):
+    """With ``once``, the inputs of each call are checked as it starts: the call to stop
+    in is the first whose output holds the value while its inputs did not."""
+
+    def __init__(self, when: str | Condition | None, *, every: bool = True) -> None:
+        super().__init__(when, every=every)
+        self._came_in: dict[int, bool] = {}
+
+    def on_enter(self, call: Call, module: nn.Module, args: tuple[Any, ...],
+                 kwargs: dict[str, Any]) -> None:
+        if self.once and not self.done:
+            self._came_in[call.index] = _holds(self.when, module, (args, kwargs))
+
     def on_exit(self, call: Call, module: nn.Module, args: tuple[Any, ...],
                 kwargs: dict[str, Any], output: Any, failed: bool) -> None:
-        if not failed and _holds(self.when, module, output):
+        came_in = self._came_in.pop(call.index, False)
+        if not failed and not came_in and self._holds(module, output):
             self._stop(call, "after", module, args, kwargs, output)
 
 
@@ -156,12 +178,12 @@ class _BackwardBreak(_BreakProbe):
             return
         self._done.add(call.index)
         module, args, kwargs, *rest = entry
-        if _holds(self.when, module, grad_outputs):
+        if self._holds(module, grad_outputs):
             self._stop(call, "in the backward of", module, args, kwargs,
                        rest[0] if rest else None, grad_outputs)
 
-    def __init__(self, when: str | Condition | None) -> None:
-        super().__init__(when)
+    def __init__(self, when: str | Condition | None, *, every: bool = True) -> None:
+        super().__init__(when, every=every)
         self._calls: dict[int, tuple[Any, ...]] = {}
         self._done: set[int] = set()  # calls whose backward ran: let go at the next call
 
@@ -184,6 +206,7 @@ def breakpoint(
     at: ModuleSelector | None = None,
     when: str | Condition | None = None,
     phase: str = "forward",
+    every: bool = False,
 ) -> Iterator[None]:
     """Open the debugger inside matching module calls while the block runs.
 
@@ -191,8 +214,10 @@ def breakpoint(
     ``PYTHONBREAKPOINT`` says otherwise; ``PYTHONBREAKPOINT=0`` disables it). It stops
     in a frame whose locals are ``module``, ``path``, ``inputs`` (the positional
     arguments), ``kwargs``, ``output`` (``None`` before the call) and ``grad_output``
-    (the gradients of the outputs, in the backward), after a one-line banner. ``c``
-    continues; ``q`` stops the run (:class:`~hookscope.RunStopped`).
+    (the gradients of the outputs, in the backward), and nothing else, after a
+    one-line banner; pdb's ``up`` goes to the code that called the module. ``c``
+    continues; ``q`` stops the run (:class:`~hookscope.errors.DebuggerQuit`, a
+    :class:`~hookscope.RunStopped`).
 
     Args:
         model: the model to watch; every hook is removed when the block ends.
@@ -205,12 +230,17 @@ def breakpoint(
             ``forward``, the tuple of output gradients for ``backward``.
         phase: ``"pre"`` (before ``forward`` runs), ``"forward"`` (after it
             returned) or ``"backward"`` (when the gradients of its outputs arrive).
+        every: with a named ``when``, stop at every call where it holds; by default
+            stop once, where it first becomes true: in the forward phase, the first
+            call whose output holds it while its inputs did not (a value that came
+            with the model's inputs stops nowhere then); in the others, the first call
+            where it holds. ``None`` and a callable ``when`` stop at every call.
 
     NB: in the backward phase the call's inputs, kwargs and output are kept alive
     until its backward runs (or the block ends).
 
     Raises:
-        SpecError: ``when`` or ``phase`` is not one of the above.
+        SpecError: ``when``, ``phase`` or ``every`` is not one of the above.
 
     Example:
         >>> with hookscope.breakpoint(model, at="layer3.*", when="nonfinite"):
@@ -225,7 +255,9 @@ def breakpoint(
             f"when must be None, {', '.join(map(repr, _WHEN))} or a callable "
             f"fn(module, value) -> bool, got {when!r}"
         )
-    probe = _CLASSES[phase](when)
+    if not isinstance(every, bool):
+        raise SpecError(f"every must be True or False, got {every!r}")
+    probe = _CLASSES[phase](when, every=every)
     tracer = Tracer(model, shapes=False, probes=[probe], select=at)
     tracer._select_option = "at"
     with tracer:

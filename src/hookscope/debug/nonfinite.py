@@ -9,8 +9,8 @@ At the first call whose output holds a NaN or an Inf it raises
 :class:`NonFiniteError` (a :class:`~hookscope.errors.RunStopped`): the rest of the
 model does not run and the caller gets the partial trace. With ``backward=True``
 (:class:`NonFiniteGradProbe`) the gradients are checked as the backward delivers
-them: of each call's outputs, of its inputs, of each parameter. The entry points that
-run them are ``debug/anomaly.py``'s.
+them (``debug/grad_probe.py``). The entry points that run them are
+``debug/anomaly.py``'s.
 
 NB: the op check runs during the forward itself, never by re-running a module, so
 what it reports is what the model computed, with the model's own RNG draws, buffers
@@ -21,7 +21,11 @@ call ends: an input the call wrote into shows what it holds then (the record say
 
 from __future__ import annotations
 
+import bdb
+import contextlib
+import sys
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -40,6 +44,7 @@ from hookscope.debug.anomaly_records import (
 )
 from hookscope.debug.checks import all_finite, checkable, counts
 from hookscope.debug.op_check import OpCheckMode, OpFindings
+from hookscope.debug.stops import debugger_disabled, in_call
 from hookscope.errors import RunStopped
 from hookscope.probes.moments import make_stats, tensor_moments
 
@@ -47,7 +52,7 @@ if TYPE_CHECKING:
     from hookscope.core.handles import Removable
     from hookscope.core.records import Call
     from hookscope.core.tracer import Tracer
-    from hookscope.core.values import ParamGrad, TensorStats
+    from hookscope.core.values import TensorStats
 
 
 class NonFiniteError(RunStopped):
@@ -76,6 +81,8 @@ class NonFiniteProbe(Probe):
     Args:
         collect_all: record every anomalous call instead of stopping at the first.
         ops: also find the first aten op that produced the value (a dispatch mode).
+        pdb: open the debugger at the first anomaly, in a frame of its call's values
+            (``debug/stops.py``).
     """
 
     name = "nonfinite"
@@ -83,9 +90,10 @@ class NonFiniteProbe(Probe):
     order = 5
     watches_ops = True  # the engine then marks other probes' work, which the mode skips
 
-    def __init__(self, *, collect_all: bool = False, ops: bool = True) -> None:
+    def __init__(self, *, collect_all: bool = False, ops: bool = True, pdb: bool = False) -> None:
         self.collect_all = collect_all
         self.ops = ops
+        self.pdb = pdb
         self.anomalies: list[Anomaly] = []
         self.findings = OpFindings()
         self._mode: OpCheckMode | None = None
@@ -140,8 +148,11 @@ class NonFiniteProbe(Probe):
                         outside=self._outside(),
                     ) if came_in else True
                     mode.flush()  # the ops held since the call started: which one did it
-                self._found(_output_anomaly(call, path, t, args, kwargs, versions,
-                                            self.findings, made))
+                anomaly = _output_anomaly(call, path, t, args, kwargs, versions,
+                                          self.findings, made)
+                if self.pdb:
+                    self._debug(anomaly, in_call, module, call.path, args, kwargs, output)
+                self._found(anomaly)
                 return
             self._remember(t)
         if mode is not None:
@@ -178,6 +189,19 @@ class NonFiniteProbe(Probe):
             del finite[0]
         finite.append((weakref.ref(t), version, mode.writes))
 
+    def _debug(self, anomaly: Anomaly, frame: Callable[..., None], *values: Any) -> None:
+        """Open the debugger in ``frame(*values)`` at the first anomaly, after a banner
+        that names it; ``q`` only ends the session (the run stops there anyway)."""
+        if self.anomalies or debugger_disabled():
+            return
+        from hookscope.render.anomaly_report import anomaly_line
+
+        sys.stderr.write(f"hookscope.find_anomaly: {anomaly_line(anomaly)}; locals: "
+                         f"{', '.join(frame.__code__.co_varnames[:len(values)])}\n")
+        sys.stderr.flush()
+        with contextlib.suppress(bdb.BdbQuit):
+            frame(*values)
+
     def _found(self, anomaly: Anomaly) -> None:
         self.anomalies.append(anomaly)
         if not self.collect_all:
@@ -188,41 +212,6 @@ class NonFiniteProbe(Probe):
         if not self.anomalies:
             return None
         return AnomalyReport(tuple(self.anomalies), trace=trace, stopped=not self.collect_all)
-
-
-class NonFiniteGradProbe(NonFiniteProbe):
-    """:class:`NonFiniteProbe` that also checks gradients, in backward order."""
-
-    def on_backward_enter(self, call: Call, grad_outputs: tuple[Any, ...]) -> None:
-        self._grads(call, grad_outputs, AnomalyKind.GRAD_OUTPUT, "grad_out")
-
-    def on_backward_exit(self, call: Call, grad_inputs: tuple[Any, ...]) -> None:
-        self._grads(call, grad_inputs, AnomalyKind.GRAD_INPUT, "grad_in")
-
-    def on_param_grad(self, grad: ParamGrad) -> None:
-        g = grad.grad
-        if g is None or all_finite(g):
-            return
-        owner = grad.path.rpartition(".")[0]
-        trace = None if self._tracer is None else self._tracer.trace
-        info = None if trace is None else trace.modules.get(owner)
-        nans, infs = counts(g)
-        self._found(Anomaly(
-            AnomalyKind.PARAM_GRAD, "backward", owner, info.class_name if info else "",
-            None, None, grad.path, g.numel(), nans or 0, infs or 0,
-            op=self.findings.backward, parameter=grad.path,
-        ))
-
-    def _grads(self, call: Call, grads: tuple[Any, ...], kind: AnomalyKind, root: str) -> None:
-        for i, g in enumerate(grads):
-            if isinstance(g, torch.Tensor) and not all_finite(g):
-                nans, infs = counts(g)
-                self._found(Anomaly(
-                    kind, "backward", call.path, call.module_class, call.call_index,
-                    call.index, f"{root}[{i}]", g.numel(), nans or 0, infs or 0,
-                    op=self.findings.backward,
-                ))
-                return
 
 
 #: How many finite tensors a probe remembers (weakly): enough for a container's
@@ -270,7 +259,7 @@ def _output_anomaly(
     for i, (in_path, x) in enumerate(iter_call_inputs(args, kwargs)):
         before = versions[i] if versions is not None and i < len(versions) else None
         changed = before is not None and before != _version(x)
-        inputs.append(InputCheck(_stats(in_path, x), changed))
+        inputs.append(InputCheck(tensor_stats(in_path, x), changed))
     op = findings.inside(call.index)
     # the value came in with the call's inputs (not with a parameter of its own): name
     # the op that made it before the call, found by identity, or else the callers' first
@@ -292,7 +281,7 @@ def _output_anomaly(
     )
 
 
-def _stats(path: str, t: torch.Tensor) -> TensorStats:
+def tensor_stats(path: str, t: torch.Tensor) -> TensorStats:
     with torch.no_grad():
         kind, moments = tensor_moments(t)
     values = moments.tolist() if isinstance(moments, torch.Tensor) else moments

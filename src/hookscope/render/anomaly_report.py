@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from hookscope.debug.anomaly_records import (
         Anomaly,
         AnomalyReport,
+        BackwardNode,
         InputCheck,
         OpFinding,
         TensorCheck,
@@ -47,6 +48,8 @@ def _counts(nan: int | None, inf: int | None) -> str:
 
 def anomaly_line(a: Anomaly) -> str:
     """One line: what went non-finite, where, and the op that produced it."""
+    if a.node is not None:
+        return _node_line(a, a.node)
     what = {
         "output": "output", "grad_output": "gradient of the output",
         "grad_input": "gradient of the input", "param_grad": "gradient of parameter",
@@ -60,6 +63,28 @@ def anomaly_line(a: Anomaly) -> str:
     if a.origin is not None:
         text += f"; made before the call by {a.origin.name} in {_path(a.origin)}"
     return text
+
+
+def _node_line(a: Anomaly, node: BackwardNode) -> str:
+    where = _where(a) if a.call is not None else "no module (the loss)"
+    return (
+        f"backward node {node.name} (the gradient of {node.forward_op} in {where}) made "
+        f"{a.tensor} with {_counts(a.nan_count, a.inf_count)} of {a.numel:,} elements "
+        "from finite gradients"
+    )
+
+
+def _node_lines(node: BackwardNode) -> list[str]:
+    lines = []
+    if node.source is not None:
+        src = node.source
+        lines += [f"  forward line: {src.file}:{src.line} in {src.function}",
+                  f"    {src.code}"]
+    lines.append("  gradients it received (of the forward op's outputs):")
+    lines += [_stats_line(s) for s in node.grad_outputs]
+    lines.append("  gradients it computed (of the forward op's inputs):")
+    lines += [_stats_line(s) for s in node.grad_inputs]
+    return lines
 
 
 def _path(op: OpFinding) -> str:
@@ -85,13 +110,18 @@ def _stat(x: float | None) -> str:
 
 
 def _input_line(i: InputCheck) -> str:
-    s: TensorStats = i.stats
-    verdict = {True: "finite", False: "NOT finite", None: "unreadable"}[i.finite]
-    counts = "" if i.finite is not False else f" ({_counts(s.nan_count, s.inf_count)})"
     moved = "  (written in place by the call: values after it)" if i.changed_in_place else ""
+    return _stats_line(i.stats) + moved
+
+
+def _stats_line(s: TensorStats) -> str:
+    finite = None if s.nan_count is None or s.inf_count is None else not (
+        s.nan_count or s.inf_count)
+    verdict = {True: "finite", False: "NOT finite", None: "unreadable"}[finite]
+    counts = "" if finite is not False else f" ({_counts(s.nan_count, s.inf_count)})"
     return (
         f"    {s.path}: {verdict}{counts}  mean {_stat(s.mean)}  min {_stat(s.min)}  "
-        f"max {_stat(s.max)}  n={s.numel:,}{moved}"
+        f"max {_stat(s.max)}  n={s.numel:,}"
     )
 
 
@@ -104,6 +134,8 @@ def render_anomaly_text(report: AnomalyReport) -> str:
         if a.inputs:
             lines.append("  inputs of the call:")
             lines += [_input_line(i) for i in a.inputs]
+        if a.node is not None:
+            lines += _node_lines(a.node)
         if a.op is not None:
             lines += _op_lines(a.op)
         elif a.kind.value == "output":

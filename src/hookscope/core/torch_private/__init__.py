@@ -32,8 +32,10 @@ the names below (``torch_private.next_sequence_nr()``); the submodules hold them
 - ``autograd.py``: node sequence numbers, the current node and graph task, the
   end-of-backward queue, saved-tensor hooks, a tensor's hook order
   (:func:`hooks_first`), whether a backward accumulates into a leaf
-  (:func:`accumulates_now`), whether a pass runs a node (:func:`node_runs_function`)
-  and a ``GradScaler``'s overflow flags.
+  (:func:`accumulates_now`), whether a pass runs a node (:func:`node_runs_function`),
+  the forward stack anomaly mode keeps on a node (:func:`node_forward_stack`), a custom
+  function's class (:func:`custom_function_class`), whether a hook handle's table
+  still exists (:func:`hook_table_alive`) and a ``GradScaler``'s overflow flags.
 - ``dispatch.py``: functorch's wrappers and batches, version counters, the
   dispatcher's kernel table, and Python dispatch (:func:`dispatch_off`,
   :func:`unwrapped_dispatch_mode`).
@@ -71,10 +73,13 @@ from hookscope.core.torch_private.autograd import (
     accumulates_now,
     current_autograd_node,
     current_graph_task_id,
+    custom_function_class,
     graph_task_id_function,
     graph_task_running,
+    hook_table_alive,
     hooks_first,
     next_sequence_nr,
+    node_forward_stack,
     node_runs_function,
     node_sequence_nr,
     queue_end_of_backward,
@@ -137,6 +142,7 @@ __all__ = [
     "call_impl_shortcut",
     "current_autograd_node",
     "current_graph_task_id",
+    "custom_function_class",
     "custom_op_overload",
     "dispatch_has_composite_kernel",
     "dispatch_off",
@@ -147,12 +153,14 @@ __all__ = [
     "global_module_hooks_present",
     "graph_task_id_function",
     "graph_task_running",
+    "hook_table_alive",
     "hooks_first",
     "inside_another_module_call",
     "is_functorch_wrapped",
     "jit_trace_scopes",
     "jit_tracing_paused",
     "next_sequence_nr",
+    "node_forward_stack",
     "node_runs_function",
     "node_sequence_nr",
     "op_schema",

@@ -5,8 +5,11 @@ Private: ``torch._C._autograd._get_sequence_nr``, ``torch._C._current_autograd_n
 ``torch._C._current_graph_task_id``, the execution engine's ``queue_callback``,
 ``_top_saved_tensors_default_hooks``, a tensor's hook dict behind its handle
 (:func:`hooks_first`), ``torch._C._will_engine_execute_node``
-(:func:`accumulates_now`, :func:`node_runs_function`) and a ``GradScaler``'s per-optimizer state
-(:func:`scaler_found_inf`, :func:`scaler_scale`).
+(:func:`accumulates_now`, :func:`node_runs_function`), a ``GradScaler``'s per-optimizer state
+(:func:`scaler_found_inf`, :func:`scaler_scale`), the forward stack anomaly mode keeps on a node
+(:func:`node_forward_stack`), a custom function's class behind its node
+(:func:`custom_function_class`) and whether a hook handle's table still exists
+(:func:`hook_table_alive`).
 """
 
 from __future__ import annotations
@@ -206,3 +209,39 @@ def accumulates_now(p: torch.Tensor) -> bool | None:
         _warn_once("the memory of gradient recording (grads=True, on_param_grad)",
                    f"cannot tell whether a backward accumulates a gradient ({e})")
         return None
+
+
+def node_forward_stack(node: Any) -> list[str] | None:
+    """The forward stack anomaly mode recorded when autograd ``node`` was made
+    (``torch.autograd.set_detect_anomaly(True)`` on at the time): formatted frames,
+    outermost first, each ``'  File "f.py", line 5, in forward\\n    code\\n'``.
+    ``None`` when none was recorded; with a warning where torch keeps it elsewhere
+    (``node.metadata["traceback_"]``, private)."""
+    metadata = getattr(node, "metadata", None)
+    if not isinstance(metadata, dict):
+        _warn_once("the forward line of a backward node", "keeps no node.metadata dict")
+        return None
+    stack = metadata.get("traceback_")
+    if stack is None:
+        return None
+    if not isinstance(stack, list) or not all(isinstance(f, str) for f in stack):
+        _warn_once("the forward line of a backward node",
+                   "keeps anomaly mode's forward stack in another form")
+        return None
+    return stack
+
+
+def custom_function_class(node: Any) -> type | None:
+    """The ``torch.autograd.Function`` subclass whose ``apply`` made ``node`` (its
+    ``MyFnBackward`` node), ``None`` for a built-in op's node. Private: the class is
+    the node class's ``_forward_cls``."""
+    cls = getattr(node, "_forward_cls", None)
+    return cls if isinstance(cls, type) else None
+
+
+def hook_table_alive(handle: Any) -> bool:
+    """Whether the hooks behind ``handle`` (a ``RemovableHandle``) still exist: the
+    table of an autograd node that was freed is gone, and its handle need not be kept.
+    Private: the handle's weak ``hooks_dict_ref``; ``True`` (keep it) where it has none."""
+    ref = getattr(handle, "hooks_dict_ref", None)
+    return not callable(ref) or ref() is not None
