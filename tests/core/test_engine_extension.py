@@ -550,7 +550,7 @@ def test_a_probe_that_declares_it_reads_each_call_s_backward_end() -> None:
     assert undeclared.ends and all(end is None for _, end, _ in undeclared.ends.values())
 
 
-# -- declarations and JSON of probes defined by users (QA session 10) -----------------
+# -- declarations and JSON of probes defined by users ---------------------------------------
 
 
 def test_a_fact_without_an_encoder_holding_nan_or_inf_stays_json() -> None:
