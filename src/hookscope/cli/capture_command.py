@@ -42,7 +42,8 @@ def capture_command(
         help="Modules to capture: a glob over module paths (* within a segment, ** across "
         "dots); repeat with commas for several.")],
     output: Annotated[Path, typer.Option(
-        "--output", "-o", metavar="DIR", help="A new directory for the activations.")],
+        "--output", "-o", metavar="DIR",
+        help="A new (or empty) directory for the activations, in one that exists.")],
     inputs: InputOpt = None,
     what: Annotated[What, typer.Option(help="What to save of each call.")] = What.OUTPUT,
     shard_mib: Annotated[float, typer.Option(help="Write a shard every N MiB.")] = 64.0,
