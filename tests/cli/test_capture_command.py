@@ -83,9 +83,25 @@ def test_a_model_that_raises_is_one_error_line_naming_the_module(
     capsys: pytest.CaptureFixture[str], model_file: str, tmp_path: Path
 ) -> None:
     code, _, err = run_cli(capsys, "capture", model_file, "--input", "3,5", "--select", "0",
-                           "-o", str(tmp_path / "bad" / "new" / "acts"))
+                           "-o", str(tmp_path / "bad"))
     assert_one_error_line(code, err, "module '0' (Linear, call 0)", "cannot be multiplied")
-    assert not (tmp_path / "bad").exists()  # nothing written half-way, no new parents
+    assert not (tmp_path / "bad").exists()  # nothing written half-way
+
+
+def test_a_directory_under_one_that_does_not_exist_fails_before_the_model_is_built(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Like every other command's ``-o``: the directory holding the output must exist."""
+    built = tmp_path / "built.txt"
+    model = tmp_path / "noted_model.py"
+    model.write_text(MODEL.replace("def make():\n",
+                                   f"def make():\n    open({str(built)!r}, 'w').close()\n"),
+                     encoding="utf-8")
+    code, _, err = run_cli(capsys, "capture", f"{model}:make", "--input", "3,4",
+                           "--select", "0", "-o", str(tmp_path / "missing" / "acts"))
+    assert_one_error_line(code, err, "--output", "missing", "does not exist; create it first")
+    assert not (tmp_path / "missing").exists()
+    assert not built.exists()  # refused before the model was built
 
 
 LATE = """\
@@ -128,7 +144,7 @@ def test_an_unusable_shard_size_or_directory_is_one_error_line(
     blocker.write_text("x")
     if option == "parent-is-a-file":
         args = ["-o", str(blocker / "sub")]
-        expected = "cannot make this directory"
+        expected = "is a file, not a directory"
     else:
         args = ["-o", str(tmp_path / "out"), "--shard-mib", option]
         expected = "positive finite number"

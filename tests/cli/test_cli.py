@@ -588,27 +588,44 @@ def test_model_raising_partial_json(capsys: pytest.CaptureFixture[str], models_f
     assert [c["path"] for c in doc["calls"]] == ["", "fc", "bad"]
 
 
-def test_failure_leaves_no_output_file(
-    capsys: pytest.CaptureFixture[str], models_file: Path, tmp_path: Path
+@pytest.mark.parametrize("fmt", ["table", "json"])
+def test_failure_writes_the_partial_result_to_the_output_file(
+    capsys: pytest.CaptureFixture[str], models_file: Path, tmp_path: Path, fmt: str
 ) -> None:
-    target = tmp_path / "out" / "result.json"
-    target.parent.mkdir()
-    code, out, err = run_cli(capsys, "summary", f"{models_file}:raising", "-i", "2,4",
-                             "-f", "json", "-o", str(target))
+    """The oracle: what the same command prints on stdout without ``-o``."""
+    argv = ["summary", f"{models_file}:raising", "-i", "2,4", "-f", fmt, "--width", "100"]
+    code, printed, err = run_cli(capsys, *argv)
     assert_one_error_line(code, err, "'bad'")
-    assert out == ""  # with -o, nothing goes to stdout, not even the partial result
-    assert list(target.parent.iterdir()) == []
+    target = tmp_path / "out" / "result.txt"
+    target.parent.mkdir()
+    code, out, err = run_cli(capsys, *argv, "-o", str(target))
+    assert_one_error_line(code, err, "'bad'")  # the model's error and exit status 2
+    assert out == ""  # with -o, stdout stays empty, as on success
+    written = target.read_text()
+    if fmt == "json":  # the same document, but for the times measured in each run
+        printed_doc, written_doc = json.loads(printed), json.loads(written)
+        assert written_doc["error"] == printed_doc["error"] and printed_doc["error"]
+        assert [c["path"] for c in written_doc["calls"]] == ["", "fc", "bad"]
+        assert written_doc["calls"] == [
+            {**c, "start_ns": w["start_ns"]}
+            for c, w in zip(printed_doc["calls"], written_doc["calls"], strict=True)
+        ]
+    else:
+        assert "bad (Boom)" in printed and written == printed
+    assert [p.name for p in target.parent.iterdir()] == ["result.txt"]  # no temporary
 
 
-def test_failure_keeps_existing_output_file(
+def test_failure_replaces_an_existing_output_file_with_the_partial_result(
     capsys: pytest.CaptureFixture[str], models_file: Path, tmp_path: Path
 ) -> None:
     target = tmp_path / "result.txt"
     target.write_text("previous result\n")
+    target.chmod(0o640)
     code, _, _ = run_cli(capsys, "summary", f"{models_file}:raising", "-i", "2,4",
                          "-o", str(target))
     assert code == 2
-    assert target.read_text() == "previous result\n"
+    assert "fc (Linear)" in target.read_text() and "FAILED in 'bad'" in target.read_text()
+    assert target.stat().st_mode & 0o777 == 0o640
     assert sorted(p.name for p in tmp_path.iterdir()) == ["models.py", "result.txt"]
 
 

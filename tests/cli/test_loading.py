@@ -19,6 +19,7 @@ import pytest
 import torch
 from torch import nn
 
+from helpers import assert_one_error_line, run_cli
 from hookscope.cli.input_specs import (
     DTYPES,
     InputSpec,
@@ -393,6 +394,80 @@ def test_transformers_vision_model_gets_pixel_values() -> None:
 def test_transformers_sequence_length_capped_by_positions() -> None:
     loaded = load_model("transformers:gpt2", config={"n_positions": 64}, device="meta")
     assert default_input_specs(loaded)[0].shape == (1, 64)
+
+
+_SMALL_BERT = "num_hidden_layers=1,hidden_size=32,intermediate_size=32,num_attention_heads=2"
+_POSITIONS = [  # spec, --config, the most tokens the model itself takes
+    ("transformers:bert", _SMALL_BERT, 512),
+    ("transformers:roberta", _SMALL_BERT, 510),  # positions start after pad_token_id=1
+    ("transformers:gpt2", "n_layer=1,n_embd=32,n_head=2,n_positions=64", 64),
+]
+
+
+def _runs_at(spec: str, config: str, length: int) -> bool:
+    """The oracle: the same model, built and called without hookscope."""
+    loaded = load_model(spec, config=parse_config_overrides(config))
+    try:
+        with torch.no_grad():
+            loaded.model(torch.zeros(1, length, dtype=torch.int64))
+    except (IndexError, RuntimeError):
+        return False
+    return True
+
+
+@pytest.mark.parametrize(("spec", "config", "limit"), _POSITIONS,
+                         ids=[p[0].split(":")[1] for p in _POSITIONS])
+def test_an_input_longer_than_the_model_s_positions_is_refused_naming_the_limit(
+    capsys: pytest.CaptureFixture[str], spec: str, config: str, limit: int
+) -> None:
+    assert _runs_at(spec, config, limit) and not _runs_at(spec, config, limit + 1)
+    code, _, err = run_cli(capsys, "summary", spec, "--config", config, "--input",
+                           f"2,{limit + 1}")
+    assert_one_error_line(code, err, f"{limit + 1} tokens", f"{limit} positions",
+                          f"e.g. --input 2,{limit}")
+    code, _, err = run_cli(capsys, "summary", spec, "--config", config, "--input",
+                           f"input_ids=2,{limit}")
+    assert code == 0, err
+
+
+def test_the_refusal_comes_before_the_model_runs(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import functools
+
+    import transformers
+
+    ran: list[int] = []
+    forward = transformers.BertModel.forward
+
+    @functools.wraps(forward)  # the same signature: the same inputs are made
+    def noted(*args: Any, **kwargs: Any) -> Any:
+        ran.append(1)
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(transformers.BertModel, "forward", noted)
+    code, _, err = run_cli(capsys, "trace", "transformers:bert", "--config", _SMALL_BERT,
+                           "--input", "2,8")
+    assert code == 0 and ran, err  # the note works
+    ran.clear()
+    code, _, err = run_cli(capsys, "trace", "transformers:bert", "--config", _SMALL_BERT,
+                           "--input", "2,1000")
+    assert_one_error_line(code, err, "1000 tokens", "512 positions",
+                          "max_position_embeddings=512")
+    assert ran == []
+
+
+def test_rotary_positions_take_more_tokens_than_the_config_counts(
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Llama computes its positions for any length: its ``max_position_embeddings`` is
+    no limit, and nothing is refused."""
+    config = ("num_hidden_layers=1,hidden_size=32,intermediate_size=32,num_attention_heads=2,"
+              "num_key_value_heads=2,max_position_embeddings=16,vocab_size=100")
+    assert _runs_at("transformers:llama", config, 40)
+    code, _, err = run_cli(capsys, "summary", "transformers:llama", "--config", config,
+                           "--input", "1,40")
+    assert code == 0, err
 
 
 def test_transformers_build_kwargs_and_coercion() -> None:

@@ -1,11 +1,21 @@
-"""Records: the tracer's fast ``Call`` constructor is the dataclass's, field for field."""
+"""Records: the tracer's fast ``Call`` constructor is the dataclass's, field for field;
+statistics records holding a NaN equal each other on every Python."""
 
 from __future__ import annotations
 
+import copy as copy_module
 import dataclasses
+import math
+from typing import Any
 
-import hookscope.probes  # noqa: F401  (defines the built-in facts read below: inputs, outputs)
+import torch
+from torch import nn
+
+import hookscope
+import hookscope.probes  # defines the built-in facts read below: inputs, outputs
 from hookscope.core.records import Call, started_call
+from hookscope.core.values import TensorStats
+from hookscope.probes.grad_records import ParamGradStats
 
 
 def test_started_call_equals_the_dataclass_constructor() -> None:
@@ -23,3 +33,46 @@ def test_started_calls_do_not_share_their_lists() -> None:
     a.children.append(1)
     a.inputs.append("meta")  # type: ignore[arg-type]
     assert b.children == [] and b.inputs == [] and b.outputs == []
+
+
+def _stats(mean: float | None) -> TensorStats:
+    return TensorStats("out", 4, mean, 0.0, -1.0, 1.0, 1.0, 0.25, 0, 0)
+
+
+def test_statistics_records_holding_a_nan_equal_each_other_and_hash_alike() -> None:
+    """A NaN statistic equals a NaN statistic, whichever NaN object each record holds
+    (``float("nan")`` makes a new one each time; ``math.nan`` is one object)."""
+    nans = [float("nan"), float("nan"), math.nan, -math.nan, float("inf") - float("inf")]
+    assert len({id(x) for x in nans}) == len(nans)
+    records = [_stats(x) for x in nans]
+    assert all(r == records[0] for r in records)
+    assert len({hash(r) for r in records}) == 1
+    assert len(set(records)) == 1
+    assert _stats(math.nan) != _stats(0.0) and _stats(math.nan) != _stats(None)
+    assert _stats(0.0) == _stats(-0.0) and hash(_stats(0.0)) == hash(_stats(-0.0))
+    assert _stats(math.nan) != ("out", 4, math.nan)  # another type: never equal
+    grads = [ParamGradStats("fc.weight", (), (2, 2), "ok", x, x, x, 4, 0, 1) for x in nans]
+    assert all(g == grads[0] for g in grads) and len(set(grads)) == 1
+    assert grads[0] != dataclasses.replace(grads[0], norm=1.0)
+    assert grads[0] != dataclasses.replace(grads[0], events=2)
+
+
+def _with_new_nans(record: Any) -> Any:
+    values = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+    return dataclasses.replace(record, **{
+        name: float("nan") for name, v in values.items()
+        if isinstance(v, float) and math.isnan(v)})
+
+
+def test_a_trace_with_nan_statistics_equals_one_holding_other_nan_objects() -> None:
+    """Two traces of the same run compare equal although each NaN is a new object."""
+    model = nn.Sequential(nn.Linear(2, 2))
+    trace = hookscope.trace(model, torch.full((1, 2), math.nan), backward=True)
+    copy = copy_module.deepcopy(trace)
+    for call in copy.calls:
+        call.facts["stats"] = [_with_new_nans(s) for s in call.facts["stats"]]
+    copy.facts["param_grads"] = [_with_new_nans(g) for g in copy.facts["param_grads"]]
+    assert math.isnan(copy.calls[0].facts["stats"][0].mean)
+    assert copy.calls[0].facts["stats"][0].mean is not trace.calls[0].facts["stats"][0].mean
+    assert math.isnan(copy.facts["param_grads"][0].norm)
+    assert copy == trace

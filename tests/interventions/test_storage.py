@@ -124,6 +124,32 @@ def test_a_directory_in_use_or_not_a_capture_is_a_spec_error(tmp_path: Path) -> 
         hookscope.load_activations(tmp_path / "missing")
 
 
+@pytest.mark.parametrize("umask", [0o022, 0o007])
+def test_every_file_of_a_capture_gets_the_umask_s_permissions(
+    tmp_path: Path, umask: int
+) -> None:
+    """Shards and the index get the mode ``open`` gives a new file under the umask
+    (safetensors alone writes owner-only files)."""
+    import os
+    import stat
+
+    model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+    old = os.umask(umask)
+    try:
+        with open(tmp_path / "reference", "w") as f:  # the oracle: a plain new file
+            f.write("x")
+        hookscope.capture(model, torch.randn(1, 2), select="*", save_to=tmp_path / "acts",
+                          shard_mib=1e-6)
+    finally:
+        os.umask(old)
+    expected = stat.S_IMODE((tmp_path / "reference").stat().st_mode)
+    files = sorted((tmp_path / "acts").iterdir())
+    assert [p.name for p in files] == ["index.json", "shard-00000.safetensors",
+                                       "shard-00001.safetensors"]
+    assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in files} == dict.fromkeys(
+        (p.name for p in files), expected)
+
+
 MEMORY_SCRIPT = """
 import json, resource, sys, torch
 from torch import nn
@@ -476,6 +502,9 @@ def test_dict_keys_a_tuple_and_the_string_of_its_repr_are_each_read_back(
         hookscope.capture(nn.Sequential(NaNKeys()), x, select="0", save_to=tmp_path / "n")
 
 
+# NB: torch deprecates quantized tensors once per process (TORCH_WARN_ONCE), so which
+# test sees the warning depends on the order: it is the test model's, not hookscope's
+@pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor, torch.quantize_per_channel")
 @pytest.mark.parametrize("per_channel", [False, True])
 def test_a_quantized_output_is_saved_dequantized_and_patched_back_quantized(
     per_channel: bool, tmp_path: Path

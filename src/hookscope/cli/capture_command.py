@@ -40,7 +40,8 @@ def capture_command(
         help="Modules to capture: a glob over module paths (* within a segment, ** across "
         "dots); repeat with commas for several.")],
     output: Annotated[Path, typer.Option(
-        "--output", "-o", metavar="DIR", help="A new directory for the activations.")],
+        "--output", "-o", metavar="DIR",
+        help="A new (or empty) directory for the activations, in one that exists.")],
     inputs: InputOpt = None,
     what: Annotated[What, typer.Option(help="What to save of each call.")] = What.OUTPUT,
     shard_mib: Annotated[float, typer.Option(help="Write a shard every N MiB.")] = 64.0,
@@ -52,15 +53,10 @@ def capture_command(
     import hookscope
     from hookscope.cli.running import prepare
     from hookscope.core.selectors import compile_selector, require_match
-    from hookscope.errors import SpecError
 
     with failure_boundary(debug=debug):
-        made = not output.exists()
-        fresh = made or (output.is_dir() and not any(output.iterdir()))
-        if not fresh:  # NB: said before the model is built, in the command's own words
-            kind = "a file" if not output.is_dir() else "a directory that is not empty"
-            raise SpecError(f"--output {str(output)!r} is {kind}; give a new directory "
-                            "(or an empty one)")
+        output = output.expanduser()  # NB: the shell leaves the ~ of --output=~/acts alone
+        made = _check_output(output)
         globs = [g.strip() for g in select.split(",") if g.strip()]
         with model_prints_to_stderr():
             prepared = prepare(model, inputs=inputs or [], config=config, device=device)
@@ -68,9 +64,6 @@ def capture_command(
         require_match(select, compile_selector(globs),
                       [p for p, _ in net.named_modules(remove_duplicate=False)],
                       type(net).__name__, option="--select")
-        top = output  # the outermost directory the capture will make
-        while made and not top.parent.exists():
-            top = top.parent
         try:
             with model_prints_to_stderr():
                 acts = hookscope.capture(
@@ -78,8 +71,8 @@ def capture_command(
                     select=globs, what=what.value, save_to=output, shard_mib=shard_mib,
                 )
         except BaseException:
-            if fresh:  # a failed command leaves nothing behind (the library keeps a
-                _empty(output, made=made, top=top)  # partial capture, for a run of hours)
+            # a failed command leaves nothing behind (the library keeps a partial
+            _empty(output, made=made)  # capture, for a run of hours)
             raise
         for name in acts:
             info = acts.info(name) if hasattr(acts, "info") else {}
@@ -88,9 +81,40 @@ def capture_command(
         typer.echo(f"{len(acts)} {calls} saved to {output}", err=True)
 
 
-def _empty(directory: Path, *, made: bool, top: Path) -> None:
+def _check_output(output: Path) -> bool:
+    """Check, before the model is built, that ``output`` is a new directory in an
+    existing, writable one, or an empty directory; return whether it is new.
+
+    NB: like every other command's ``-o``, the directory that holds it is not made:
+    a mistyped parent would otherwise scatter activations in a tree of its own.
+
+    Raises:
+        SpecError: ``output`` is a file or a directory that is not empty, or its
+            parent is missing or not writable; in the command's own words.
+    """
+    import os
+
+    from hookscope.cli.output import missing_folder
+    from hookscope.errors import SpecError
+
+    shown = str(output)
+    if output.exists():
+        if output.is_dir() and not any(output.iterdir()):
+            return False
+        kind = "a file" if not output.is_dir() else "a directory that is not empty"
+        raise SpecError(f"--output {shown!r} is {kind}; give a new directory (or an empty one)")
+    parent = Path(os.path.realpath(output)).parent
+    if not parent.is_dir():
+        raise SpecError(f"--output {shown!r}: {missing_folder(parent)}")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise SpecError(f"--output {shown!r}: directory {str(parent)!r} is not writable; "
+                        "choose another directory")
+    return True
+
+
+def _empty(directory: Path, *, made: bool) -> None:
     """Remove what a failed capture wrote into ``directory`` (new or empty before),
-    and, when the capture ``made`` it, the directory and its new parents up to ``top``."""
+    and the directory itself when the capture ``made`` it."""
     import shutil
 
     if directory.is_dir():
@@ -102,6 +126,3 @@ def _empty(directory: Path, *, made: bool, top: Path) -> None:
         if made:
             with contextlib.suppress(OSError):
                 directory.rmdir()
-                while directory != top:
-                    directory = directory.parent
-                    directory.rmdir()

@@ -6,7 +6,7 @@ raised) becomes one line and exit status 2; anything else is a bug in hookscope 
 becomes one line and exit status 1. ``--debug`` prints the traceback first. Usage
 errors found by the argument parser are turned into the same one line by
 :func:`report_usage_error`. Around the model's own code, :func:`model_prints_to_stderr`
-keeps stdout for hookscope's result, and :func:`partial_on_failure` prints the partial
+keeps stdout for hookscope's result, and :func:`partial_on_failure` writes the partial
 result when the model raises.
 """
 
@@ -159,22 +159,23 @@ def model_prints_to_stderr() -> Iterator[None]:
 def partial_on_failure(
     render: Callable[[Trace], Rendered], target: OutputTarget
 ) -> Iterator[None]:
-    """When the model raises, print the partial result on stdout, then re-raise.
+    """When the model raises, write the partial result where the whole one would go
+    (stdout, or ``-o FILE`` atomically, as on success), then re-raise.
 
-    The partial result never goes to ``-o FILE``: that file is written only on success;
-    with ``-o FILE`` nothing goes to stdout, not even the partial result.
+    The partial result says where the model failed (a ``FAILED`` line, the JSON's
+    ``error``), so a file holding it is not mistaken for a finished run; the exit
+    status is the model error's.
     """
     from hookscope.errors import HookscopeError, ModelRunError
 
     try:
         yield
     except ModelRunError as e:
-        if target.path is not None and str(target.path) != "-":
-            raise
-        # NB: a bad --columns or a closed stdout must not hide the model's own error.
+        # NB: a bad --columns, a closed stdout or an unwritable file must not hide the
+        # model's own error.
         try:
             with contextlib.suppress(HookscopeError):
-                target.to_stdout().write(render(e.trace))
+                target.write(render(e.trace))
         except BrokenPipeError:
             discard_stdout()
         raise

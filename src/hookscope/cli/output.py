@@ -69,10 +69,6 @@ class OutputTarget:
     no_color: bool = False
     width: int | None = None
 
-    def to_stdout(self) -> OutputTarget:
-        """The same style, on stdout (where a failed run's partial result goes)."""
-        return OutputTarget(None, self.no_color, self.width)
-
     def write(self, rendered: Rendered) -> None:
         """Write ``rendered`` to the file or to stdout.
 

@@ -46,10 +46,8 @@ def caused_by(exc: BaseException, origin: BaseException) -> bool:
 
 
 def add_note(exc: BaseException, note: str) -> None:
-    """``exc.add_note(note)`` where Python has it (3.11+)."""
-    add = getattr(exc, "add_note", None)
-    if add is not None:
-        add(note)
+    """Add ``note`` to the traceback Python prints for ``exc`` (``exc.add_note``)."""
+    exc.add_note(note)
 
 
 class FailureTracker:

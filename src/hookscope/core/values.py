@@ -7,7 +7,8 @@ modules, except :class:`ParamGrad`, an event's payload, which is never kept.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, fields
 from enum import Enum
 from typing import Any
 
@@ -69,8 +70,39 @@ class TensorMeta:
         return n
 
 
-@dataclass(frozen=True, slots=True)
-class TensorStats:
+_NAN = object()  # what a NaN field is compared and hashed as (NanEqualRecord)
+
+
+class NanEqualRecord:
+    """Equality of a frozen statistics record: field by field, a NaN equal to a NaN.
+
+    A NaN statistic is a fact about the tensor (it held NaNs), so a record equals its
+    JSON round trip and the same statistics of another run, whichever NaN object each
+    holds. NB: the equality a dataclass writes relies on Python's identity shortcut
+    for NaN, which holds for tuples of fields up to 3.12 but not for the field-by-field
+    comparison of 3.13; the hash is of the same key, so equal records hash equal.
+    """
+
+    __slots__ = ()
+
+    def _key(self) -> tuple[Any, ...]:
+        return tuple(
+            _NAN if isinstance(v, float) and math.isnan(v) else v
+            for v in (getattr(self, f.name) for f in fields(self))  # type: ignore[arg-type]
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, NanEqualRecord)
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TensorStats(NanEqualRecord):
     """Statistics of one tensor a call returned or received (see ``probes/stats.py``).
 
     Values that do not make sense for a dtype (the std of a bool tensor, say) are

@@ -26,10 +26,27 @@ from hookscope.interventions.storage_format import (
 )
 
 
-def _write_atomically(path: Path, write: Any) -> None:
+def _write_atomically(path: Path, write: Any, *, mode: int) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     write(tmp)
+    # NB: safetensors writes its file owner-only (0600) whatever the umask, while
+    # index.json gets the umask's; every file of a capture gets the umask's ``mode``
+    os.chmod(tmp, mode)
     os.replace(tmp, path)
+
+
+def _file_mode() -> int:
+    """The mode a new file gets from ``open``: 0666 less the process umask.
+
+    NB: Linux shows the umask in /proc; elsewhere reading it means setting it (and
+    putting it back at once), which a thread creating a file meanwhile could see."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            mask = next(int(line.split()[1], 8) for line in f if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return 0o666 & ~mask
 
 
 class ShardWriter:
@@ -56,6 +73,7 @@ class ShardWriter:
                 f"({e.strerror or e}); pass a path in a writable directory"
             ) from None
         self._st = _safetensors()
+        self._mode = _file_mode()
         self._limit = shard_bytes
         self._tensors: dict[str, torch.Tensor] = {}
         self._entries: dict[str, dict[str, Any]] = {}
@@ -89,7 +107,8 @@ class ShardWriter:
         meta = {_META_KEY: json.dumps({"format": FORMAT, "version": VERSION,
                                        "entries": entries})}
         _write_atomically(self.directory / name,
-                          lambda tmp: self._st.torch.save_file(tensors, str(tmp), meta))
+                          lambda tmp: self._st.torch.save_file(tensors, str(tmp), meta),
+                          mode=self._mode)
         for key, entry in entries.items():
             self.index[key] = {"shard": name, **entry}
         self.shards.append(name)
@@ -124,4 +143,5 @@ class ShardWriter:
                                    key=lambda kv: kv[1].get("call", 0))),
         }
         text = json.dumps(doc, indent=1)  # NB: not sort_keys: the entries are in call order
-        _write_atomically(self.directory / INDEX, lambda tmp: tmp.write_text(text))
+        _write_atomically(self.directory / INDEX, lambda tmp: tmp.write_text(text),
+                          mode=self._mode)

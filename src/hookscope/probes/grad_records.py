@@ -16,14 +16,15 @@ from typing import Any
 import torch
 
 from hookscope.core.value_json import float_in, float_out
+from hookscope.core.values import NanEqualRecord
 
 __all__ = ["ParamGradStats"]
 
 OK, UNUSED, FROZEN, NO_BACKWARD = "ok", "unused", "frozen", "no_backward"
 
 
-@dataclass(frozen=True)
-class ParamGradStats:
+@dataclass(frozen=True, eq=False)
+class ParamGradStats(NanEqualRecord):
     """The gradient of one parameter in a trace (a record: plain values only).
 
     Attributes:

@@ -4,6 +4,10 @@ of activation values, per layer, in one PNG (or any format matplotlib writes).
 Input is what :func:`hookscope.capture` returns (a mapping from call name to tensor) or
 one tensor. A 4-d value ``[N, C, H, W]`` gets a grid of the first sample's first
 ``max_channels`` channels plus its histogram; other tensors get the histogram only.
+The channels of one layer share one colour scale (the finite minimum to maximum of the
+channels shown), drawn as a labelled colourbar beside the grid, so that the same colour
+is the same value in every channel of the layer; layers keep scales of their own, as
+their values may differ by orders of magnitude.
 matplotlib is an optional dependency (``pip install 'hookscope[plot]'``); it is
 imported only here, and drawn on a ``Figure`` of its own (no pyplot state, no window).
 """
@@ -83,15 +87,23 @@ def plot_feature_maps(
                 f"sample(s)); pass sample= from 0 to {t.shape[0] - 1}"
                 if t.shape[0] else f"{name!r} is an empty batch: there is no sample to show"
             )
+    figure = _feature_maps_figure(layers, max_channels=max_channels, sample=sample,
+                                  bins=bins, dpi=dpi)
+    figure.savefig(os.fspath(path))
+
+
+def _feature_maps_figure(layers: list[tuple[str, torch.Tensor]], *, max_channels: int,
+                         sample: int, bins: int, dpi: int) -> Any:
+    """The matplotlib ``Figure`` of :func:`plot_feature_maps` (checked options)."""
     figure_cls = _figure_class()
     rows = [_grid_rows(t, max_channels) for _, t in layers]
     height = sum(max(r, 1) * 1.1 + 0.6 for r in rows)
-    fig = figure_cls(figsize=(_GRID_COLS * 1.1 + 4, height), dpi=dpi, layout="constrained")
+    fig = figure_cls(figsize=(_GRID_COLS * 1.1 + 5, height), dpi=dpi, layout="constrained")
     subfigs = fig.subfigures(len(layers), 1, squeeze=False,
                              height_ratios=[max(r, 1) + 0.5 for r in rows])
     for (name, tensor), nrows, sub in zip(layers, rows, subfigs[:, 0], strict=True):
         _draw_layer(sub, name, tensor.detach().float().cpu(), nrows, max_channels, sample, bins)
-    fig.savefig(os.fspath(path))
+    return fig
 
 
 def _grid_rows(t: torch.Tensor, max_channels: int) -> int:
@@ -108,11 +120,16 @@ def _draw_layer(sub: Any, name: str, t: torch.Tensor, nrows: int, max_channels: 
         grid_fig, hist_fig = sub.subfigures(1, 2, width_ratios=[_GRID_COLS * 1.1, 4])
         channels = t[sample, :max_channels]
         axes = grid_fig.subplots(nrows, _GRID_COLS, squeeze=False)
+        norm = _shared_norm(channels)
+        image = None
         for i, ax in enumerate(axes.flat):
             ax.set_axis_off()
             if i < channels.shape[0]:
-                ax.imshow(channels[i].numpy(), cmap="viridis")
+                image = ax.imshow(channels[i].numpy(), cmap="viridis", norm=norm)
                 ax.set_title(f"ch {i}", fontsize=7)
+        bar = grid_fig.colorbar(image, ax=axes, shrink=0.9)
+        bar.set_label("value (shared scale)", fontsize=7)
+        bar.ax.tick_params(labelsize=7)
     else:
         hist_fig = sub
     ax = hist_fig.subplots()
@@ -122,3 +139,15 @@ def _draw_layer(sub: Any, name: str, t: torch.Tensor, nrows: int, max_channels: 
     ax.set_title(f"values: mean {float(finite.mean()):.3g}, "
                  f"{float((values == 0).float().mean()) * 100:.0f}% zero", fontsize=8)
     ax.tick_params(labelsize=7)
+
+
+def _shared_norm(channels: torch.Tensor) -> Any:
+    """One ``Normalize`` from the finite minimum to maximum of ``channels`` (0 to 1 when
+    none is finite; widened around a constant, which would have no range to colour)."""
+    from matplotlib.colors import Normalize
+
+    finite = channels[torch.isfinite(channels)]
+    low, high = (float(finite.min()), float(finite.max())) if finite.numel() else (0.0, 1.0)
+    if low == high:
+        low, high = low - 0.5, high + 0.5
+    return Normalize(vmin=low, vmax=high)

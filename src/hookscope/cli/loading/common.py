@@ -17,12 +17,16 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from hookscope.cli.input_specs import InputSpec
 from hookscope.errors import SpecError
+
+if TYPE_CHECKING:
+    from hookscope.cli.loading.hf_inputs import PositionLimit
 
 __all__ = [
     "LoadedModel",
@@ -68,6 +72,8 @@ class LoadedModel:
             (``decoder_input_ids`` of an encoder-decoder).
         notice: why the model was built elsewhere than asked (the memory guard), for
             the user; ``None`` when it was not.
+        max_positions: the most tokens the model takes (a transformers model with a
+            table of positions); ``None`` when it takes any number.
     """
 
     model: nn.Module
@@ -78,6 +84,7 @@ class LoadedModel:
     main_input: InputSpec | None = None
     companions: tuple[InputSpec, ...] = ()
     notice: str | None = None
+    max_positions: PositionLimit | None = None
 
 
 def split_spec(spec: str) -> tuple[ModelSource, str, str]:
@@ -218,6 +225,9 @@ def complete_input_specs(loaded: LoadedModel, specs: list[InputSpec]) -> list[In
     (``--input 1,128`` is ``input_ids`` of int64 for a transformers text model); floating
     specs without a dtype take the model's floating dtype; the model's companions
     (``decoder_input_ids``) are added, of the first input's batch and length, unless given.
+
+    Raises:
+        SpecError: a sequence of token ids is longer than the model's positions.
     """
     floating = floating_dtype(loaded.model)
     if not specs:
@@ -235,6 +245,7 @@ def complete_input_specs(loaded: LoadedModel, specs: list[InputSpec]) -> list[In
                 spec = replace(spec, dtype=torch.int64)
             elif spec.dtype.is_floating_point:
                 spec = replace(spec, dtype=floating)
+        _check_length(loaded, spec, main if spec.name is None and i == 0 else None)
         out.append(spec)
     given = {s.name for s in out}
     first = out[0].shape
@@ -244,6 +255,16 @@ def complete_input_specs(loaded: LoadedModel, specs: list[InputSpec]) -> list[In
         shape = first[:2] if len(first) >= 2 and out[0].dtype == torch.int64 else None
         out.append(replace(companion, shape=shape or (first[:1] + companion.shape[1:])))
     return out
+
+
+def _check_length(loaded: LoadedModel, spec: InputSpec, main: InputSpec | None) -> None:
+    """Refuse token ids (``spec``, or the unnamed first spec standing for ``main``) longer
+    than the model's positions, before the model runs into them."""
+    name = main.name if main is not None else spec.name
+    limit = loaded.max_positions
+    if (limit is not None and name in ("input_ids", "decoder_input_ids")
+            and spec.dtype == torch.int64 and len(spec.shape) >= 1):
+        limit.check(spec.shape[-1], spec)
 
 
 def _integer_input(name: str | None) -> bool:

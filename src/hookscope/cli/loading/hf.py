@@ -30,7 +30,7 @@ from hookscope.cli.loading.common import (
     floating_dtype,
     require,
 )
-from hookscope.cli.loading.hf_inputs import hf_inputs, vocab_size
+from hookscope.cli.loading.hf_inputs import hf_inputs, position_limit, vocab_size
 from hookscope.errors import SpecError
 
 __all__ = [
@@ -96,7 +96,7 @@ def transformers_loaded(
     inputs = hf_inputs(model, config, float_dtype=floating_dtype(model))
     return LoadedModel(
         model, spec, source, inputs.defaults, vocab_size(config), main_input=inputs.main,
-        companions=inputs.companions,
+        companions=inputs.companions, max_positions=position_limit(model, config),
     )
 
 

@@ -16,6 +16,8 @@ per-model table: each input the signature names is made from the config it needs
 
 The model's ``main_input_name`` comes first; a model with a text and a vision tower and
 no image placeholder token (CLIP, SigLIP) gets both ``input_ids`` and ``pixel_values``.
+:func:`position_limit` says how many tokens a model with a table of positions takes, so
+that a longer ``--input`` is refused before the model runs.
 """
 
 from __future__ import annotations
@@ -28,8 +30,12 @@ import torch
 from torch import nn
 
 from hookscope.cli.input_specs import InputSpec
+from hookscope.errors import SpecError
 
-__all__ = ["DEFAULT_IMAGE_SIZE", "DEFAULT_SEQ_LEN", "HfInputs", "hf_inputs", "vocab_size"]
+__all__ = [
+    "DEFAULT_IMAGE_SIZE", "DEFAULT_SEQ_LEN", "HfInputs", "PositionLimit", "hf_inputs",
+    "position_limit", "vocab_size",
+]
 
 DEFAULT_SEQ_LEN = 128
 DEFAULT_IMAGE_SIZE = 224
@@ -77,6 +83,59 @@ def hf_inputs(model: nn.Module, config: Any, *, float_dtype: torch.dtype) -> HfI
         return HfInputs(main=specs.get(main), companions=tuple(companions))
     defaults = tuple(specs[name] for name in wanted) + tuple(companions)
     return HfInputs(defaults, specs[main], tuple(companions))
+
+
+@dataclass(frozen=True)
+class PositionLimit:
+    """The most tokens a model takes: its config's ``attr`` is ``value``, which a table
+    of positions in the model has rows for (``tokens`` is fewer when position ids start
+    after the padding index, as in RoBERTa)."""
+
+    tokens: int
+    attr: str
+    value: int
+
+    def check(self, length: int, spec: InputSpec) -> None:
+        """Refuse ``spec``, whose sequence is ``length`` tokens long, when it is too long.
+
+        Raises:
+            SpecError: ``length`` is more than ``tokens``.
+        """
+        if length <= self.tokens:
+            return
+        name = f"{spec.name}=" if spec.name is not None else ""
+        shorter = name + ",".join(map(str, (*spec.shape[:-1], self.tokens)))
+        raise SpecError(
+            f"--input {spec}: {length} tokens is more than this model's {self.tokens} "
+            f"positions (its config's {self.attr}={self.value}); give a sequence of at "
+            f"most {self.tokens} tokens, e.g. --input {shorter}"
+        )
+
+
+#: Config attributes that name how many positions a model has.
+_POSITION_ATTRS = ("max_position_embeddings", "n_positions", "n_ctx", "max_seq_len",
+                   "max_sequence_length", "max_target_positions")
+
+
+def position_limit(model: nn.Module, config: Any) -> PositionLimit | None:
+    """The most tokens ``model`` takes, ``None`` when it has no table of positions.
+
+    NB: a config's count is a hard limit only where the model looks positions up in a
+    table of that many rows (BERT, GPT-2; two more in BART and OPT); rotary and
+    relative positions (Llama, T5) are computed for any length, which the config's
+    count does not bound.
+    """
+    rows = {m.num_embeddings for m in model.modules() if isinstance(m, nn.Embedding)}
+    found: list[PositionLimit] = []
+    for section in (config, _text_config(config)):
+        for attr in _POSITION_ATTRS:
+            value = getattr(section, attr, None)
+            if not isinstance(value, int) or value <= 0 or not any(
+                    value <= n <= value + 2 for n in rows):
+                continue
+            offset = _position_offset(section) if attr == "max_position_embeddings" else 0
+            found.append(PositionLimit(max(1, value - offset), attr, value))
+    return min(found, key=lambda limit: limit.tokens, default=None)
 
 
 def _make(name: str, config: Any, float_dtype: torch.dtype) -> InputSpec | None:
