@@ -7,6 +7,7 @@ for the text of the faulty line.
 
 from __future__ import annotations
 
+import copy
 import inspect
 from typing import Any
 
@@ -340,3 +341,32 @@ def test_the_registration_hooks_are_gone_after_a_run_also_when_the_model_raises(
     with pytest.raises(hookscope.errors.ModelRunError):
         hookscope.lint(_Raises(), _X)
     assert [dict(h) for h in hooks] == before
+
+
+class _DetachedFeatures(nn.Module):
+    """A head trained on detached GPT-2 features: the backbone gets no gradient."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        transformers = pytest.importorskip("transformers")
+        config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=50)
+        self.backbone = transformers.GPT2Model(config)
+        self.head = nn.Linear(64, 2)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        features = self.backbone(ids).last_hidden_state.detach()
+        return self.head(features)  # type: ignore[no-any-return]
+
+
+def test_hs503_on_gpt2_is_one_finding_for_the_backbone_at_its_assignment() -> None:
+    """One finding per tensor: dozens for a detached GPT-2 backbone."""
+    torch.manual_seed(0)
+    model, ids = _DetachedFeatures(), torch.randint(0, 50, (2, 6))
+    twin = copy.deepcopy(model)
+    twin(ids).sum().backward()
+    oracle = [n for n, p in twin.named_parameters() if p.grad is None]
+    assert oracle == [f"backbone.{n}" for n, _ in model.backbone.named_parameters()]
+    finding = _only("HS503", model, ids, backward=True)
+    assert finding.path == "backbone" and list(finding.parameters) == oracle
+    assert finding.message.startswith(f"backbone: {len(oracle)} parameters get no gradient (")
+    assert _at(finding) == _line_in(_DetachedFeatures, "self.backbone = ")

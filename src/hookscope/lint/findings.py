@@ -74,9 +74,10 @@ class Finding:
         attribute: the attribute concerned (``layers``), or ``None``.
         message: what is wrong and what goes wrong because of it.
         fix: how to fix it, in one line.
-        file: the source file where the attribute is assigned, when found.
-        line: 1-based line of that assignment, when found.
-        col: 1-based column of that assignment, when found.
+        file: the source file of the line to edit to fix it (where the attribute is
+            assigned, or what the rule knows better: ``lint/locate.py``), when found.
+        line: 1-based line of that place, when found.
+        col: 1-based column of that place, when found.
         parameters: the parameters the finding is about, by path as in
             ``named_parameters()`` (``aux.weight``), when it groups them (HS503: one
             finding per module); empty otherwise.

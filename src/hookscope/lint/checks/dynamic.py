@@ -141,14 +141,15 @@ def parameter_without_gradient(ctx: LintContext) -> Iterator[Hit]:
         if _eval_switch(ctx, path):
             continue  # perhaps used on a branch taken in training mode only
         missing.add(tensor_path)
-    for path, params in _by_module(ctx, missing):
+    for path, params, whole in _by_module(ctx, missing):
         n = len(params)
         names = [p[len(path) + 1:] if path else p for p in params]
         shown = ", ".join(names[:_SHOWN]) + (f", ... ({n - _SHOWN} more)" if n > _SHOWN else "")
         what = (f"{n} parameters get no gradient" if n > 1 else "1 parameter gets no gradient")
         message = (f"{path or 'the model'}: {what} ({shown}): a loss computed from the "
                    f"outputs does not train {'them' if n > 1 else 'it'}")
-        where = locate(ctx, *ctx.split(params[0]))
+        # a module none of whose parameters is trained: where it is made; else the first
+        where = locate(ctx, *(ctx.owner(path) if whole and n > 1 else ctx.split(params[0])))
         if n == 1:  # at the parameter itself, as ignore= globs name it
             parent, name = ctx.split(params[0])
             at = ctx.owner(parent) if isinstance(ctx.modules.get(parent), CONTAINERS) else (
@@ -161,22 +162,31 @@ def parameter_without_gradient(ctx: LintContext) -> Iterator[Hit]:
 _SHOWN = 6  # parameter names a message lists; the finding's ``parameters`` has them all
 
 
-def _by_module(ctx: LintContext, missing: set[str]) -> list[tuple[str, list[str]]]:
-    """``missing`` grouped by module: the outermost modules all of whose trainable
-    parameters are missing, then each module that holds the others."""
-    trainable = [p for p, t in ctx.tensors(buffers=False) if t.requires_grad]
-    groups: list[tuple[str, list[str]]] = []
+def _by_module(
+    ctx: LintContext, missing: set[str]
+) -> list[tuple[str, list[str], bool]]:
+    """``(module path, parameters, whole)``: ``missing`` grouped by module, first the
+    outermost modules all of whose trainable parameters are missing (``whole``), then
+    each module that holds the others."""
+    if not missing:
+        return []
+    inside: dict[str, list[str]] = {}  # module path -> the trainable parameters under it
+    for p, t in ctx.tensors(buffers=False):
+        if t.requires_grad:
+            parent = ctx.split(p)[0]
+            for at in {"", *(parent[:i] for i in _prefix_ends(parent) if parent)}:
+                inside.setdefault(at, []).append(p)
+    groups: list[tuple[str, list[str], bool]] = []
     left = set(missing)
     for path, _ in ctx.members:
-        inside = [p for p in trainable if not path or p.startswith(path + ".")]
-        if inside and all(p in left for p in inside):
-            groups.append((path, inside))
-            left -= set(inside)
+        params = inside.get(path, [])
+        if params and all(p in left for p in params):
+            groups.append((path, params, True))
+            left -= set(params)
     by_parent: dict[str, list[str]] = {}
-    for p in trainable:
-        if p in left:
-            by_parent.setdefault(ctx.split(p)[0], []).append(p)
-    return groups + list(by_parent.items())
+    for p in (p for p in inside.get("", []) if p in left):
+        by_parent.setdefault(ctx.split(p)[0], []).append(p)
+    return groups + [(path, params, False) for path, params in by_parent.items()]
 
 
 def _eval_switch(ctx: LintContext, path: str) -> bool:
