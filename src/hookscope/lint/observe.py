@@ -46,22 +46,34 @@ class _Registrations:
 
     def __init__(self, ctx: LintContext) -> None:
         self.ctx = ctx
-        self.made: weakref.WeakKeyDictionary[nn.Module, Location] = (
-            weakref.WeakKeyDictionary())
+        # by ``id`` with a weak reference to tell a reused ``id``: a module class may
+        # define ``__eq__`` and so not be hashable
+        self._made: dict[int, tuple[weakref.ref[nn.Module], Location]] = {}
         self.members: dict[tuple[int, str], Location] = {}
 
+    def made(self, module: nn.Module) -> Location | None:
+        """Where the forward made ``module``, when it did and it registered anything."""
+        entry = self._made.get(id(module))
+        return entry[1] if entry is not None and entry[0]() is module else None
+
     def __call__(self, module: nn.Module, name: str, value: Any) -> None:
+        try:
+            self._note(module, name)
+        except Exception:  # a place not found must not break the forward
+            return
+
+    def _note(self, module: nn.Module, name: str) -> None:
         if id(module) in self.ctx.module_ids:
             if (id(module), name) not in self.members:
                 where = caller_location()
                 if where is not None:
                     self.members[id(module), name] = where
-        elif module not in self.made:
+        elif self.made(module) is None:
             # a module registers its first member while it is built: the line that
             # builds it is the first one outside its ``__init__``
             where = caller_location(building=module)
             if where is not None:
-                self.made[module] = where
+                self._made[id(module)] = (weakref.ref(module), where)
 
     def install(self, handles: HandleGroup) -> None:
         from torch.nn.modules import module as torch_module
@@ -97,7 +109,7 @@ class _ForeignWatch:
         record = self.found.get(group)
         if record is None:
             where = None if group[1] is not None else (
-                self.registrations.made.get(module) or caller_location())
+                self.registrations.made(module) or caller_location())
             record = self.found[group] = ForeignCall(*group, lost, location=where)
         record.calls += 1
         self.objects.setdefault(group, set()).add(key)
