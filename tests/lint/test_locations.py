@@ -159,10 +159,22 @@ class _BadInit(nn.Module):
         self.w.data.fill_(1.0)
 
 
-def test_hs301_non_finite_values_point_at_the_line_that_writes_them() -> None:
-    model = _BadInit()
-    assert torch.isnan(model.fc.weight).all()  # oracle
-    assert _at(_only("HS301", model)) == _line_in(_BadInit, "nn.init.constant_(self.fc")
+class _InfInOneValue(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        with torch.no_grad():
+            self.fc.weight[0, 0] = float("inf")
+
+
+@pytest.mark.parametrize(("model", "text"), [(_BadInit, "nn.init.constant_(self.fc"),
+                                             (_InfInOneValue, "self.fc.weight[0, 0] = ")])
+def test_hs301_non_finite_values_point_at_the_line_that_writes_them(
+    model: type[nn.Module], text: str
+) -> None:
+    built = model()
+    assert not torch.isfinite(built.fc.weight).all()  # oracle
+    assert _at(_only("HS301", built)) == _line_in(model, text)
 
 
 def test_hs302_constant_values_point_at_the_line_that_writes_them() -> None:

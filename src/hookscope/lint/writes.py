@@ -97,7 +97,7 @@ def _written(node: ast.AST, owner: str) -> list[tuple[str, str]]:
 def _kinds(node: ast.AST) -> list[str]:
     """``["freeze"]`` for ``x.requires_grad_(False)`` or ``x.requires_grad = False``,
     ``["values"]`` for an in-place call (``x.fill_(1.)``, ``nn.init.zeros_(x)``) or an
-    assignment to ``x.data``; ``[]`` for anything else."""
+    assignment to ``x.data`` or ``x[...]``; ``[]`` for anything else."""
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
         name = node.func.attr
         if name == "requires_grad_":
@@ -109,7 +109,8 @@ def _kinds(node: ast.AST) -> list[str]:
         for target in node.targets:
             if isinstance(target, ast.Attribute) and target.attr == "requires_grad":
                 return ["freeze"] if _is_false(node.value) else []
-            if isinstance(target, ast.Attribute) and target.attr == "data":
+            if ((isinstance(target, ast.Attribute) and target.attr == "data")
+                    or isinstance(target, ast.Subscript)):  # ``self.w[0, 0] = ...``
                 return ["values"]
     return []
 
@@ -120,7 +121,7 @@ def _operands(node: ast.AST) -> list[ast.expr]:
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
         return [node.func.value, *node.args[:1]]
     if isinstance(node, ast.Assign):
-        return [t.value for t in node.targets if isinstance(t, ast.Attribute)]
+        return [t.value for t in node.targets if isinstance(t, (ast.Attribute, ast.Subscript))]
     return []
 
 
