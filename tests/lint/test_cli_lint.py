@@ -69,3 +69,15 @@ def test_usage_errors_exit_2(
 def test_bad_fail_on_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, _ = run_cli(capsys, "lint", SEED, "--fail-on", "fatal")
     assert code == 2
+
+
+def test_without_backward_a_note_says_which_rules_need_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    note = "HS503 (parameter-without-gradient) needs a backward pass: run with --backward"
+    code, out, err = run_cli(capsys, "lint", FIXED, "--input", "2,1")
+    assert code == 0 and note in out
+    code, out, err = run_cli(capsys, "lint", FIXED, "--input", "2,1", "--format", "json")
+    assert code == 0 and note in err and json.loads(out)["skipped_rules"] == ["HS503"]
+    code, out, err = run_cli(capsys, "lint", FIXED, "--input", "2,1", "--backward")
+    assert code == 0 and "HS503" not in out + err

@@ -8,6 +8,7 @@ run by hand), then checks that the linter reports it, or does not.
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -291,7 +292,68 @@ def test_a_detached_parameter_is_reported_in_either_mode_without_overclaiming(
     assert finding.severity is Severity.WARNING and finding.target == "gain"
     # what is established is the gradient from the outputs, not what an optimizer does
     assert "optimizer never changes it" not in finding.message
-    assert "no gradient from the outputs" in finding.message
+    assert "no gradient (gain): a loss computed from the outputs" in finding.message
+
+
+class _PartlyDetached(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.scale = nn.Parameter(torch.full((4,), 2.0))
+        self.shift = nn.Parameter(torch.zeros(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.a(x) * self.scale.detach() + self.shift.detach()  # type: ignore[no-any-return]
+
+
+class _DetachedBranches(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.aux = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+        self.part = _PartlyDetached()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x) + self.aux(x).detach() + self.part(x)  # type: ignore[no-any-return]
+
+
+def test_parameters_without_gradient_are_one_finding_per_module() -> None:
+    """HS503 made one finding per tensor: four for one detached two-layer branch."""
+    model, x = _DetachedBranches(), torch.randn(2, 4)
+    twin = copy.deepcopy(model)
+    twin(x).sum().backward()
+    oracle = [n for n, p in twin.named_parameters() if p.grad is None]
+    assert oracle == ["aux.0.weight", "aux.0.bias", "aux.1.weight", "aux.1.bias",
+                      "part.scale", "part.shift"]
+    found = {f.path: f for f in hookscope.lint(model, x, backward=True) if f.code == "HS503"}
+    assert sorted(found) == ["aux", "part"]  # part.a gets its gradient: not the whole part
+    assert list(found["aux"].parameters) == oracle[:4]
+    assert list(found["part"].parameters) == oracle[4:]
+    assert found["aux"].message.startswith(
+        "aux: 4 parameters get no gradient (0.weight, 0.bias, 1.weight, 1.bias): ")
+    assert found["part"].message.startswith("part: 2 parameters get no gradient (scale, shift)")
+    doc = json.loads(hookscope.lint(model, x, backward=True).to_json())
+    assert {tuple(f["parameters"]) for f in doc["findings"] if f["code"] == "HS503"} == {
+        tuple(oracle[:4]), tuple(oracle[4:])}
+
+
+def test_without_backward_a_note_names_the_rules_that_need_one() -> None:
+    """Without backward=True a parameter that gets no gradient went unreported, and
+    nothing said so."""
+    model, x = _DetachedBranches(), torch.randn(2, 4)
+    report = hookscope.lint(model, x)
+    assert "HS503" not in report.codes() and "HS503" in report.skipped_rules
+    (note,) = report.notes
+    assert note.startswith("HS503 (parameter-without-gradient) needs a backward pass: run "
+                           "with --backward")
+    assert note in report.to_text().splitlines()
+    assert json.loads(report.to_json())["notes"] == [note]
+    static = hookscope.lint(model)
+    assert {"HS501", "HS503"} <= set(static.skipped_rules)
+    assert "give inputs and run with --backward" in static.notes[0]
+    ran = hookscope.lint(model, x, backward=True)
+    assert ran.notes == () and ran.skipped_rules == () and "HS503" in ran.codes()
+    assert hookscope.lint(model, x, select=["HS1"]).notes == ()
 
 
 # -- lazy modules with backward=True -------------------------------------------------
@@ -326,9 +388,8 @@ def test_a_lazy_parameter_without_gradient_is_reported() -> None:
     twin(x).sum().backward()
     oracle = sorted(n for n, p in twin.named_parameters() if p.grad is None)
     assert oracle == ["lazy.bias", "lazy.weight"]
-    found = sorted(f.target for f in hookscope.lint(model, x, backward=True)
-                   if f.code == "HS503")
-    assert found == oracle
+    (finding,) = [f for f in hookscope.lint(model, x, backward=True) if f.code == "HS503"]
+    assert finding.target == "lazy" and sorted(finding.parameters) == oracle
 
 
 # -- HS505: a layer or parameter made on the first call ------------------------------

@@ -105,6 +105,9 @@ def lint_command(
                 loaded.model, *args, kwargs=kwargs or None, backward=backward,
                 select=split_names(select), ignore=split_names(ignore),
             )
+        if fmt is LintFormat.JSON:  # the text says them; JSON on stdout stays parseable
+            for note in report.notes:
+                typer.echo(note, err=True)
         text = report.to_json() if fmt is LintFormat.JSON else report.to_text()
         target.write(Rendered.of_text(text))
         return report.exit_code(fail_on=fail_on.value)

@@ -4,8 +4,10 @@
 built-in ones in ``checks/``, one module per family) over the model's structure and,
 when inputs are given, over one forward pass, and returns a :class:`LintReport` of
 :class:`Finding`\\ s (``findings.py``). ``runner.py`` drives a run, ``context.py``
-holds what rules read, ``source.py`` finds where an attribute is assigned,
-``suppress.py`` handles ``select=``/``ignore=``, ``report.py`` renders text.
+holds what rules read, ``locate.py`` the line each finding points at (with
+``source.py``, where an attribute is assigned, and ``writes.py``, where it is frozen or
+its values written), ``suppress.py`` handles ``select=``/``ignore=``, ``report.py``
+renders text.
 
 ``hookscope.lint`` is this package, and the package is callable:
 ``hookscope.lint(model)`` runs :func:`hookscope.lint.runner.lint`. (A function and a

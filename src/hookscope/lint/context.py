@@ -47,6 +47,9 @@ class ForeignCall:
         calls: how many calls were seen (a module made inside ``forward`` is a new
             object each time: each object counts once per call).
         objects: how many distinct module objects were called.
+        location: ``(file, line, col)`` where the forward made the first of them (or,
+            for one that registers nothing when built, called it), for one that no
+            attribute holds; ``None`` otherwise or when not known.
     """
 
     path: str
@@ -55,6 +58,7 @@ class ForeignCall:
     lost: Lost
     calls: int = 0
     objects: int = 0
+    location: tuple[str, int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,12 +71,15 @@ class LateMember:
         name: its attribute.
         class_name: its class (``Parameter`` for a parameter).
         numel: its parameter values that the model did not have before.
+        location: ``(file, line, col)`` of the line of the forward that registered
+            it, when known.
     """
 
     path: str
     name: str
     class_name: str
     numel: int
+    location: tuple[str, int, int] | None = None
 
 
 @dataclass

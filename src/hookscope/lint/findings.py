@@ -63,6 +63,10 @@ class Hit(NamedTuple):
         message: one sentence saying what is wrong and what goes wrong because of it.
         severity: this finding's, when it is not the rule's (``None``: the rule's).
         fix: this finding's fix, when the rule's does not fit it (``None``: the rule's).
+        location: ``(file, line, col)`` of the line to edit, when the rule knows it
+            better than the assignment of ``self.<attribute>`` (``None``: that one).
+        parameters: the paths of the parameters the finding is about, when it groups
+            several (HS503).
     """
 
     path: str
@@ -70,6 +74,8 @@ class Hit(NamedTuple):
     message: str
     severity: Severity | None = None
     fix: str | None = None
+    location: tuple[str, int, int] | None = None
+    parameters: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,9 +90,13 @@ class Finding:
         attribute: the attribute concerned (``layers``), or ``None``.
         message: what is wrong and what goes wrong because of it.
         fix: how to fix it, in one line.
-        file: the source file where the attribute is assigned, when found.
-        line: 1-based line of that assignment, when found.
-        col: 1-based column of that assignment, when found.
+        file: the source file of the line to edit to fix it (where the attribute is
+            assigned, or what the rule knows better: ``lint/locate.py``), when found.
+        line: 1-based line of that place, when found.
+        col: 1-based column of that place, when found.
+        parameters: the parameters the finding is about, by path as in
+            ``named_parameters()`` (``aux.weight``), when it groups them (HS503: one
+            finding per module); empty otherwise.
     """
 
     code: str
@@ -99,6 +109,7 @@ class Finding:
     file: str | None = None
     line: int | None = None
     col: int | None = None
+    parameters: tuple[str, ...] = ()
 
     @property
     def target(self) -> str:
@@ -131,11 +142,17 @@ class LintReport:
             model); ``None`` otherwise.
         inputs_given: whether inputs were given (no forward pass ran with them when
             ``select=`` chose only static rules).
+        skipped_rules: the codes of the selected rules that did not run, for want of
+            inputs (HS50x) or of a backward pass (HS503 without ``backward=True``).
+        notes: lines the text ends with, saying how to run the skipped rules that a
+            summary does not name (``"HS503 (parameter-without-gradient) needs a
+            backward pass: run with --backward ..."``).
     """
 
     def __init__(
         self, findings: list[Finding], *, model: str, dynamic: bool, backward: bool,
         suppressed: int = 0, backward_skipped: str | None = None, inputs_given: bool = False,
+        skipped_rules: tuple[str, ...] = (), notes: tuple[str, ...] = (),
     ) -> None:
         self.findings = sorted(findings, key=lambda f: (-f.severity.rank, f.path, f.code))
         self.model = model
@@ -144,6 +161,8 @@ class LintReport:
         self.suppressed = suppressed
         self.backward_skipped = backward_skipped
         self.inputs_given = inputs_given
+        self.skipped_rules = skipped_rules
+        self.notes = notes
 
     def __iter__(self) -> Iterator[Finding]:
         return iter(self.findings)
@@ -190,6 +209,8 @@ class LintReport:
             "suppressed": self.suppressed,
             "counts": self.counts(),
             "findings": [f.to_dict() for f in self.findings],
+            "skipped_rules": list(self.skipped_rules),
+            "notes": list(self.notes),
         }
         return json.dumps(doc, indent=indent, sort_keys=True)
 

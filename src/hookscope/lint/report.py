@@ -7,8 +7,9 @@ One finding is three lines, in the convention editors and CI annotate::
         fix: hold them in nn.ModuleList (list, tuple) or nn.ModuleDict (dict), ...
 
 A finding without a source location starts with ``<model>:``. File names under the
-working directory are shown relative to it. A summary line and, when there are
-findings, a line saying how to silence or explain one end the text.
+working directory are shown relative to it. A summary line, the report's notes (a rule
+that needs a backward pass none was asked for) and, when there are findings, a line
+saying how to silence or explain one end the text.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def render_text(report: LintReport) -> str:
         f"{report.model}: no findings ({scope})")
     if report.suppressed:
         summary += f"; {report.suppressed} silenced by ignore"
-    lines = [*blocks, summary]
+    lines = [*blocks, summary, *report.notes]
     if report.findings:
         code = report.findings[0].code
         lines.append(

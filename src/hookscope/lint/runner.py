@@ -6,7 +6,7 @@ are given and a selected rule needs them) one forward pass through
 :func:`~hookscope.lint.traced_pass.observe` and the rules that read it. Each
 :class:`~hookscope.lint.findings.Hit` becomes a :class:`~hookscope.lint.findings.Finding`
 with its rule's fields and the source location of the attribute
-(``lint/source.py``); ``ignore=`` entries then silence what the user chose
+(``lint/locate.py``); ``ignore=`` entries then silence what the user chose
 (``lint/suppress.py``).
 """
 
@@ -21,8 +21,8 @@ from torch import nn
 from hookscope.errors import ModelRunError, SpecError
 from hookscope.lint.context import LintContext
 from hookscope.lint.findings import Finding, Hit, LintReport
+from hookscope.lint.locate import locate
 from hookscope.lint.rules import Needs, Rule, load_rules
-from hookscope.lint.source import Location, find_assignment, find_class
 from hookscope.lint.suppress import IgnoreEntry, compile_ignore, select_rules
 
 
@@ -91,11 +91,32 @@ def lint(
         findings += _run(ctx, wanted)
     kept = [f for f in findings if not silenced(f)]
     skipped = ctx.forward.backward_skipped if ctx.forward is not None else None
+    ran_backward = backward and dynamic and ctx.forward is not None and skipped is None
     return LintReport(kept, model=type(model).__name__, dynamic=dynamic and bool(wanted),
-                      backward=backward and dynamic and ctx.forward is not None
-                      and skipped is None,
+                      backward=ran_backward,
                       suppressed=len(findings) - len(kept), backward_skipped=skipped,
-                      inputs_given=dynamic)
+                      inputs_given=dynamic,
+                      skipped_rules=_skipped(rules, dynamic=dynamic, backward=ran_backward),
+                      notes=_notes(rules, dynamic=dynamic, backward=backward))
+
+
+def _skipped(rules: list[Rule], *, dynamic: bool, backward: bool) -> tuple[str, ...]:
+    """The codes of the selected rules that did not run, for want of inputs or of a
+    backward pass."""
+    return tuple(r.code for r in rules if (r.needs is Needs.FORWARD and not dynamic)
+                 or (r.needs is Needs.BACKWARD and not backward))
+
+
+def _notes(rules: list[Rule], *, dynamic: bool, backward: bool) -> tuple[str, ...]:
+    """One line naming the selected rules that need a backward pass none was asked for
+    (a backward asked for and not possible is said by ``backward_skipped``)."""
+    wanting = [f"{r.code} ({r.name})" for r in rules if r.needs is Needs.BACKWARD]
+    if backward or not wanting:
+        return ()
+    need = "needs" if len(wanting) == 1 else "need"
+    how = "run with --backward" if dynamic else "give inputs and run with --backward"
+    return (f"{', '.join(wanting)} {need} a backward pass: {how} "
+            "(backward=True in hookscope.lint)",)
 
 
 def _with_static_findings(
@@ -118,32 +139,8 @@ def _run(ctx: LintContext, rules: list[Rule]) -> list[Finding]:
 
 
 def _finding(ctx: LintContext, rule: Rule, hit: Hit) -> Finding:
-    where = locate(ctx, hit.path, hit.attribute)
+    where = hit.location or locate(ctx, hit.path, hit.attribute)
     file, line, col = where if where is not None else (None, None, None)
     return Finding(rule.code, rule.name, hit.severity or rule.severity, hit.path,
                    hit.attribute, hit.message,
-                   hit.fix or rule.fix, file, line, col)
-
-
-def locate(ctx: LintContext, path: str, attribute: str | None) -> Location | None:
-    """Where ``self.<attribute>`` is assigned in the class of the module at ``path``.
-
-    An attribute that a ``torch.nn`` class assigns (the ``weight`` of an ``nn.Linear``)
-    is located where the user's code assigns the ``torch.nn`` module instead, and so
-    on up the tree; the model's own class definition is the last resort.
-    """
-    while True:
-        module = ctx.modules.get(path)
-        if module is None:
-            return None
-        if attribute is not None and not _from_torch(type(module)):
-            found = find_assignment(type(module), attribute)
-            if found is not None:
-                return found
-        if not path:
-            return None if _from_torch(type(module)) else find_class(type(module))
-        path, attribute = ctx.owner(path)
-
-
-def _from_torch(cls: type) -> bool:
-    return cls.__module__.split(".")[0] == "torch"
+                   hit.fix or rule.fix, file, line, col, hit.parameters)

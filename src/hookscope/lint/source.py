@@ -12,9 +12,12 @@ class never uses), soundly: any use of ``self`` that may reach an attribute with
 naming it counts as reading them all; :func:`reads_training` whether a ``training``
 flag is read (``.train()``/``.eval()`` change what the class does).
 
-NB: an attribute set with ``setattr``, ``add_module`` or ``register_buffer``, or on a
-class whose source cannot be read (defined in a REPL, compiled), has no location:
-the finding is reported without one.
+``self.register_buffer("x", ...)``, ``register_parameter``, ``add_module``,
+``register_module`` and ``setattr(self, "x", ...)`` with a literal name count as
+assignments of ``x``; ``self.head.weight = ...`` is found as ``head.weight``.
+
+NB: an attribute set under a computed name, or on a class whose source cannot be read
+(defined in a REPL, compiled), has no location: the finding is reported without one.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ Location = tuple[str, int, int]  # file, 1-based line, 1-based column
 def find_assignment(cls: type, attribute: str) -> Location | None:
     """``(file, line, col)`` of the first ``self.<attribute> = ...`` in ``cls`` or a base.
 
+    ``attribute`` may be dotted (``head.weight``: ``self.head.weight = ...``).
     ``__init__`` is searched before the other methods of a class.
     """
     for klass in cls.__mro__:
@@ -74,14 +78,55 @@ def _assignments(cls: type) -> dict[str, Location]:
     found: dict[str, Location] = {}
     for fn in _methods(tree):
         owner = fn.args.args[0].arg if fn.args.args else "self"
-        for node in ast.walk(fn):
-            for target in _targets(node):
-                if (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
-                        and target.value.id == owner and target.attr not in found):
-                    found[target.attr] = (
-                        file, first + target.lineno - 1, target.col_offset + 1 + indent
-                    )
+        named = sorted((at.lineno, at.col_offset, name) for node in ast.walk(fn)
+                       for name, at in _assigned(node, owner))
+        for line, col, name in named:  # in source order: the first one wins
+            found.setdefault(name, (file, first + line - 1, col + 1 + indent))
     return found
+
+
+#: methods of ``self`` that register a member under the name they are given first
+_REGISTERS = frozenset({"register_buffer", "register_parameter", "add_module",
+                        "register_module"})
+
+
+def _assigned(node: ast.AST, owner: str) -> list[tuple[str, ast.expr]]:
+    """``(name, where)`` of what ``node`` assigns on ``owner``: ``self.x = ...`` (``x``),
+    ``self.x.y = ...`` (``x.y``), ``self.register_buffer("x", ...)`` and
+    ``setattr(self, "x", ...)`` (``x``)."""
+    found = [(name, t) for t in _targets(node) if (name := _chain(t, owner))]
+    if isinstance(node, ast.Call) and (name := _registered_name(node, owner)):
+        found.append((name, node))
+    return found
+
+
+def _chain(node: ast.expr, owner: str) -> str | None:
+    """``"x.y"`` for ``self.x.y``; ``None`` for anything else."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if parts and isinstance(node, ast.Name) and node.id == owner:
+        return ".".join(reversed(parts))
+    return None
+
+
+def _registered_name(call: ast.Call, owner: str) -> str | None:
+    """The literal name ``self.register_buffer("x", ...)`` (and its kin) or
+    ``setattr(self, "x", ...)`` registers; ``None`` otherwise."""
+    func, args = call.func, call.args
+    if (isinstance(func, ast.Attribute) and func.attr in _REGISTERS
+            and isinstance(func.value, ast.Name) and func.value.id == owner):
+        named = args[0] if args else next(
+            (k.value for k in call.keywords if k.arg == "name"), None)
+    elif (isinstance(func, ast.Name) and func.id == "setattr" and len(args) >= 2
+            and isinstance(args[0], ast.Name) and args[0].id == owner):
+        named = args[1]
+    else:
+        return None
+    if isinstance(named, ast.Constant) and isinstance(named.value, str):
+        return named.value
+    return None
 
 
 def _methods(tree: ast.Module) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:

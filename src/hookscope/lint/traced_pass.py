@@ -3,11 +3,13 @@
 :func:`observe` runs the model once under :class:`hookscope.Tracer` (shapes only) and,
 for as long as that pass lasts, one process-wide forward pre-hook
 (``torch.nn.modules.module.register_module_forward_pre_hook``) that notes every call of
-a module that is not registered in the model. Before the tracer's exit it also reads
+a module that is not registered in the model, and three process-wide registration
+hooks (module, parameter, buffer) that note where the forward made a module or
+registered a member, so HS501 and HS505 point at that line. Before the tracer's exit it also reads
 what the forward registered on the model (a layer made on the first call) and, with
 ``backward=True``, takes the gradients: the exit takes such registrations out again
 and makes lazy modules lazy again (their parameters have values only until then).
-The hook is removed in a ``finally`` (:class:`~hookscope.core.handles.HandleGroup`);
+The hooks are removed in a ``finally`` (:class:`~hookscope.core.handles.HandleGroup`);
 the tracer restores ``training`` flags and ``requires_grad``, and :func:`observe` puts
 back every buffer the forward changed (BatchNorm running statistics), so the model is
 left as it was. The forward runs with grad enabled only for ``backward=True``, and
@@ -20,6 +22,7 @@ path, as with any global module hook.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -32,14 +35,62 @@ from hookscope.core.run_backward import backward_roots
 from hookscope.errors import ModelRunError
 from hookscope.lint.checks.containers import contents
 from hookscope.lint.context import ForeignCall, ForwardFacts, LateMember, LintContext, Lost
-from hookscope.lint.source import reads_training
+from hookscope.lint.locate import caller_location
+from hookscope.lint.source import Location, reads_training
+
+
+class _Registrations:
+    """The global registration hooks' state: where the forward made each module it made,
+    and registered each member it registered on the model (the first line of the
+    user's code: ``lint/locate.py``)."""
+
+    def __init__(self, ctx: LintContext) -> None:
+        self.ctx = ctx
+        # by ``id`` with a weak reference to tell a reused ``id``: a module class may
+        # define ``__eq__`` and so not be hashable
+        self._made: dict[int, tuple[weakref.ref[nn.Module], Location]] = {}
+        self.members: dict[tuple[int, str], Location] = {}
+
+    def made(self, module: nn.Module) -> Location | None:
+        """Where the forward made ``module``, when it did and it registered anything."""
+        entry = self._made.get(id(module))
+        return entry[1] if entry is not None and entry[0]() is module else None
+
+    def __call__(self, module: nn.Module, name: str, value: Any) -> None:
+        try:
+            self._note(module, name)
+        except Exception:  # a place not found must not break the forward
+            return
+
+    def _note(self, module: nn.Module, name: str) -> None:
+        if id(module) in self.ctx.module_ids:
+            if (id(module), name) not in self.members:
+                where = caller_location()
+                if where is not None:
+                    self.members[id(module), name] = where
+        elif self.made(module) is None:
+            # a module registers its first member while it is built: the line that
+            # builds it is the first one outside its ``__init__``
+            where = caller_location(building=module)
+            if where is not None:
+                self._made[id(module)] = (weakref.ref(module), where)
+
+    def install(self, handles: HandleGroup) -> None:
+        from torch.nn.modules import module as torch_module
+
+        for register in (torch_module.register_module_module_registration_hook,
+                         torch_module.register_module_parameter_registration_hook,
+                         torch_module.register_module_buffer_registration_hook):
+            handles.add(register(self))
 
 
 class _ForeignWatch:
     """The global pre-hook's state: calls of unregistered modules, outermost only."""
 
-    def __init__(self, ctx: LintContext, tracer: hookscope.Tracer) -> None:
-        self.ctx, self.tracer = ctx, tracer
+    def __init__(
+        self, ctx: LintContext, tracer: hookscope.Tracer, made: _Registrations
+    ) -> None:
+        self.ctx, self.tracer, self.registrations = ctx, tracer, made
         self.found: dict[tuple[str, str | None, str], ForeignCall] = {}
         self.objects: dict[tuple[str, str | None, str], set[int]] = {}
         self.inner: set[int] = set()  # submodules of an unregistered module seen
@@ -55,7 +106,11 @@ class _ForeignWatch:
         if lost is None or _registered_now(self.ctx, module):
             return  # nothing lost, or registered by the forward itself (HS505)
         group = (*_holder(self.ctx, caller, module), type(module).__name__)
-        record = self.found.setdefault(group, ForeignCall(*group, lost))
+        record = self.found.get(group)
+        if record is None:
+            where = None if group[1] is not None else (
+                self.registrations.made(module) or caller_location())
+            record = self.found[group] = ForeignCall(*group, lost, location=where)
         record.calls += 1
         self.objects.setdefault(group, set()).add(key)
         record.objects = len(self.objects[group])
@@ -95,7 +150,7 @@ def _holder(ctx: LintContext, caller: str, module: nn.Module) -> tuple[str, str 
     return caller, None
 
 
-def _late_members(ctx: LintContext) -> list[LateMember]:
+def _late_members(ctx: LintContext, made: _Registrations) -> list[LateMember]:
     """The parameters the forward registered on the model's modules, and the submodules
     it registered that hold parameters the model did not have (not a stateless one,
     nor a wrapper of the model's own layers: nothing to train is missing)."""
@@ -106,10 +161,12 @@ def _late_members(ctx: LintContext) -> list[LateMember]:
             if child is not None and id(child) not in ctx.module_ids:
                 numel = sum(p.numel() for p in child.parameters() if id(p) not in known)
                 if numel:
-                    found.append(LateMember(path, name, type(child).__name__, numel))
+                    found.append(LateMember(path, name, type(child).__name__, numel,
+                                            made.members.get((id(module), name))))
         for name, p in module._parameters.items():
             if p is not None and id(p) not in known:
-                found.append(LateMember(path, name, "Parameter", p.numel()))
+                found.append(LateMember(path, name, "Parameter", p.numel(),
+                                        made.members.get((id(module), name))))
     return found
 
 
@@ -124,18 +181,20 @@ def observe(
     model = ctx.model
     tracer = hookscope.Tracer(model, shapes=True, restore_state=True)
     tracer._restore_buffers = True  # its forward is run for the caller (parameters too)
-    watch = _ForeignWatch(ctx, tracer)
+    registrations = _Registrations(ctx)
+    watch = _ForeignWatch(ctx, tracer, registrations)
     saved = saved_buffers(m for _, m in ctx.members)
     handles = HandleGroup()
     gradients: tuple[list[str] | None, str | None] = (None, None)
     try:
         handles.add(torch.nn.modules.module.register_module_forward_pre_hook(watch))
+        registrations.install(handles)
         try:
             with tracer, torch.set_grad_enabled(backward):
                 output = model(*args, **kwargs)
                 # before the tracer's exit takes them out again (and makes lazy modules
                 # lazy again: their parameters have values only until then)
-                late = _late_members(ctx)
+                late = _late_members(ctx, registrations)
                 if backward:
                     gradients = _backward(ctx, output, tracer)
         except ModelRunError:

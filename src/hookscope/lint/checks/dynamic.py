@@ -17,6 +17,7 @@ from torch import nn
 from hookscope.core.torch_private import BatchNormBase
 from hookscope.lint.context import CONTAINERS, LintContext
 from hookscope.lint.findings import Hit, Severity
+from hookscope.lint.locate import locate
 from hookscope.lint.rules import Needs, register_rule
 from hookscope.lint.source import reads_training, uses_attribute
 
@@ -47,7 +48,7 @@ def unregistered_module_called(ctx: LintContext) -> Iterator[Hit]:
             fresh = f", {f.objects} different objects" if f.objects > 1 else ""
             yield Hit(f.path, None, f"a {f.class_name} not registered in the model ran "
                       f"{times} during forward{fresh}: made inside forward, "
-                      f"{_MADE[f.lost]}")
+                      f"{_MADE[f.lost]}", location=f.location)
 
 
 _HELD = {
@@ -122,23 +123,70 @@ def _has_buffers(module: nn.Module) -> bool:
     is trained through its losses): when its module or one around it is in eval mode
     and reads its training flag, it is not reported; lint the model in training mode
     (model.train()) to check it. Parameters of modules that did not run are left to
-    HS502.""",
+    HS502. One finding per module: the outermost module none of whose trainable
+    parameters gets a gradient (aux: 4 parameters get no gradient), else the module
+    that holds them; Finding.parameters lists them all.""",
     fix="use the parameter in forward without detaching it, or freeze it "
     "(requires_grad_(False)) or delete it if it is not needed",
 )
 def parameter_without_gradient(ctx: LintContext) -> Iterator[Hit]:
     assert ctx.forward is not None
     called = ctx.forward.called_paths
+    missing: set[str] = set()
     for tensor_path in ctx.forward.no_grad or []:
-        path, name = ctx.split(tensor_path)
-        holder, attribute = ctx.owner(path) if isinstance(
-            ctx.modules.get(path), CONTAINERS) else (path, name)
+        path, _ = ctx.split(tensor_path)
+        holder = ctx.owner(path)[0] if isinstance(ctx.modules.get(path), CONTAINERS) else path
         if holder and holder not in called:
             continue
         if _eval_switch(ctx, path):
             continue  # perhaps used on a branch taken in training mode only
-        yield Hit(holder, attribute, f"{tensor_path} requires grad but got no gradient "
-                  "from the outputs: a loss computed from them does not train it")
+        missing.add(tensor_path)
+    for path, params, whole in _by_module(ctx, missing):
+        n = len(params)
+        names = [p[len(path) + 1:] if path else p for p in params]
+        shown = ", ".join(names[:_SHOWN]) + (f", ... ({n - _SHOWN} more)" if n > _SHOWN else "")
+        what = (f"{n} parameters get no gradient" if n > 1 else "1 parameter gets no gradient")
+        message = (f"{path or 'the model'}: {what} ({shown}): a loss computed from the "
+                   f"outputs does not train {'them' if n > 1 else 'it'}")
+        # a module none of whose parameters is trained: where it is made; else the first
+        where = locate(ctx, *(ctx.owner(path) if whole and n > 1 else ctx.split(params[0])))
+        if n == 1:  # at the parameter itself, as ignore= globs name it
+            parent, name = ctx.split(params[0])
+            at = ctx.owner(parent) if isinstance(ctx.modules.get(parent), CONTAINERS) else (
+                parent, name)
+            yield Hit(*at, message, location=where, parameters=tuple(params))
+        else:
+            yield Hit(path, None, message, location=where, parameters=tuple(params))
+
+
+_SHOWN = 6  # parameter names a message lists; the finding's ``parameters`` has them all
+
+
+def _by_module(
+    ctx: LintContext, missing: set[str]
+) -> list[tuple[str, list[str], bool]]:
+    """``(module path, parameters, whole)``: ``missing`` grouped by module, first the
+    outermost modules all of whose trainable parameters are missing (``whole``), then
+    each module that holds the others."""
+    if not missing:
+        return []
+    inside: dict[str, list[str]] = {}  # module path -> the trainable parameters under it
+    for p, t in ctx.tensors(buffers=False):
+        if t.requires_grad:
+            parent = ctx.split(p)[0]
+            for at in {"", *(parent[:i] for i in _prefix_ends(parent) if parent)}:
+                inside.setdefault(at, []).append(p)
+    groups: list[tuple[str, list[str], bool]] = []
+    left = set(missing)
+    for path, _ in ctx.members:
+        params = inside.get(path, [])
+        if params and all(p in left for p in params):
+            groups.append((path, params, True))
+            left -= set(params)
+    by_parent: dict[str, list[str]] = {}
+    for p in (p for p in inside.get("", []) if p in left):
+        by_parent.setdefault(ctx.split(p)[0], []).append(p)
+    return groups + [(path, params, False) for path, params in by_parent.items()]
 
 
 def _eval_switch(ctx: LintContext, path: str) -> bool:
@@ -199,4 +247,4 @@ def registered_in_forward(ctx: LintContext) -> Iterator[Hit]:
         yield Hit(late.path, late.name, f"self.{late.name} ({late.class_name}, {size}) is "
                   "created in forward and registered on its first call, not in __init__: "
                   "before the first forward it is not in parameters() (an optimizer built "
-                  "then never trains it) nor in state_dict()")
+                  "then never trains it) nor in state_dict()", location=late.location)

@@ -16,6 +16,7 @@ from torch.nn.parameter import is_lazy
 
 from hookscope.lint.context import LintContext
 from hookscope.lint.findings import Hit, Severity
+from hookscope.lint.locate import locate_write
 from hookscope.lint.rules import register_rule
 
 
@@ -42,7 +43,8 @@ def non_finite_parameter(ctx: LintContext) -> Iterator[Hit]:
         nan = int(torch.isnan(values).sum())
         path, name = ctx.split(tensor_path)
         yield Hit(path, name, f"{tensor_path} holds {bad:,} non-finite values "
-                              f"({nan:,} NaN, {bad - nan:,} infinite) of {p.numel():,}")
+                              f"({nan:,} NaN, {bad - nan:,} infinite) of {p.numel():,}",
+                  location=locate_write(ctx, path, name, freeze=False))
 
 
 @register_rule(
@@ -74,4 +76,5 @@ def constant_weight(ctx: LintContext) -> Iterator[Hit]:
         path, name = ctx.split(tensor_path)
         shape = "x".join(map(str, p.shape))
         yield Hit(path, name, f"all {p.numel():,} values of the {shape} weight "
-                              f"{tensor_path} are {what}: its units never differ")
+                              f"{tensor_path} are {what}: its units never differ",
+                  location=locate_write(ctx, path, name, freeze=False))

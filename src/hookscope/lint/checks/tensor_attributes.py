@@ -20,6 +20,7 @@ import torch
 
 from hookscope.lint.context import LintContext
 from hookscope.lint.findings import Hit, Severity
+from hookscope.lint.locate import locate_write
 from hookscope.lint.rules import register_rule
 
 
@@ -127,11 +128,13 @@ def frozen_parameter(ctx: LintContext) -> Iterator[Hit]:
         if frozen and not any(_below(path, top) for top in frozen_trees):
             frozen_trees.append(path)
             yield Hit(path, None, f"all {info.total_params:,} parameters of "
-                      f"{path or 'the model'} are frozen (requires_grad=False)")
+                      f"{path or 'the model'} are frozen (requires_grad=False)",
+                      location=locate_write(ctx, path, None, freeze=True))
     for tensor_path, p in ctx.info.parameters.items():
         if not p.trainable and not any(_below(tensor_path, top) for top in frozen_trees):
             path, name = ctx.split(tensor_path)
-            yield Hit(path, name, f"{tensor_path} is frozen (requires_grad=False)")
+            yield Hit(path, name, f"{tensor_path} is frozen (requires_grad=False)",
+                      location=locate_write(ctx, path, name, freeze=True))
 
 
 def _below(path: str, top: str) -> bool:
