@@ -6,7 +6,7 @@ finding is about or, for an attribute a ``torch.nn`` class assigns (the ``weight
 ``nn.Linear``), in the user's class that holds that module, and so on up the tree. A
 rule that knows better gives its hit a location itself: what the forward creates
 (HS501, HS505) is located where the forward created it, by :func:`caller_location`
-while the pass runs (``lint/observe.py``).
+while the pass runs (``lint/traced_pass.py``).
 """
 
 from __future__ import annotations
