@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hookscope.core.probe import BACKWARD_EVENTS, Probe, exit_callback, overrides
+from hookscope.core.probe import BACKWARD_EVENTS, Probe, overrides
 from hookscope.core.records import Call
 from hookscope.errors import ProbeError
 
@@ -77,11 +77,11 @@ def plan_dispatch(probes: Sequence[Probe]) -> DispatchPlan:
             if enters:
                 enter_replacers.append(p.on_enter)
             if leaves:
-                exit_replacers.append(exit_callback(p))
+                exit_replacers.append(p.on_exit)
         else:
             records_starts = records_starts or enters
             if leaves:
-                exits.insert(0, exit_callback(p))  # in reverse probe order
+                exits.insert(0, p.on_exit)  # in reverse probe order
         if type(p).needs_backward():
             backward_probes.append(p)
             for event in BACKWARD_EVENTS:

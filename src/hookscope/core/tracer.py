@@ -537,7 +537,6 @@ class Tracer:
     def _failed(self, error: Exception, fn: Any, event: str, call: Call | None) -> Exception:
         """The exception to raise when a probe's callback raised ``error``."""
         probe = fn if isinstance(fn, Probe) else getattr(fn, "__self__", None)
-        probe = probe if isinstance(probe, Probe) else getattr(fn, "probe", None)
         if isinstance(error, RunStopped):
             error.locate(probe.name if isinstance(probe, Probe) else "", call)
             found: ProbeError | RunStopped = error
