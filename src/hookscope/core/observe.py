@@ -41,7 +41,7 @@ def observe_module_calls(
     the modules, when it holds for the plan (``core/table_reuse.py``)."""
     add = tracer._handles.add
     fast = (
-        tracer._exclusive and not tracer._watches_calls and not tracer._enter_replacers
+        tracer.exclusive and not tracer._watches_calls and not tracer._enter_replacers
         and not tracer._exit_replacers and not global_module_hooks_present()
         and call_impl_replaceable()
     )

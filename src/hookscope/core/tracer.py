@@ -107,6 +107,22 @@ class Tracer:
             running statistics).
         **options: ``NAME=True`` switches on the registered probe ``NAME``.
 
+    hookscope's own entry points pass four more keyword arguments, which are not part
+    of the public API:
+
+    - ``exclusive``: nothing but the model (and its backward) runs inside the tracer
+      (``trace()``/``summary()``): no user code can add a hook between two calls, so
+      hook-free modules take the fast path (``core/fast_path.py``).
+    - ``restore_buffers``: with ``restore_state``, also put back the buffers of modules
+      in training mode (BatchNorm's running statistics), for an entry point that runs
+      the forward for its caller (``trace()``, ``capture()``, ``lint()``); a ``Tracer``
+      around the user's own training loop keeps what that loop did to them.
+    - ``saves_nothing``: the forward runs under ``torch.no_grad()``: autograd saves
+      no tensor, so probe work need not be told apart for a probe that watches saved
+      tensors only (``Probe.watches_tensor_work``).
+    - ``select_option``: how the caller names ``select`` in its messages
+      (``breakpoint(at=...)``).
+
     NB: while the tracer is active, ``torch.compile``d code runs eagerly (compiled code
     skips the hooks of the modules it inlined), TorchScript submodules run unobserved
     (their work counts as their caller's), and a forward pre-hook you register inside
@@ -136,6 +152,10 @@ class Tracer:
         probes: Iterable[ProbeSpec] = (),
         select: ModuleSelector | None = None,
         restore_state: bool = False,
+        exclusive: bool = False,
+        restore_buffers: bool = False,
+        saves_nothing: bool = False,
+        select_option: str = "select",
         **options: bool,
     ) -> None:
         check_model(model)
@@ -152,7 +172,7 @@ class Tracer:
             _no_path if self._classes else compile_selector(select))  # type: ignore[arg-type]
         self._selects = self._matches  # the same, by any path of a module (on entry)
         self._select = select
-        self._select_option = "select"  # how the caller named it (breakpoint: at=)
+        self._select_option = select_option
         plan = plan_dispatch(self.probes)
         self._enters: list[Callable[..., Any]] = []  # set on entry (plan_starts)
         self._enter_replacers, self._exit_replacers = plan.enter_replacers, plan.exit_replacers
@@ -168,18 +188,10 @@ class Tracer:
         self._handles = HandleGroup()
         self._stack: list[_Frame] = []
         self._restore_state = restore_state
-        #: Set by ``trace()``/``summary()``, which run nothing but the model inside the
-        #: tracer: no user code can add a hook between two calls (``core/fast_path.py``).
-        self._exclusive = False
-        #: With ``restore_state``, also put the buffers of modules in training mode back
-        #: on exit (``core/model_state.py``): set by ``trace()``/``summary()`` and
-        #: ``capture()``, which run the forward for their caller. A ``Tracer`` around the
-        #: user's own training loop keeps what that loop did to them.
-        self._restore_buffers = False
-        #: Set by ``trace()``/``summary()`` for a forward under ``torch.no_grad()``:
-        #: autograd saves no tensor, so probe work need not be told apart for a probe
-        #: that watches saved tensors only (``Probe.watches_tensor_work``).
-        self._saves_nothing = False
+        #: nothing but the model runs inside the tracer (``exclusive=``, above)
+        self.exclusive = exclusive
+        self._restore_buffers = restore_buffers
+        self._saves_nothing = saves_nothing
         self._state: ModelState | None = None
         self._lazy = False
         self._failures = FailureTracker([])

@@ -226,7 +226,6 @@ def breakpoint(
             f"fn(module, value) -> bool, got {when!r}"
         )
     probe = _CLASSES[phase](when)
-    tracer = Tracer(model, shapes=False, probes=[probe], select=at)
-    tracer._select_option = "at"
+    tracer = Tracer(model, shapes=False, probes=[probe], select=at, select_option="at")
     with tracer:
         yield
