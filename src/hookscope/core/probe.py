@@ -137,8 +137,8 @@ class Probe:
         """Whether the probe must see calls start (it overrides ``on_enter``, replaces
         values or watches ops). Asked once the probe is installed. A probe that neither
         replaces values nor watches ops and answers ``False`` gets no ``on_enter``;
-        when no probe needs starts, ``trace()``/``summary()`` record the leaves of
-        ``torch.nn`` whole when they end (``core/fast_path.py``)."""
+        when no probe needs starts, ``trace()``/``summary()`` keep the calls of the
+        leaves of ``torch.nn`` off the call stack (``core/fast_path.py``)."""
         cls = type(self)
         return cls.on_enter is not Probe.on_enter or cls.replaces or cls.watches_ops
 
