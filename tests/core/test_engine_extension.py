@@ -477,30 +477,6 @@ def test_a_probe_failing_to_say_what_it_needs_is_a_probe_error() -> None:
     assert count_hooks(model) == before
 
 
-class OldStyleExit(Probe):
-    """``on_exit`` as written before the exit event carried ``args``/``kwargs``."""
-
-    name = "old_style_exit_test"
-
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, tuple[int, ...]]] = []
-
-    def on_exit(self, call: Any, module: nn.Module, output: Any, failed: bool) -> None:
-        self.seen.append((call.path, tuple(output.shape)))
-
-
-def test_an_on_exit_with_the_old_signature_gets_the_output_on_every_run() -> None:
-    model = mlp()
-    x = torch.randn(2, 4)
-    for _ in range(2):  # the second run reads the signature from the cache
-        probe = OldStyleExit()
-        hookscope.trace(model, x, probes=[probe])
-        seen = dict(probe.seen)
-        assert seen["0"] == tuple(model[0](x).shape) == (2, 8)
-        assert seen[""] == tuple(model(x).shape) == (2, 3)
-
-
-
 class BackwardEnds(Probe):
     """Reads the engine's backward end of every call in ``on_backward_exit``."""
 

@@ -1,6 +1,6 @@
 """The leaf fast path: in ``trace()``/``summary()`` with no probe that needs a call's
-start, a leaf module of ``torch.nn`` gets one forward hook instead of two and its call
-is recorded whole when it ends (``Tracer._make_leaf_hook``).
+start, the call of a leaf module of ``torch.nn`` stays off the call stack and gets no
+start event (``core/fast_path.py``).
 
 The oracle is the normal path: a ``Tracer`` context manager never takes the fast path,
 so the same model and inputs must give the same calls, one for one (index, path,

@@ -1,4 +1,4 @@
-"""Records: the tracer's fast ``Call`` constructor is the dataclass's, field for field;
+"""Records: the calls the fast path builds inline are whole ``Call`` dataclasses;
 statistics records holding a NaN equal each other on every Python."""
 
 from __future__ import annotations
@@ -13,26 +13,35 @@ from torch import nn
 
 import hookscope
 import hookscope.probes  # defines the built-in facts read below: inputs, outputs
-from hookscope.core.records import Call, started_call
+from hookscope.core.records import Call
 from hookscope.core.values import TensorStats
 from hookscope.probes.grad_records import ParamGradStats
 
 
-def test_started_call_equals_the_dataclass_constructor() -> None:
-    for parent in (None, 3):
-        fast = started_call(7, "layer1.0", "Bottleneck", 2, 3, parent)
-        slow = Call(7, "layer1.0", "Bottleneck", 2, 3, parent)
-        assert fast == slow
-        for f in dataclasses.fields(Call):  # every slot is set (a missing one raises)
-            assert getattr(fast, f.name) == getattr(slow, f.name), f.name
+def _nested() -> nn.Module:
+    return nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.ReLU(), nn.Linear(4, 2)))
 
 
-def test_started_calls_do_not_share_their_lists() -> None:
-    a = started_call(0, "", "M", 0, 0, None)
-    b = started_call(1, "x", "L", 0, 1, 0)
-    a.children.append(1)
-    a.inputs.append("meta")  # type: ignore[arg-type]
-    assert b.children == [] and b.inputs == [] and b.outputs == []
+def test_every_field_of_a_fast_path_call_is_set() -> None:
+    """``core/fast_path.py`` sets each slot of ``Call`` by hand: a new field forgotten
+    there is unset, and reading it raises."""
+    trace = hookscope.trace(_nested(), torch.randn(2, 4), time=False, stats=False,
+                            memory=False)
+    assert [c.path for c in trace.calls] == [m for m, _ in _nested().named_modules()]
+    for call in trace.calls:
+        made = Call(call.index, call.path, call.module_class, call.call_index, call.depth,
+                    call.parent, list(call.children), call.start_ns, call.error,
+                    dict(call.facts))
+        for f in dataclasses.fields(Call):
+            assert getattr(call, f.name) == getattr(made, f.name), (call.path, f.name)
+
+
+def test_fast_path_calls_do_not_share_their_lists() -> None:
+    trace = hookscope.trace(_nested(), torch.randn(2, 4), time=False, stats=False,
+                            memory=False)
+    root, inner = trace.find(""), trace.find("1")
+    assert root.children is not inner.children and root.facts is not inner.facts
+    assert root.children == [1, 2] and inner.children == [3, 4]
 
 
 def _stats(mean: float | None) -> TensorStats:

@@ -307,24 +307,6 @@ def test_tracer_exposes_the_current_call() -> None:
     assert seen == ["0"]
 
 
-def test_a_user_probe_with_the_earlier_exit_signature_still_works() -> None:
-    """``on_exit(call, module, output, failed)``, without ``args``/``kwargs``."""
-    seen: list[tuple[str, tuple[int, ...], bool]] = []
-
-    class Earlier(hookscope.Probe):
-        name = ""
-
-        def on_exit(self, call: Any, module: Any, output: Any, failed: bool) -> None:  # type: ignore[override]
-            seen.append((call.name, tuple(output.shape), failed))
-
-    model = nn.Sequential(nn.Linear(4, 3), nn.ReLU())
-    hookscope.trace(model, torch.randn(2, 4), probes=[Earlier()], **SHAPES_ONLY)
-    with hookscope.Tracer(model, probes=[Earlier()]):
-        model(torch.randn(5, 4))
-    assert seen == [("0", (2, 3), False), ("1", (2, 3), False), ("", (2, 3), False),
-                    ("0", (5, 3), False), ("1", (5, 3), False), ("", (5, 3), False)]
-
-
 def test_a_user_probe_sees_every_call() -> None:
     events: list[tuple[str, str]] = []
 

@@ -369,7 +369,8 @@ def test_calls_that_raise_leave_no_backward_bookkeeping_behind() -> None:
         for _ in range(3):  # a loop that catches the model's failures
             with pytest.raises(ValueError):
                 model(torch.randn(2, 4))
-        watch = tracer._backward
+        assert tracer.run is not None
+        watch = tracer.run.backward
         assert watch is not None and watch._starts == {}
 
 
@@ -386,7 +387,8 @@ def test_each_autograd_node_gets_one_backward_end_hook_however_deep_the_nesting(
         model = _nested(depth)
         with hookscope.Tracer(model, grads=True) as tracer:
             model(torch.randn(2, 4)).sum().backward()
-            watch = tracer._backward
+            assert tracer.run is not None
+            watch = tracer.run.backward
             assert watch is not None
             counts[depth] = len(watch._handles)
         assert all(p.grad is not None for p in model.parameters())

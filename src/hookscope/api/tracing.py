@@ -132,10 +132,10 @@ def trace(
         model, shapes=shapes, time=time, stats=stats, memory=memory, ops=ops,
         probes=probes, select=select, restore_state=True,
         grads=backward if grads is None else grads,
+        exclusive=True,  # only the model (and the backward) runs inside it
+        restore_buffers=True,  # its forward is run for the caller: no trace left
+        saves_nothing=not (backward or grad),  # under no_grad: autograd saves nothing
     )
-    tracer._exclusive = True  # only the model (and the backward) runs inside it
-    tracer._restore_buffers = True  # its forward is run for the caller: no trace left
-    tracer._saves_nothing = not (backward or grad)  # under no_grad: autograd saves nothing
     grad_ctx = torch.enable_grad() if backward or grad else torch.no_grad()
     started = False
     in_backward: list[Call | None] = []  # the backward raised (inside that call's)

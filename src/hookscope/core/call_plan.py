@@ -1,6 +1,6 @@
 """The plan of an exclusive run's fast path: which modules the stand-in for
 ``Module._call_impl`` observes (``core/fast_path.py``), which keep per-module hooks
-(``core/module_hooks.py``), and which are fast leaves, recorded whole when they end.
+(``core/module_hooks.py``), and which are fast leaves, kept off the call stack.
 
 A plan depends on the modules' hooks, classes and instance ``forward``s; a model traced
 again (its table reused, ``core/table_reuse.py``) gets the plan made for it last time

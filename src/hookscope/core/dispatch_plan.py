@@ -2,8 +2,8 @@
 
 A :class:`~hookscope.core.tracer.Tracer` plans its dispatch once when it is made
 (:func:`plan_dispatch`) and its start events once its probes are installed
-(:func:`plan_starts`); it keeps the lists as attributes, which its hot paths read
-(``core/fast_path.py``, ``core/module_hooks.py``).
+(:func:`plan_starts`); its :class:`~hookscope.core.run.Run` keeps the lists as
+attributes, which the hot paths read (``core/fast_path.py``, ``core/module_hooks.py``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hookscope.core.probe import BACKWARD_EVENTS, Probe, exit_callback, overrides
+from hookscope.core.probe import BACKWARD_EVENTS, Probe, overrides
 from hookscope.core.records import Call
 from hookscope.errors import ProbeError
 
@@ -77,11 +77,11 @@ def plan_dispatch(probes: Sequence[Probe]) -> DispatchPlan:
             if enters:
                 enter_replacers.append(p.on_enter)
             if leaves:
-                exit_replacers.append(exit_callback(p))
+                exit_replacers.append(p.on_exit)
         else:
             records_starts = records_starts or enters
             if leaves:
-                exits.insert(0, exit_callback(p))  # in reverse probe order
+                exits.insert(0, p.on_exit)  # in reverse probe order
         if type(p).needs_backward():
             backward_probes.append(p)
             for event in BACKWARD_EVENTS:
@@ -130,4 +130,17 @@ def probe_error(probe: Any, event: str, call: Call | None, error: BaseException)
     return ProbeError(
         probe=name, probe_class=cls, event=event, path=None if call is None else call.path,
         call_index=None if call is None else call.call_index, error=error,
+    )
+
+
+def as_inputs(result: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``on_enter``'s result as new ``(args, kwargs)``."""
+    if (
+        isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], tuple)
+        and isinstance(result[1], dict)
+    ):
+        return result[0], result[1]
+    raise TypeError(
+        f"on_enter must return None or (args, kwargs) with args a tuple and kwargs a dict, "
+        f"got {type(result).__name__}"
     )

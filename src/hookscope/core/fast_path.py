@@ -29,12 +29,14 @@ Which modules the stand-in observes, and which keep per-module hooks, is planned
 
 **Leaves.** When no probe needs a call's start at all, the leaf modules of ``torch.nn``
 itself (no submodules, no ``forward`` patched on the instance, not a user subclass) are
-recorded whole when they end. This is exact: such a ``forward`` calls no other module,
-so no call starts between its start and its end, and the index, parent and depth a call
-gets at the end are those it would have got at the start. Its start time is read before
-``forward`` runs, so ``start_ns`` and the engine's time window
+never put on the call stack and get no start event: such a ``forward`` calls no other
+module, so no call can be their child (their ``children`` is one shared, read-only
+empty list). Their ``start_ns`` and the engine's time window
 (:meth:`~hookscope.core.tracer.Tracer.model_time_ns`) are those of any other call: the
 time probe needs no start event on the CPU, and its leaves take this path too.
+
+The stand-in talks to the tracer's :class:`~hookscope.core.run.Run` (``core/run.py``):
+it reads the run's attributes once, when it is made, and per call only the clock's.
 """
 
 from __future__ import annotations
@@ -48,25 +50,23 @@ from torch import nn
 
 from hookscope.core import internal, torch_private
 from hookscope.core.call_plan import Entries, Plan
-from hookscope.core.failures import add_note
 from hookscope.core.handles import CallbackHandle
-from hookscope.core.module_hooks import new_call
 from hookscope.core.readonly import ReadOnlyList
 from hookscope.core.records import Call
 
 if TYPE_CHECKING:
     from hookscope.core.node_owners import NodeOwners
-    from hookscope.core.tracer import Tracer
+    from hookscope.core.run import Frame, Run
 
 
-def install_call_path(tracer: Tracer, plan: Plan) -> CallbackHandle | None:
+def install_call_path(run: Run, plan: Plan) -> CallbackHandle | None:
     """Stand in ``Module._call_impl`` of the plan's classes for the modules in its
-    entries while ``tracer`` runs; ``None`` when another function stands there already
+    entries while ``run`` lasts; ``None`` when another function stands there already
     (the caller then registers per-module hooks). The handle puts torch's function back.
     """
     original = torch_private.torch_call_impl()
     alive = [True]
-    traced = make_traced_call(tracer, plan.entries, plan.counts, original, alive)
+    traced = make_traced_call(run, plan.entries, plan.counts, original, alive)
     put_back = torch_private.stand_in_call_impl(plan.classes, traced)
     if put_back is None:
         return None
@@ -79,7 +79,7 @@ def install_call_path(tracer: Tracer, plan: Plan) -> CallbackHandle | None:
 
 
 def make_traced_call(
-    tracer: Tracer, entries: Entries, counts: list[int], original: Callable[..., Any],
+    run: Run, entries: Entries, counts: list[int], original: Callable[..., Any],
     alive: list[bool],
 ) -> Callable[..., Any]:
     """The stand-in for ``Module._call_impl``: the call-start bookkeeping of
@@ -88,12 +88,10 @@ def make_traced_call(
     NB: the bookkeeping is inline on purpose: one more Python call per module call is
     measurable at batch 1 (``benchmarks/README.md``).
     """
-    stack, clocked, dispatch_exit = tracer._stack, tracer._clocked, tracer._dispatch_exit
-    assert tracer.trace is not None
-    calls, owners, origin = tracer.trace.calls, tracer._owners, tracer._t0
-    at_start = tracer._overhead_at_start
-    dispatch_enter = tracer._dispatch_enter if tracer._enters else None
-    get_ident, thread = threading.get_ident, tracer._thread
+    stack, calls, clocked, origin = run.stack, run.calls, run.clocked, run.origin_ns
+    owners, at_start = run.owners, run.overhead_at_start
+    dispatch_enter = run.dispatch_enter if run.enters else None
+    get_ident, thread = threading.get_ident, run.thread
     graph_task = torch_private.graph_task_id_function()
     # torch's own hook-free shortcut, taken here: forward called without the frame of
     # _call_impl (torch_private.call_impl_shortcut)
@@ -102,11 +100,13 @@ def make_traced_call(
         shortcut = ({0: None},) * 4  # never empty: always torch's _call_impl
     g_pre, g_post, g_back_pre, g_back = shortcut
     jit = torch_private.jit_trace_scopes()  # torch.jit.trace recording scopes: torch's path
-    # NB: the exit event inline, as Tracer._dispatch_exit does it when nothing replaces
+    # NB: the exit event inline, as Run.dispatch_exit does it when nothing replaces
     # values nor watches a call's backward (never on this path), unless probe work must
     # be marked as internal: one Python frame less per call (``watching``: this thread's
     # count of ops-watching tracers, the only thread whose calls the stand-in records)
-    exits, watching, exit_failed = tracer._exits, internal.shared.watchers, tracer._exit_failed
+    exits, watching = run.exits, internal.shared.watchers
+    dispatch_exit, exit_failed, record_failure = (
+        run.dispatch_exit, run.exit_failed, run.record_failure)
     new = object.__new__
 
     def traced_call_impl(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
@@ -115,103 +115,80 @@ def make_traced_call(
         # run again by a backward pass (activation checkpointing): not a call of the run
         if entry is None or get_ident() != thread or not alive[0] or graph_task() != -1:
             return original(module, *args, **kwargs)
-        path, cls, place = entry[0], entry[1], entry[2]
+        path, cls, place, leaf = entry
         count = counts[place]
         counts[place] = count + 1
-        # a leaf, recorded whole when it ends (unless a hook added meanwhile, which may
-        # call another module, needs its start)
-        if entry[3] and not (module._forward_hooks or module._forward_pre_hooks):
-            if clocked:
-                overhead = tracer.overhead_ns
-            start = perf_counter_ns()
-            try:
-                if (
-                    module._backward_hooks or module._backward_pre_hooks or g_pre or g_post
-                    or g_back_pre or g_back or jit._trace_module_map is not None
-                ):
-                    output = original(module, *args, **kwargs)
-                else:
-                    output = module.forward(*args, **kwargs)
-            except Exception as exc:
-                if clocked:
-                    tracer.chain_start_ns = perf_counter_ns()
-                call = new_call(stack, calls, path, cls, count, start - origin)
-                if clocked:
-                    at_start[call.index] = overhead
-                _raised(tracer, call, exc, module, args, kwargs)
-                raise
-            if clocked:
-                tracer.chain_start_ns = perf_counter_ns()
-            # NB: new_call, started_call and the exit bookkeeping inline (most calls of a
-            # CNN end here): a Python call costs a few hundred ns between two kernels.
-            # Every field of Call is set (tests/core/test_leaf_fast_path.py checks).
-            index = len(calls)
-            call = new(Call)
-            if stack:
-                parent = stack[-1][0]
-                parent.children.append(index)
-                call.depth, call.parent = len(stack), parent.index
-            else:
-                call.depth, call.parent = 0, None
-            call.index, call.path, call.module_class, call.call_index = index, path, cls, count
-            # NB: a leaf has no children, ever: one shared empty list, read-only (one
-            # object less per call for the garbage collector's young generation)
-            call.children, call.start_ns, call.error, call.facts = (
-                _NO_CHILDREN, start - origin, None, {})
-            calls.append(call)
-            if clocked:
-                at_start[index] = overhead
-        else:  # a call that may contain others: recorded when it starts
-            start = perf_counter_ns()
-            if clocked:
-                tracer.chain_start_ns = start
-            begun = start - origin
-            index = len(calls)  # NB: new_call inline, as in the leaf path above
-            call = new(Call)
-            if stack:
-                parent = stack[-1][0]
-                parent.children.append(index)
-                call.depth, call.parent = len(stack), parent.index
-            else:
-                call.depth, call.parent = 0, None
-            call.index, call.path, call.module_class, call.call_index = index, path, cls, count
-            call.children, call.start_ns, call.error, call.facts = [], begun, None, {}
-            calls.append(call)
-            if clocked:
-                at_start[index] = tracer.overhead_ns
-            frame = (call, module, None)
-            stack.append(frame)
-            if owners is not None:
-                owners.mark(index)
-            try:
-                if dispatch_enter is not None:
+        # a leaf stays off the stack (unless a hook added meanwhile, which may call
+        # another module, needs it there)
+        if leaf and (module._forward_hooks or module._forward_pre_hooks):
+            leaf = False
+        start = perf_counter_ns()
+        if clocked:
+            run.chain_start_ns = start
+        # NB: the Call made inline, not by its dataclass constructor (a Python call
+        # costs a few hundred ns between two kernels), one field a statement (a tuple
+        # assignment builds a tuple): every field is set here (tests/core/
+        # test_records.py), as the per-module hooks record it (test_leaf_fast_path.py)
+        index = len(calls)
+        call = new(Call)
+        if stack:
+            parent = stack[-1][0]
+            parent.children.append(index)
+            call.depth = len(stack)
+            call.parent = parent.index
+        else:
+            call.depth = 0
+            call.parent = None
+        call.index = index
+        call.path = path
+        call.module_class = cls
+        call.call_index = count
+        # NB: a leaf has no children, ever: one shared empty list, read-only (one object
+        # less per call for the garbage collector's young generation)
+        call.children = _NO_CHILDREN if leaf else []
+        call.start_ns = start - origin
+        call.error = None
+        call.facts = {}
+        calls.append(call)
+        if clocked:
+            at_start[index] = run.overhead_ns
+        try:
+            if not leaf:  # on the stack: the calls its forward makes are its children
+                frame: Frame = (call, module, None)
+                stack.append(frame)
+                if owners is not None:
+                    owners.mark(index)
+                if dispatch_enter is not None:  # NB: never for a leaf (no start event)
                     dispatch_enter(call, module, args, kwargs)
-                if clocked:
-                    tracer.overhead_ns += perf_counter_ns() - start
-                # NB: torch's shortcut, as in the leaf path above (inline: the hot path)
-                if (
-                    module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
-                    or module._backward_pre_hooks or g_pre or g_post or g_back_pre or g_back
-                    or jit._trace_module_map is not None
-                ):
-                    output = original(module, *args, **kwargs)
-                else:
-                    output = module.forward(*args, **kwargs)
-            except Exception as exc:
-                if clocked:
-                    tracer.chain_start_ns = perf_counter_ns()
-                _pop(stack, frame, owners, call)
-                _raised(tracer, call, exc, module, args, kwargs)
-                raise
             if clocked:
-                tracer.chain_start_ns = perf_counter_ns()
+                run.overhead_ns += perf_counter_ns() - start
+            # torch's _call_impl would only call forward: call it, one frame less
+            if (
+                module._backward_hooks or module._backward_pre_hooks or g_pre or g_post
+                or g_back_pre or g_back or jit._trace_module_map is not None
+                or (not leaf and (module._forward_hooks or module._forward_pre_hooks))
+            ):
+                output = original(module, *args, **kwargs)
+            else:
+                output = module.forward(*args, **kwargs)
+        except Exception as exc:
+            if clocked:
+                run.chain_start_ns = perf_counter_ns()
+            if not leaf:
+                _pop(stack, frame, owners, call)
+            if record_failure(call, module, args, kwargs, exc) and clocked:
+                run.overhead_ns += perf_counter_ns() - run.chain_start_ns
+            raise
+        if clocked:
+            run.chain_start_ns = perf_counter_ns()
+        if not leaf:
             if stack and stack[-1] is frame:
                 stack.pop()
                 if owners is not None:
                     owners.mark(call.parent)
             else:
                 _pop(stack, frame, owners, call)
-        # the exit event, of either kind of call (NB: inline, as above)
+        # the exit event (NB: inline, as above)
         if watching[0]:
             dispatch_exit(call, module, args, kwargs, output, False)
         else:
@@ -221,43 +198,20 @@ def make_traced_call(
             except Exception as e:
                 raise exit_failed(e, fn, call, module, args, kwargs, output, False) from e
         if clocked:
-            tracer.overhead_ns += perf_counter_ns() - tracer.chain_start_ns
+            run.overhead_ns += perf_counter_ns() - run.chain_start_ns
         return output
 
     return traced_call_impl
 
 
-#: The children of every call recorded whole at its end (a leaf: none)
+#: The children of every leaf's call (none, ever)
 _NO_CHILDREN: ReadOnlyList[int] = ReadOnlyList()
 
 
-def _pop(stack: list[Any], frame: Any, owners: NodeOwners | None, call: Call) -> None:
+def _pop(stack: list[Frame], frame: Frame, owners: NodeOwners | None, call: Call) -> None:
     if stack and stack[-1] is frame:
         stack.pop()
     elif frame in stack:  # frames above were left by calls that never ended
         del stack[stack.index(frame):]
     if owners is not None:
         owners.mark(call.parent)
-
-
-def _raised(
-    tracer: Tracer, call: Call, exc: Exception, module: nn.Module, args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-) -> None:
-    """``call`` raised ``exc``: record the failure and hand it to the exit dispatch,
-    unless it is hookscope's own stop or error passing through."""
-    if isinstance(exc, tracer._control_types):
-        if not tracer._stack and not call.path:  # out of the model: in the block's hands
-            tracer._delivered(exc)
-        return
-    tracer._failures.record(call, exc)
-    control = tracer._control
-    try:
-        tracer._dispatch_exit(call, module, args, kwargs, None, True)
-    except Exception as probe_error:  # the model's exception is the one to report
-        tracer._control = control
-        cause = probe_error.__cause__ or probe_error
-        add_note(exc, f"hookscope: also, a probe raised while recording this failure "
-                      f"in {call.path or '<root>'!r}: {type(cause).__name__}: {cause}")
-    if tracer._clocked:
-        tracer.overhead_ns += perf_counter_ns() - tracer.chain_start_ns

@@ -3,10 +3,11 @@ through the exclusive fast path of ``core/fast_path.py`` (a module with hooks of
 own, any module inside a ``Tracer`` block, or a run whose probes replace values or
 take a call's backward events).
 
-The pre-hook pushes a :class:`~hookscope.core.records.Call` on the tracer's stack and
-keeps the post-hook last in the module's hook dict (a forward hook the user adds inside
-the block, which may replace the output, then runs before it: the trace records what the
-caller receives); the post-hook pops it and hands it to ``Tracer._dispatch_exit``. A
+The pre-hook pushes a :class:`~hookscope.core.records.Call` on the run's stack
+(``core/run.py``) and keeps the post-hook last in the module's hook dict (a forward hook
+the user adds inside the block, which may replace the output, then runs before it: the
+trace records what the caller receives); the post-hook pops it and hands it to
+``Run.dispatch_exit`` (``Run.record_failure`` when the call raised). A
 tracer whose probes only replace values (``hookscope.patch``, ``patch_inputs``) instead
 places its hooks, pre-hook and post-hook, just before the first recording tracer's,
 whichever was entered first: every recording tracer sees the replaced inputs and
@@ -24,40 +25,31 @@ from typing import TYPE_CHECKING, Any
 from torch import nn
 
 from hookscope.core import torch_private
-from hookscope.core.failures import add_note
-from hookscope.core.records import started_call
+from hookscope.core.run import CONTROL
 
 if TYPE_CHECKING:
-    from hookscope.core.records import Call
-    from hookscope.core.tracer import Tracer
+    from hookscope.core.run import Run
 
 
-def make_module_pre_hook(
-    tracer: Tracer, path: str, cls: str, post_id: int
-) -> Callable[..., Any]:
+def make_module_pre_hook(run: Run, path: str, cls: str, post_id: int) -> Callable[..., Any]:
     """The forward pre-hook of one module: push a new call, hand it to the probes."""
-    stack, clocked, exc_info = tracer._stack, tracer._clocked, sys.exc_info
-    trace = tracer.trace
-    assert trace is not None
-    calls, owners, origin = trace.calls, tracer._owners, tracer._t0
-    dispatch = tracer._dispatch_enter if (
-        tracer._enters or tracer._enter_replacers or tracer._watches_calls
+    stack, clocked, exc_info = run.stack, run.clocked, sys.exc_info
+    owners, origin, start_call = run.owners, run.origin_ns, run.start_call
+    dispatch = run.dispatch_enter if (
+        run.enters or run.enter_replacers or run.watches_calls
     ) else None
     count = 0  # calls of this module so far (a module is registered once)
     # NB: a tracer that only replaces values (a patch) runs before every recording
     # tracer's hooks; one that replaces and records, after every other hook (a user's
     # may replace the output) but before other recording tracers': they all record
     # what the caller receives
-    replaces_only = tracer._replaces_only
-    replaces = bool(tracer._enter_replacers or tracer._exit_replacers)
-    recomputes = tracer._recomputes  # what replaces values or watches the backward
+    replaces_only = run.replaces_only
+    replaces = bool(run.enter_replacers or run.exit_replacers)
+    recomputes = run.recomputes  # what replaces values or watches the backward
     keep = recomputes.keeps_calls()  # does so again in a recompute (``core/recompute.py``)
-    get_ident, thread = threading.get_ident, tracer._thread
+    get_ident, thread = threading.get_ident, run.thread
     graph_task = torch_private.graph_task_id_function()
-    # torch.jit.trace recording: the probes' work is paused out of its graph, unless a
-    # probe replaces values (a patch): what it returns must be traced as the model's
-    jit = torch_private.jit_trace_scopes() if not (
-        tracer._enter_replacers or tracer._exit_replacers) else _NEVER_TRACING
+    jit = _jit_scopes(run)
 
     def pre_hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         nonlocal count
@@ -69,7 +61,7 @@ def make_module_pre_hook(
             return None
         start = perf_counter_ns()
         if clocked:
-            tracer.chain_start_ns = start
+            run.chain_start_ns = start
         hooks = module._forward_hooks
         if replaces_only:
             before_recorders(hooks, post_id)
@@ -80,10 +72,9 @@ def make_module_pre_hook(
             # replace the output: run ours last, to record what the caller receives.
             # The order of the user's own hooks is unchanged.
             hooks[post_id] = hooks.pop(post_id)
-        begun = start - origin
-        call = new_call(stack, calls, path, cls, count, begun)
+        call = start_call(path, cls, count, start - origin)
         if clocked:
-            tracer._overhead_at_start[call.index] = tracer.overhead_ns
+            run.overhead_at_start[call.index] = run.overhead_ns
         count += 1
         if keep:  # what a recompute of this call repeats
             recomputes.remember(module, call)
@@ -98,56 +89,19 @@ def make_module_pre_hook(
         else:
             result = dispatch(call, module, args, kwargs)
         if clocked:
-            tracer.overhead_ns += perf_counter_ns() - start
+            run.overhead_ns += perf_counter_ns() - start
         return result
 
     return pre_hook
 
 
-def _dispatch_failed(
-    tracer: Tracer, dispatch: Callable[..., Any], call: Call, module: nn.Module,
-    args: tuple[Any, ...], kwargs: dict[str, Any], exc: BaseException,
-) -> Any:
-    """The exit event of a call that raised ``exc``; a probe error meanwhile becomes a
-    note on ``exc`` (as the fast path's ``_raised`` does)."""
-    control = tracer._control
-    try:
-        return dispatch(call, module, args, kwargs, None, True)
-    except Exception as probe_error:
-        tracer._control = control
-        cause = probe_error.__cause__ or probe_error
-        add_note(exc, f"hookscope: also, a probe raised while recording this failure in "
-                      f"{call.path or '<root>'!r}: {type(cause).__name__}: {cause}")
-        return None
-
-
-def as_inputs(result: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """``on_enter``'s result as new ``(args, kwargs)``."""
-    if (
-        isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], tuple)
-        and isinstance(result[1], dict)
-    ):
-        return result[0], result[1]
-    raise TypeError(
-        f"on_enter must return None or (args, kwargs) with args a tuple and kwargs a dict, "
-        f"got {type(result).__name__}"
-    )
-
-
-def new_call(
-    stack: list[Any], calls: list[Call], path: str, cls: str, count: int, begun: int
-) -> Call:
-    """Record a call that starts now (or, for a leaf recorded whole, that started at
-    ``begun``) as the next of ``calls``, a child of the call on top of ``stack``."""
-    index = len(calls)
-    if stack:
-        parent = stack[-1][0]
-        parent.children.append(index)
-        call = started_call(index, path, cls, count, len(stack), parent.index, begun)
-    else:
-        call = started_call(index, path, cls, count, 0, None, begun)
-    calls.append(call)
-    return call
+def _jit_scopes(run: Run) -> Any:
+    """What tells whether ``torch.jit.trace`` is recording: the probes' work is paused
+    out of its graph, unless a probe replaces values (a patch): what it returns must be
+    traced as the model's."""
+    if run.enter_replacers or run.exit_replacers:
+        return _NEVER_TRACING
+    return torch_private.jit_trace_scopes()
 
 
 class _NeverTracing:
@@ -201,21 +155,16 @@ def after_hooks_before_recorders(hooks: dict[int, Any], post_id: int) -> None:
         hooks.update(items)
 
 
-def make_module_post_hook(tracer: Tracer) -> Callable[..., Any]:
+def make_module_post_hook(run: Run) -> Callable[..., Any]:
     """The forward hook of every module with per-module hooks: it finds its call on the
-    stack, and hands it to the tracer's one exit dispatch."""
-    stack, clocked, exc_info = tracer._stack, tracer._clocked, sys.exc_info
-    dispatch, failures = tracer._dispatch_exit, tracer._failures
-    control = tracer._control_types
-    get_ident, thread = threading.get_ident, tracer._thread
+    stack, and hands it to the run's one exit dispatch."""
+    stack, clocked, exc_info = run.stack, run.clocked, sys.exc_info
+    dispatch, record_failure = run.dispatch_exit, run.record_failure
+    get_ident, thread = threading.get_ident, run.thread
     graph_task = torch_private.graph_task_id_function()
-    # torch.jit.trace recording: the probes' work is paused out of its graph, unless a
-    # probe replaces values (a patch): what it returns must be traced as the model's
-    jit = torch_private.jit_trace_scopes() if not (
-        tracer._enter_replacers or tracer._exit_replacers) else _NEVER_TRACING
-    recomputes = tracer._recomputes
-    on_recompute = bool(tracer._exit_replacers) or (
-        tracer._backward is not None and tracer._watches_calls)
+    jit = _jit_scopes(run)
+    recomputes = run.recomputes
+    on_recompute = bool(run.exit_replacers) or (run.backward is not None and run.watches_calls)
 
     def post_hook(
         module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
@@ -225,37 +174,33 @@ def make_module_post_hook(tracer: Tracer) -> Callable[..., Any]:
         if get_ident() != thread:
             return None
         if clocked:
-            start = tracer.chain_start_ns = perf_counter_ns()
+            start = run.chain_start_ns = perf_counter_ns()
         if stack and stack[-1][1] is module:
             call, _, outer_exc = stack.pop()
         else:
-            frame = tracer._unwind(module)
+            frame = run.unwind(module)
             if frame is None:
                 return None
             call, _, outer_exc = frame
-        exc = exc_info()[1]
-        failed = exc is not None and exc is not outer_exc
-        if failed:
-            assert exc is not None
-            if isinstance(exc, control):  # hookscope's own stop or error passing through
-                if not stack and not call.path:  # out of the model: in the block's hands
-                    tracer._delivered(exc)
-                return None
-            failures.record(call, exc)
-        owners = tracer._owners
+        raised = exc_info()[1]
+        if raised is outer_exc:  # none, or the one handled already when the call started
+            raised = None
+        if isinstance(raised, CONTROL):  # hookscope's own stop or error passing through
+            record_failure(call, module, args, kwargs, raised)
+            return None
+        owners = run.owners
         if owners is not None:
             owners.mark(call.parent)
-        if exc is not None and failed:
-            # the model's exception is the one to report: a probe that fails to record
-            # it is a note on it, not a stop of the run that hides the failure
-            result = _dispatch_failed(tracer, dispatch, call, module, args, kwargs, exc)
+        if raised is not None:
+            record_failure(call, module, args, kwargs, raised)
+            result = None
         elif jit._trace_module_map is not None:  # inside torch.jit.trace: not its ops
             with torch_private.jit_tracing_paused():
-                result = dispatch(call, module, args, kwargs, output, failed)
+                result = dispatch(call, module, args, kwargs, output, False)
         else:
-            result = dispatch(call, module, args, kwargs, output, failed)
+            result = dispatch(call, module, args, kwargs, output, False)
         if clocked:
-            tracer.overhead_ns += perf_counter_ns() - start
+            run.overhead_ns += perf_counter_ns() - start
         return result
 
     return post_hook

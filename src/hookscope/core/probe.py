@@ -17,8 +17,7 @@ the order they happen:
   called with (after every forward pre-hook). A probe with ``replaces = True`` may
   return a replacement output. Replacing probes run first, in probe order; then the
   recording probes see the final output: **the trace records what the caller
-  received.** (A probe written with the earlier signature, ``on_exit(call, module,
-  output, failed)``, still works: the tracer adapts it.)
+  received.**
 - ``on_backward_enter(call, grad_outputs)`` when autograd has computed the gradient of
   the call's outputs (a tuple, ``None`` where an output got none), and
   ``on_backward_exit(call, grad_inputs)`` when it has computed the gradient of the
@@ -46,9 +45,7 @@ listed last (timing) is closest to the module's own work.
 
 from __future__ import annotations
 
-import inspect
-import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from torch import nn
@@ -141,8 +138,8 @@ class Probe:
         """Whether the probe must see calls start (it overrides ``on_enter``, replaces
         values or watches ops). Asked once the probe is installed. A probe that neither
         replaces values nor watches ops and answers ``False`` gets no ``on_enter``;
-        when no probe needs starts, ``trace()``/``summary()`` record the leaves of
-        ``torch.nn`` whole when they end (``core/fast_path.py``)."""
+        when no probe needs starts, ``trace()``/``summary()`` keep the calls of the
+        leaves of ``torch.nn`` off the call stack (``core/fast_path.py``)."""
         cls = type(self)
         return cls.on_enter is not Probe.on_enter or cls.replaces or cls.watches_ops
 
@@ -279,57 +276,3 @@ def _make_probe(spec: Any) -> Probe:
         f"probes= expects hookscope.Probe instances, Probe classes or registered probe "
         f"names, got {spec!r}"
     )
-
-
-def exit_callback(probe: Probe) -> Callable[..., Any]:
-    """``probe.on_exit``; one written as ``on_exit(call, module, output, failed)`` (the
-    signature before the exit event carried ``args``/``kwargs``) is adapted to it."""
-    fn = probe.on_exit
-    if not _old_exit_signature(fn):
-        return fn
-    old: Callable[[Call, nn.Module, Any, bool], Any] = fn  # type: ignore[assignment]
-
-    def adapted(
-        call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
-        output: Any, failed: bool,
-    ) -> Any:
-        return old(call, module, output, failed)
-
-    adapted.probe = probe  # type: ignore[attr-defined]  # named in a ProbeError
-    return adapted
-
-
-#: ``on_exit`` function -> whether it takes the old signature, for bound methods
-#: (keyed by their function) and for other callables. NB: a tracer asks on every run,
-#: and reading a signature costs more than a small model's forward hooks.
-_OLD_EXIT: tuple[weakref.WeakKeyDictionary[Any, bool], ...] = (
-    weakref.WeakKeyDictionary(), weakref.WeakKeyDictionary()
-)
-
-
-def _old_exit_signature(fn: Callable[..., Any]) -> bool:
-    """Whether ``fn`` is ``on_exit(call, module, output, failed)``: four positional
-    parameters, no ``*args``."""
-    func = getattr(fn, "__func__", None)  # a bound method is made anew on every access
-    cache = _OLD_EXIT[func is None]
-    key = fn if func is None else func
-    try:
-        known = cache.get(key)
-    except TypeError:  # not weakly referenceable: read it every time
-        key, known = None, None
-    if known is not None:
-        return known
-    try:
-        params = list(inspect.signature(fn).parameters.values())
-    except (TypeError, ValueError):  # no signature to read: assume the current one
-        return False
-    positional = [
-        p for p in params
-        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    ]
-    old = len(positional) == 4 and not any(
-        p.kind is inspect.Parameter.VAR_POSITIONAL for p in params
-    )
-    if key is not None:
-        cache[key] = old
-    return old

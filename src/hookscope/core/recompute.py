@@ -30,21 +30,20 @@ import torch
 from torch import nn
 
 from hookscope.core import torch_private
+from hookscope.core.dispatch_plan import as_inputs
 from hookscope.core.internal import internal_work
-from hookscope.core.module_hooks import as_inputs
 from hookscope.errors import SpecError
 
 if TYPE_CHECKING:
     from hookscope.core.records import Call
-    from hookscope.core.tracer import Tracer
+    from hookscope.core.run import Run
 
 
 class Recomputes:
-    """What a tracer keeps of its run's calls for their recomputes, and what it does in
-    them."""
+    """What a run keeps of its calls for their recomputes, and what it does in them."""
 
-    def __init__(self, tracer: Tracer) -> None:
-        self._tracer = tracer
+    def __init__(self, run: Run) -> None:
+        self._run = run
         #: id(module) -> its last call of the run, its number of calls in the run
         self.calls: dict[int, tuple[Call, int]] = {}
         #: id(module) -> the exception being handled when each recompute of it began
@@ -75,7 +74,7 @@ class Recomputes:
         replace values, which replace alike in both, and gets no backward events
         from a recompute: its numbers would be those of the other forward's call."""
         graph_task = torch_private.graph_task_id_function()
-        thread = self._tracer._thread
+        thread = self._run.thread
 
         def forward_starts(module: nn.Module, args: Any) -> None:
             if graph_task() == -1 and threading.get_ident() == thread:
@@ -90,29 +89,29 @@ class Recomputes:
 
     def keeps_calls(self) -> bool:
         """Whether the run's calls must be kept (``self.calls``) for their recomputes."""
-        tracer = self._tracer
-        return bool(tracer._enter_replacers or tracer._exit_replacers) or self._watches()
+        run = self._run
+        return bool(run.enter_replacers or run.exit_replacers) or self._watches()
 
     def started(
         self, module: nn.Module, path: str, args: tuple[Any, ...], kwargs: dict[str, Any],
     ) -> Any:
         """The recompute of ``module`` starts: the inputs to use instead (as a forward
         pre-hook returns them), or ``None``."""
-        tracer = self._tracer
+        run = self._run
         self._recomputed = True
-        if tracer._exit_replacers or self._watches():  # a backward run in an ``except``
+        if run.exit_replacers or self._watches():  # a backward run in an ``except``
             self._outer.setdefault(id(module), []).append(sys.exc_info()[1])  # block
         replaced = None
-        if tracer._enter_replacers:
+        if run.enter_replacers:
             call = recomputed_call(self.calls, module, path)
             if call is not None:
-                replaced = replace_again(tracer, call, module, args, kwargs, None)
+                replaced = replace_again(run, call, module, args, kwargs, None)
         call = self._watched_call(module)
         if call is not None:
-            assert tracer._backward is not None
+            assert run.backward is not None
             if replaced is not None:
                 args, kwargs = replaced
-            tracer._backward.watch_recomputed_inputs(call, args, kwargs)
+            run.backward.watch_recomputed_inputs(call, args, kwargs)
         return replaced
 
     def ended(
@@ -120,26 +119,26 @@ class Recomputes:
     ) -> Any:
         """The recompute of ``module`` ends (or raised): the output to use instead, or
         ``None``."""
-        tracer = self._tracer
+        run = self._run
         started = self._outer.get(id(module))
         # the recompute raised only if an exception other than the one being handled
         # when it began is active now
         if sys.exc_info()[1] is not (started.pop() if started else None):
             return None
         replaced = None
-        if tracer._exit_replacers:
+        if run.exit_replacers:
             call = recomputed_call(self.calls, module, None)
             if call is not None:
-                replaced = replace_again(tracer, call, module, args, kwargs, (output,))
+                replaced = replace_again(run, call, module, args, kwargs, (output,))
         call = self._watched_call(module)
         if call is not None:
-            assert tracer._backward is not None
-            tracer._backward.watch_recomputed_outputs(
+            assert run.backward is not None
+            run.backward.watch_recomputed_outputs(
                 call, output if replaced is None else replaced)
         return replaced
 
     def _watches(self) -> bool:
-        return self._tracer._backward is not None and self._tracer._watches_calls
+        return self._run.backward is not None and self._run.watches_calls
 
     def _watched_call(self, module: nn.Module) -> Call | None:
         """The call of the run a recompute of ``module`` repeats, for backward events:
@@ -179,10 +178,10 @@ def recomputed_call(
 
 
 def replace_again(
-    tracer: Tracer, call: Call, module: nn.Module, args: tuple[Any, ...],
+    run: Run, call: Call, module: nn.Module, args: tuple[Any, ...],
     kwargs: dict[str, Any], output: tuple[Any] | None,
 ) -> Any:
-    """The replacing probes of ``tracer`` on a recomputed ``call`` (``output``: its
+    """The replacing probes of ``run`` on a recomputed ``call`` (``output``: its
     output, boxed, at its end; ``None`` at its start): the inputs or output to use, or
     ``None``; nothing is recorded. A probe that raises is a ``ProbeError``, as ever."""
     fn: Callable[..., Any] | None = None
@@ -191,16 +190,16 @@ def replace_again(
     with internal_work():
         try:
             if output is None:
-                for fn in tracer._enter_replacers:
+                for fn in run.enter_replacers:
                     result = fn(call, module, args, kwargs)
                     if result is not None:
                         args, kwargs = replaced = as_inputs(result)
             else:
                 value = output[0]
-                for fn in tracer._exit_replacers:
+                for fn in run.exit_replacers:
                     result = fn(call, module, args, kwargs, value, False)
                     if result is not None:
                         value = replaced = result
         except Exception as e:
-            raise tracer._failed(e, fn, event, call) from e
+            raise run.failed(e, fn, event, call) from e
     return replaced

@@ -33,7 +33,6 @@ __all__ = [
     "FailureRecord",
     "StopRecord",
     "Trace",
-    "started_call",
 ]
 
 SCHEMA_VERSION = 2
@@ -106,24 +105,6 @@ def _read_fact(facts: dict[str, Any], name: str, kind: str) -> Any:
             f"{sorted(facts) or 'none'}"
         )
     return spec.default_value()
-
-
-def started_call(
-    index: int, path: str, module_class: str, call_index: int, depth: int, parent: int | None,
-    start_ns: int | None = None, _new: Any = object.__new__,
-) -> Call:
-    """``Call(index, path, module_class, call_index, depth, parent, start_ns=start_ns)``,
-    made in 60 % of the time: the tracer makes one in a hook per module call, with
-    cold caches.
-
-    NB: it sets every field of :class:`Call`; ``tests/core/test_records.py`` checks that
-    it equals the dataclass constructor, so a new field cannot be forgotten here.
-    """
-    call: Call = _new(Call)
-    call.index, call.path, call.module_class = index, path, module_class
-    call.call_index, call.depth, call.parent = call_index, depth, parent
-    call.children, call.start_ns, call.error, call.facts = [], start_ns, None, {}
-    return call
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,13 +1,16 @@
-"""The engine: the one place that registers hooks on a user's model.
+"""The engine: the context manager that observes a user's model.
 
-:class:`Tracer` is a context manager. On entry it registers, on every module of the
-model, a forward pre-hook and a forward hook (``with_kwargs=True``,
-``always_call=True``, so it also runs when ``forward`` raises), keeps the runtime call
-stack, creates a :class:`~hookscope.core.records.Call` per module execution and hands
-it to the probes (``core/probe.py``). On exit, in a ``finally``, it removes every
-handle it registered (with ``restore_state=True``, as ``hookscope.trace`` uses it, it
-also puts ``training`` flags and ``requires_grad`` back), and lets the probes finalise
-the :class:`~hookscope.core.records.Trace`.
+:class:`Tracer` is a context manager. On entry it makes a :class:`~hookscope.core.run.Run`
+(``core/run.py``: the run's call stack, clock, failures and the one dispatch of events
+to the probes), installs the probes (``core/probe.py``) and has every module call of
+the model observed (``core/observe.py``): by per-module forward hooks
+(``core/module_hooks.py``), or, in ``trace()``/``summary()``, by a stand-in for
+``Module._call_impl`` (``core/fast_path.py``); each creates a
+:class:`~hookscope.core.records.Call` per module execution and hands it to the run's
+dispatch. On exit, in a ``finally``, it removes every handle it registered (with
+``restore_state=True``, as ``hookscope.trace`` uses it, it also puts ``training`` flags
+and ``requires_grad`` back), and lets the probes finalise the
+:class:`~hookscope.core.records.Trace`.
 
 What it installs follows what the probes declare: in ``trace()``/``summary()``, no
 start bookkeeping for plain ``torch.nn`` leaves when no probe needs a call's start
@@ -27,9 +30,7 @@ Failure attribution is in ``core/failures.py``, process-wide settings in
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from time import perf_counter_ns
 from types import TracebackType
 from typing import Any, NoReturn
@@ -38,29 +39,21 @@ import torch
 from torch import nn
 from torch.nn.parameter import is_lazy
 
-from hookscope.core import torch_private
 from hookscope.core.backward import BackwardWatch
 from hookscope.core.dispatch_plan import plan_dispatch, plan_starts, probe_error
-from hookscope.core.failures import FailureTracker, add_note, describe_failure
+from hookscope.core.failures import add_note, describe_failure
 from hookscope.core.handles import CallbackHandle, HandleGroup
 from hookscope.core.internal import internal_work, is_internal
 from hookscope.core.internal import shared as _shared
 from hookscope.core.model_state import ModelState
-from hookscope.core.module_hooks import as_inputs
 from hookscope.core.module_table import ModuleTable, module_table
 from hookscope.core.node_owners import NodeOwners
 from hookscope.core.observe import observe_module_calls
 from hookscope.core.options import check_flags
-from hookscope.core.probe import (
-    BACKWARD_EVENTS,
-    Probe,
-    ProbeSpec,
-    build_probes,
-    probe_flags,
-)
+from hookscope.core.probe import Probe, ProbeSpec, build_probes, probe_flags
 from hookscope.core.process import PROCESS
-from hookscope.core.recompute import Recomputes
 from hookscope.core.records import Call, StopRecord, Trace
+from hookscope.core.run import CONTROL, Run
 from hookscope.core.run_facts import cuda_devices, run_facts
 from hookscope.core.selectors import (
     ModuleSelector,
@@ -72,15 +65,6 @@ from hookscope.core.structure import check_model
 from hookscope.errors import HookscopeError, ProbeError, RunStopped, SpecError
 
 __all__ = ["ProbeSpec", "Tracer", "describe_failure", "internal_work", "is_internal"]
-
-_CONTROL = (ProbeError, RunStopped)
-
-
-# One entry of the runtime call stack: the call, its module, and the exception already
-# being handled when the call started (the model runs inside an ``except`` block): the
-# call failed only if a *different* one is active when it ends. A tuple, not a class:
-# one is made per module call, in a hook that runs with cold caches.
-_Frame = tuple[Call, nn.Module, "BaseException | None"]
 
 
 class Tracer:
@@ -106,6 +90,22 @@ class Tracer:
             (and puts back the buffers of modules in training mode too: BatchNorm's
             running statistics).
         **options: ``NAME=True`` switches on the registered probe ``NAME``.
+
+    hookscope's own entry points pass four more keyword arguments, which are not part
+    of the public API:
+
+    - ``exclusive``: nothing but the model (and its backward) runs inside the tracer
+      (``trace()``/``summary()``): no user code can add a hook between two calls, so
+      hook-free modules take the fast path (``core/fast_path.py``).
+    - ``restore_buffers``: with ``restore_state``, also put back the buffers of modules
+      in training mode (BatchNorm's running statistics), for an entry point that runs
+      the forward for its caller (``trace()``, ``capture()``, ``lint()``); a ``Tracer``
+      around the user's own training loop keeps what that loop did to them.
+    - ``saves_nothing``: the forward runs under ``torch.no_grad()``: autograd saves
+      no tensor, so probe work need not be told apart for a probe that watches saved
+      tensors only (``Probe.watches_tensor_work``).
+    - ``select_option``: how the caller names ``select`` in its messages
+      (``breakpoint(at=...)``).
 
     NB: while the tracer is active, ``torch.compile``d code runs eagerly (compiled code
     skips the hooks of the modules it inlined), TorchScript submodules run unobserved
@@ -136,6 +136,10 @@ class Tracer:
         probes: Iterable[ProbeSpec] = (),
         select: ModuleSelector | None = None,
         restore_state: bool = False,
+        exclusive: bool = False,
+        restore_buffers: bool = False,
+        saves_nothing: bool = False,
+        select_option: str = "select",
         **options: bool,
     ) -> None:
         check_model(model)
@@ -152,59 +156,18 @@ class Tracer:
             _no_path if self._classes else compile_selector(select))  # type: ignore[arg-type]
         self._selects = self._matches  # the same, by any path of a module (on entry)
         self._select = select
-        self._select_option = "select"  # how the caller named it (breakpoint: at=)
-        plan = plan_dispatch(self.probes)
-        self._enters: list[Callable[..., Any]] = []  # set on entry (plan_starts)
-        self._enter_replacers, self._exit_replacers = plan.enter_replacers, plan.exit_replacers
-        #: the run's calls, for what a recompute (activation checkpointing) does again
-        self._recomputes = Recomputes(self)
-        self._exits, self._backward_probes = plan.exits, plan.backward_probes
-        self._backward_handlers, self._watches_calls = plan.backward_handlers, plan.watches_calls
-        self._replaces_only, self._installs_keep_modules = (
-            plan.replaces_only, plan.installs_keep_modules)
-        self._clocked, self._guarded, self._marks_work = (
-            plan.clocked, plan.guarded, plan.marks_work)
-        self._needs_start = False
+        self._select_option = select_option
+        self._plan = plan_dispatch(self.probes)
         self._handles = HandleGroup()
-        self._stack: list[_Frame] = []
         self._restore_state = restore_state
-        #: Set by ``trace()``/``summary()``, which run nothing but the model inside the
-        #: tracer: no user code can add a hook between two calls (``core/fast_path.py``).
-        self._exclusive = False
-        #: With ``restore_state``, also put the buffers of modules in training mode back
-        #: on exit (``core/model_state.py``): set by ``trace()``/``summary()`` and
-        #: ``capture()``, which run the forward for their caller. A ``Tracer`` around the
-        #: user's own training loop keeps what that loop did to them.
-        self._restore_buffers = False
-        #: Set by ``trace()``/``summary()`` for a forward under ``torch.no_grad()``:
-        #: autograd saves no tensor, so probe work need not be told apart for a probe
-        #: that watches saved tensors only (``Probe.watches_tensor_work``).
-        self._saves_nothing = False
+        #: nothing but the model runs inside the tracer (``exclusive=``, above)
+        self.exclusive = exclusive
+        self._restore_buffers = restore_buffers
+        self._saves_nothing = saves_nothing
         self._state: ModelState | None = None
         self._lazy = False
-        self._failures = FailureTracker([])
-        self._control: HookscopeError | None = None  # a stop or probe error, once raised
-        #: the last stop or probe error not yet seen leaving the model (its root call)
-        #: or a backward for the code in the block: raised at the exit if none did
-        self._undelivered: ProbeError | RunStopped | None = None
-        self._control_types = _CONTROL
-        self._backward: BackwardWatch | None = None
-        self._owners: NodeOwners | None = None
         self._active = False
-        self._t0 = 0
-        self._thread = 0
-        #: Bookkeeping clock (``time.perf_counter_ns``): when the running hook began, and
-        #: the total time spent in finished hooks (tracer and probe work). The timing
-        #: probe subtracts it, so hookscope's own work is not timed as the model's; a
-        #: probe working inside a module's forward (a saved-tensor hook, a dispatch
-        #: mode) adds its own time to ``overhead_ns`` for the same reason.
-        self.chain_start_ns = 0
-        self.overhead_ns = 0
-        self._overhead_at_start: dict[int, int] = {}  # call index -> overhead_ns then
-        #: Time spent delivering backward events to the probes (every probe, every
-        #: thread): :meth:`backward_overhead_now` reads it.
-        self.backward_overhead_ns: int = 0
-        self._backward_lock = threading.Lock()  # autograd's device threads add to it
+        self._run: Run | None = None
         #: The CUDA devices that hold the model's parameters or buffers (set on entry,
         #: from the one walk of the model the tracer makes).
         self.cuda_devices: list[torch.device] = []
@@ -232,49 +195,23 @@ class Tracer:
         )
         if self._selects is not None:  # what a view may call unobserved, not "not called"
             self.trace.meta["selected"] = [p for p, _ in table.members if self._selects(p)]
-        self._stack.clear()
-        self._overhead_at_start.clear()
-        self._recomputes.clear()
-        self._failures = FailureTracker(self.trace.calls)
-        self._control = None
-        self._undelivered = None
         self._state = ModelState(table, buffers=self._restore_buffers) \
             if self._restore_state else None
-        self._t0 = perf_counter_ns()
-        #: forward events come from this thread only: another thread running the same
-        #: model meanwhile is not this trace's (backward events may come from autograd's)
-        self._thread = threading.get_ident()
+        run = self._run = Run(self._plan, self.trace.calls, origin_ns=perf_counter_ns())
         try:
-            self._install(table)
+            self._install(table, run)
         except BaseException:
             self._handles.remove()
             raise
         self._active = True
         return self
 
-    def _install(self, table: ModuleTable) -> None:
+    def _install(self, table: ModuleTable, run: Run) -> None:
         self.cuda_devices = cuda_devices(table)
-        handles = self._handles
-        if self._backward_probes:
-            grad_handles = HandleGroup()  # hooks on parameters and on the graph's tensors
-            handles.add(grad_handles)
-            self._backward = BackwardWatch(
-                self._dispatch_backward, grad_handles,
-                clock=self.backward_overhead_now if any(
-                    p.uses_backward_end for p in self._backward_probes) else None,
-                inputs=bool(self._backward_handlers["on_backward_exit"]),
-            )
-            if self._backward_handlers["on_param_grad"]:
-                named = _named_parameters(table)
-                lazy = [name for name, p in named if is_lazy(p)]
-                if lazy:  # an UninitializedParameter takes no hook
-                    raise SpecError(
-                        f"{lazy[0]!r} belongs to a lazy module that has not run yet: its "
-                        "parameters have no shape to watch the gradients of; run the "
-                        "model once (model(x)) before recording its gradients"
-                    )
-                self._backward.watch_parameters(named)
-        self._owners = NodeOwners() if self._guarded else None
+        handles, plan = self._handles, self._plan
+        if plan.backward_probes:
+            self._watch_backward(table, run)
+        run.owners = NodeOwners() if plan.guarded else None
         for probe in self.probes:
             try:
                 installed = probe.install(self)
@@ -282,20 +219,43 @@ class Tracer:
                     raise TypeError(f"install() must return a list of handles to remove "
                                     f"([] for none), not {type(installed).__name__}")
                 handles.extend(installed)
-            except _CONTROL:
+            except CONTROL:
                 raise
             except Exception as e:
                 raise probe_error(probe, "install", None, e) from e
-        self._enters, self._needs_start = plan_starts(self.probes)
+        run.enters, run.needs_start = plan_starts(self.probes)
         observe_module_calls(
-            self, table.members, table.scan if self._installs_keep_modules else None
+            run, handles, table.members, self._selects, exclusive=self.exclusive,
+            scan=table.scan if plan.installs_keep_modules else None,
         )
-        if self._recomputes.keeps_calls():  # each forward of the model starts anew
-            handles.add(self._recomputes.watch_forwards(self.model))
-        if self._guarded or (self._marks_work and not self._saves_nothing):
+        if run.recomputes.keeps_calls():  # each forward of the model starts anew
+            handles.add(run.recomputes.watch_forwards(self.model))
+        if plan.guarded or (plan.marks_work and not self._saves_nothing):
             _shared.watchers[0] += 1
             handles.add(CallbackHandle(_unwatch))
         handles.add(PROCESS.acquire(table.depth + 1))
+
+    def _watch_backward(self, table: ModuleTable, run: Run) -> None:
+        """Hooks on parameters and on the graph's tensors, for the backward events."""
+        plan = self._plan
+        grad_handles = HandleGroup()
+        self._handles.add(grad_handles)
+        run.backward = BackwardWatch(
+            run.dispatch_backward, grad_handles,
+            clock=run.backward_overhead_now if any(
+                p.uses_backward_end for p in plan.backward_probes) else None,
+            inputs=bool(plan.backward_handlers["on_backward_exit"]),
+        )
+        if plan.backward_handlers["on_param_grad"]:
+            named = _named_parameters(table)
+            lazy = [name for name, p in named if is_lazy(p)]
+            if lazy:  # an UninitializedParameter takes no hook
+                raise SpecError(
+                    f"{lazy[0]!r} belongs to a lazy module that has not run yet: its "
+                    "parameters have no shape to watch the gradients of; run the "
+                    "model once (model(x)) before recording its gradients"
+                )
+            run.backward.watch_parameters(named)
 
     def __exit__(
         self,
@@ -304,6 +264,8 @@ class Tracer:
         tb: TracebackType | None,
     ) -> None:
         self._active = False
+        run = self._run
+        assert run is not None
         try:
             self._handles.remove()
         finally:
@@ -312,28 +274,21 @@ class Tracer:
             materialised = module_table(self.model, extra_repr=False) if self._lazy else None
             if self._state is not None:
                 self._state.restore()
-            # Calls still on the stack never finished: a BaseException (KeyboardInterrupt)
-            # skips torch's always-call hooks.
-            if exc is not None and not isinstance(exc, _CONTROL):
-                for call, _, _ in reversed(self._stack):
-                    self._failures.record(call, exc)
-            self._stack.clear()
-            self._backward = None
-            self._owners = None
+            run.end(exc)
         trace = self.trace
         assert trace is not None
-        control = exc if isinstance(exc, _CONTROL) else self._control
+        control = exc if isinstance(exc, CONTROL) else run.control
         if isinstance(control, RunStopped):
             trace.stop = StopRecord(control.probe, control.reason, control.call, control.path)
         elif exc is not None and control is None and trace.error is None:
-            trace.error = self._failures.failure_of(exc, self.model, self._selects)
+            trace.error = run.failures.failure_of(exc, self.model, self._selects)
         if materialised is not None:
             trace.model, trace.modules = materialised.summary, materialised.modules
         try:
             self._finalize_probes(trace)
-            self._overhead_at_start.clear()
+            run.overhead_at_start.clear()
         except ProbeError as also:
-            if exc is None or isinstance(exc, _CONTROL):
+            if exc is None or isinstance(exc, CONTROL):
                 raise
             # the model's own exception is the one to report; say what else went wrong
             add_note(exc, f"hookscope: also, {also}")
@@ -341,7 +296,7 @@ class Tracer:
             control.trace = trace
             # the model swallowed one: the run still stopped (but one that left the model
             # reached the code in the block, which handled it: a loop skipping a batch)
-            pending = self._undelivered
+            pending = run.undelivered
             if exc is None and pending is not None:
                 pending.trace = trace
                 raise pending
@@ -359,14 +314,43 @@ class Tracer:
             error.trace = trace
             raise error
 
+    # -- what probes read ------------------------------------------------------------
+
     @property
     def active(self) -> bool:
         return self._active
 
     @property
+    def run(self) -> Run | None:
+        """The engine's state of the current run (the last one once the block ended;
+        ``None`` before the first): ``core/run.py``. A probe working inside a module's
+        forward (a saved-tensor hook) adds its own time to ``run.overhead_ns``."""
+        return self._run
+
+    @property
+    def chain_start_ns(self) -> int:
+        """Bookkeeping clock (``time.perf_counter_ns``): when the running hook began
+        (``Run.chain_start_ns``)."""
+        return 0 if self._run is None else self._run.chain_start_ns
+
+    @property
+    def overhead_ns(self) -> int:
+        """The total time spent in finished hooks (tracer and probe work,
+        ``Run.overhead_ns``). The timing probe subtracts it, so hookscope's own work is
+        not timed as the model's; a probe working inside a module's forward (a
+        saved-tensor hook, a dispatch mode) adds its own time for the same reason."""
+        return 0 if self._run is None else self._run.overhead_ns
+
+    @overhead_ns.setter
+    def overhead_ns(self, value: int) -> None:
+        if self._run is not None:
+            self._run.overhead_ns = value
+
+    @property
     def current_call(self) -> Call | None:
         """The innermost module call running now (``None`` outside any module)."""
-        return self._stack[-1][0] if self._stack else None
+        run = self._run
+        return None if run is None or not run.stack else run.stack[-1][0]
 
     @property
     def internal(self) -> int:
@@ -384,11 +368,13 @@ class Tracer:
         of this tracer declares ``uses_overhead_clock`` (then the engine keeps the
         clock), or for a call not handed to ``on_exit`` by this tracer's current run."""
         now = perf_counter_ns()
-        at_start = self._overhead_at_start.get(call.index)
+        run = self._run
+        at_start = None if run is None else run.overhead_at_start.get(call.index)
         if at_start is None or call.start_ns is None:
             return None
-        overhead = self.overhead_ns + now - self.chain_start_ns - at_start
-        return max(0, now - self._t0 - call.start_ns - overhead)
+        assert run is not None
+        overhead = run.overhead_ns + now - run.chain_start_ns - at_start
+        return max(0, now - run.origin_ns - call.start_ns - overhead)
 
     def backward_overhead_now(self, now: int) -> int:
         """hookscope's work in backward events so far, in ns, up to ``now``
@@ -397,10 +383,7 @@ class Tracer:
         probe's work (its own, another's of this tracer) counts as the model's backward
         time. NB: one clock for every thread: with backward passes running on several
         threads at once (several CUDA devices), their probe work is counted together."""
-        total, running = self.backward_overhead_ns, _shared.backward_event
-        if running is None or running[0] is not self:
-            return total
-        return total + now - int(running[1])
+        return 0 if self._run is None else self._run.backward_overhead_now(now)
 
     def backward_end(self, call: Call) -> tuple[int, int] | None:
         """When ``call``'s backward ended, read in ``on_backward_exit``: the time
@@ -414,167 +397,27 @@ class Tracer:
         for a branch (a ResNet ``downsample``) that is after the other branch's backward
         too, and for a call whose inputs need no gradient (the first layer) at the end
         of the backward pass; its own nodes end it where it ends."""
-        backward = self._backward
+        backward = None if self._run is None else self._run.backward
         return None if backward is None else backward.own_end(call)
 
     def backward_failed_in(self) -> Call | None:
         """Read right after a backward pass raised, inside the block: the innermost
         call whose backward was running (:meth:`BackwardWatch.failed_in`)."""
-        backward, trace = self._backward, self.trace
+        backward = None if self._run is None else self._run.backward
+        trace = self.trace
         return None if backward is None or trace is None else backward.failed_in(trace.calls)
 
     def node_owner(self, node: Any) -> int | None:
         """Index of the call whose forward created autograd ``node`` (``None``: no call,
         or no probe watching ops, the only ones for which the tracer keeps track)."""
-        return None if self._owners is None else self._owners.owner(node)
+        owners = None if self._run is None else self._run.owners
+        return None if owners is None else owners.owner(node)
 
     def stop(self, reason: str) -> NoReturn:
         """Stop the run now: raise :class:`~hookscope.errors.RunStopped`, which leaves the
         model as before and reaches the caller with the partial trace. Call it from a
         probe's event."""
         raise RunStopped(reason)
-
-    # -- dispatch: the one path from an event to the probes ----------------------------
-
-    def _dispatch_enter(
-        self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
-        replaced = None
-        fn: Callable[..., Any] | None = None
-        shared = _shared
-        guarded = shared.watchers[0]
-        if guarded:
-            shared.internal += 1
-        try:
-            for fn in self._enter_replacers:
-                result = fn(call, module, args, kwargs)
-                if result is not None:
-                    args, kwargs = replaced = as_inputs(result)
-            for fn in self._enters:
-                fn(call, module, args, kwargs)
-        except Exception as e:
-            raise self._failed(e, fn, "on_enter", call) from e
-        finally:
-            if guarded:
-                shared.internal -= 1
-        if self._backward is not None and self._watches_calls:
-            self._backward.watch_inputs(call, args, kwargs)
-        return replaced
-
-    def _dispatch_exit(
-        self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
-        output: Any, failed: bool,
-    ) -> Any:
-        replaced = None
-        fn: Callable[..., Any] | None = None
-        shared = _shared
-        guarded = shared.watchers[0]
-        if guarded:
-            shared.internal += 1
-        try:
-            for fn in self._exit_replacers:
-                result = fn(call, module, args, kwargs, output, failed)
-                if result is not None and not failed:
-                    output = replaced = result
-            for fn in self._exits:
-                fn(call, module, args, kwargs, output, failed)
-        except Exception as e:
-            raise self._exit_failed(e, fn, call, module, args, kwargs, output, failed) from e
-        finally:
-            if guarded:
-                shared.internal -= 1
-        if self._backward is not None and self._watches_calls:
-            if failed:
-                self._backward.forget(call)
-            else:
-                self._backward.watch_outputs(call, output)
-        return replaced
-
-    def _exit_failed(
-        self, error: Exception, fn: Any, call: Call, module: nn.Module,
-        args: tuple[Any, ...], kwargs: dict[str, Any], output: Any, failed: bool,
-    ) -> Exception:
-        """The exception to raise when the exit callback ``fn`` raised ``error``. A stop
-        takes effect once every recording probe has seen the call end: the call it
-        stopped in is recorded whole (its shapes too)."""
-        if isinstance(error, RunStopped):
-            exits = self._exits
-            rest = exits[exits.index(fn) + 1:] if fn in exits else exits
-            other: Any = None
-            try:
-                for other in rest:
-                    with contextlib.suppress(RunStopped):  # stopping already
-                        other(call, module, args, kwargs, output, failed)
-            except Exception as e:  # a probe that fails is reported, as ever
-                fn, error = other, e
-        if self._backward is not None:
-            self._backward.forget(call)
-        return self._failed(error, fn, "on_exit", call)
-
-    def _dispatch_backward(self, event: str, call: Call | None, payload: Any) -> None:
-        handler: Callable[..., Any] | None = None
-        shared = _shared
-        shared.internal += 1
-        outer = shared.backward_event
-        start = perf_counter_ns()
-        shared.backward_event = (self, start)
-        try:
-            for handler in self._backward_handlers[event]:
-                if call is None:  # on_param_grad
-                    handler(payload)
-                else:
-                    handler(call, payload)
-        except Exception as e:
-            raise self._failed(e, handler, event, call) from e
-        finally:
-            shared.internal -= 1
-            shared.backward_event = outer
-            if outer is None or outer[0] is not self:  # else counted with the outer one
-                spent = perf_counter_ns() - start
-                with self._backward_lock:  # NB: ``+=`` is a read and a write
-                    self.backward_overhead_ns += spent
-
-    def _failed(self, error: Exception, fn: Any, event: str, call: Call | None) -> Exception:
-        """The exception to raise when a probe's callback raised ``error``."""
-        probe = fn if isinstance(fn, Probe) else getattr(fn, "__self__", None)
-        probe = probe if isinstance(probe, Probe) else getattr(fn, "probe", None)
-        if isinstance(error, RunStopped):
-            error.locate(probe.name if isinstance(probe, Probe) else "", call)
-            found: ProbeError | RunStopped = error
-        elif isinstance(error, ProbeError):
-            return error
-        else:
-            found = probe_error(probe, event, call, error)
-        self._control = found
-        # raised out of a backward, or out of the model's own root call: the code in the
-        # block gets it (and may handle it); anywhere else, the model may swallow it
-        if event not in BACKWARD_EVENTS and not (
-            call is not None and not call.path and not self._stack
-            and not torch_private.inside_another_module_call()
-        ):
-            self._undelivered = found
-        return found
-
-    def _delivered(self, error: BaseException) -> None:
-        """``error`` left the model's root call: it is in the block's hands now (unless
-        the model is a submodule called by another module's forward, which may swallow
-        it)."""
-        if error is self._undelivered and not torch_private.inside_another_module_call():
-            self._undelivered = None
-
-    # -- hooks -------------------------------------------------------------------
-
-    def _unwind(self, module: nn.Module) -> _Frame | None:
-        """The frame of ``module``'s call when it is not on top of the stack: a pre-hook
-        registered before ours raised, so our pre-hook never ran for this call; or
-        frames above were left by such calls. Unwind to the matching frame."""
-        stack = self._stack
-        for i in range(len(stack) - 1, -1, -1):
-            if stack[i][1] is module:
-                frame = stack[i]
-                del stack[i:]
-                return frame
-        return None
 
 
 # -- helpers --------------------------------------------------------------------------

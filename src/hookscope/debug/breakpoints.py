@@ -258,7 +258,6 @@ def breakpoint(
     if not isinstance(every, bool):
         raise SpecError(f"every must be True or False, got {every!r}")
     probe = _CLASSES[phase](when, every=every)
-    tracer = Tracer(model, shapes=False, probes=[probe], select=at)
-    tracer._select_option = "at"
+    tracer = Tracer(model, shapes=False, probes=[probe], select=at, select_option="at")
     with tracer:
         yield

@@ -175,8 +175,8 @@ class Capture:
         probe = _OutputCapture(self) if self.what is What.OUTPUT else _InputCapture(self)
         chosen = self._chosen
         tracer = Tracer(self.model, shapes=False, probes=[probe],
-                        select=lambda path: path in chosen, restore_state=self._restore_state)
-        tracer._restore_buffers = self._restore_state
+                        select=lambda path: path in chosen, restore_state=self._restore_state,
+                        restore_buffers=self._restore_state)
         try:
             tracer.__enter__()
         except BaseException as e:  # nothing started: close the writer, stay reusable

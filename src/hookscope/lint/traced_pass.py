@@ -179,8 +179,8 @@ def observe(
         ModelRunError: the model raised; ``.trace`` holds the partial trace.
     """
     model = ctx.model
-    tracer = hookscope.Tracer(model, shapes=True, restore_state=True)
-    tracer._restore_buffers = True  # its forward is run for the caller (parameters too)
+    # its forward is run for the caller: buffers put back too (parameters too)
+    tracer = hookscope.Tracer(model, shapes=True, restore_state=True, restore_buffers=True)
     registrations = _Registrations(ctx)
     watch = _ForeignWatch(ctx, tracer, registrations)
     saved = saved_buffers(m for _, m in ctx.members)

@@ -217,7 +217,7 @@ class GradsProbe(Probe):
         # nothing but the model and its backward). Where only torch.autograd.grad ran
         # in the user's block, one the outputs depend on was not asked for
         tracer = self._tracer
-        asked_all = self._accumulated or (tracer is not None and tracer._exclusive)
+        asked_all = self._accumulated or (tracer is not None and tracer.exclusive)
         reached = None if asked_all else self._reached
         records: list[ParamGradStats] = []
         for key, slot in self._params.items():

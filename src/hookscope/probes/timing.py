@@ -8,7 +8,7 @@ bookkeeping, the hooks, statistics and memory accounting of the call's *children
 without hookscope. The probe has the highest ``order``, so it exits first: no other
 probe's work for the call itself falls inside its window. It needs no start event on
 the CPU, so with no other probe that needs one (the memory probe does) the leaves of
-``torch.nn`` are recorded whole at their end (``core/fast_path.py``).
+``torch.nn`` get no start event (``core/fast_path.py``).
 
 On CUDA (a parameter or buffer of the model lives on a CUDA device) a call is timed
 with a pair of ``torch.cuda.Event(enable_timing=True)`` recorded on the current
