@@ -48,7 +48,7 @@ def test_every_document_names_the_version_of_the_package_metadata() -> None:
     import torch
     from torch import nn
 
-    from hookscope.core.structure_json import structure_to_dict
+    from hookscope.core.records.structure_json import structure_to_dict
 
     model = nn.Sequential(nn.Linear(2, 2))
     trace = hookscope.trace(model, torch.ones(1, 2))

@@ -12,13 +12,13 @@ if _typing.TYPE_CHECKING:
     from hookscope.api.aggregate import median_times
     from hookscope.api.annotated_repr import annotated_repr
     from hookscope.api.tracing import summary, trace
-    from hookscope.core.facts import Column, Fact, Field, Unit
-    from hookscope.core.probe import Probe, register_probe
-    from hookscope.core.records import Call, FailureRecord, StopRecord, Trace
-    from hookscope.core.selectors import Selector
-    from hookscope.core.structure import ModelInfo, inspect
-    from hookscope.core.tracer import Tracer
-    from hookscope.core.values import (
+    from hookscope.core.engine.probe import Probe, register_probe
+    from hookscope.core.engine.tracer import Tracer
+    from hookscope.core.model.selectors import Selector
+    from hookscope.core.model.structure import ModelInfo, inspect
+    from hookscope.core.records.facts import Column, Fact, Field, Unit
+    from hookscope.core.records.trace import Call, FailureRecord, StopRecord, Trace
+    from hookscope.core.records.values import (
         FlopCount,
         FlopRule,
         OpRecord,
@@ -60,21 +60,21 @@ _EXPORTS: dict[str, str] = {
     "annotated_repr": "hookscope.api.annotated_repr",
     "summary": "hookscope.api.tracing",
     "trace": "hookscope.api.tracing",
-    "Call": "hookscope.core.records",
-    "FlopCount": "hookscope.core.values",
-    "FlopRule": "hookscope.core.values",
-    "OpRecord": "hookscope.core.values",
-    "TensorMeta": "hookscope.core.values",
-    "TensorStats": "hookscope.core.values",
+    "Call": "hookscope.core.records.trace",
+    "FlopCount": "hookscope.core.records.values",
+    "FlopRule": "hookscope.core.records.values",
+    "OpRecord": "hookscope.core.records.values",
+    "TensorMeta": "hookscope.core.records.values",
+    "TensorStats": "hookscope.core.records.values",
     "Trace": "hookscope.api.tracing",  # through the API: it loads the renderers a Trace prints with
-    "FailureRecord": "hookscope.core.records",
-    "ParamGrad": "hookscope.core.values",
-    "StopRecord": "hookscope.core.records",
-    "Column": "hookscope.core.facts",
-    "Fact": "hookscope.core.facts",
-    "Field": "hookscope.core.facts",
-    "Unit": "hookscope.core.facts",
-    "Selector": "hookscope.core.selectors",
+    "FailureRecord": "hookscope.core.records.trace",
+    "ParamGrad": "hookscope.core.records.values",
+    "StopRecord": "hookscope.core.records.trace",
+    "Column": "hookscope.core.records.facts",
+    "Fact": "hookscope.core.records.facts",
+    "Field": "hookscope.core.records.facts",
+    "Unit": "hookscope.core.records.facts",
+    "Selector": "hookscope.core.model.selectors",
     "ModelInfo": "hookscope.api.inspection",  # through the API: it loads the table it prints as
     "inspect": "hookscope.api.inspection",
     "Tracer": "hookscope.api.tracing",  # through the API: it loads the built-in probes

@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hookscope.core.records import Trace
+    from hookscope.core.records.trace import Trace
 
 
 class HookscopeError(Exception):

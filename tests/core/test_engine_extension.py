@@ -20,7 +20,7 @@ from torch import nn
 import hookscope
 from helpers import assert_state_unchanged, count_hooks, snapshot_state, total_hooks
 from hookscope import Column, Fact, Field, Probe, Unit
-from hookscope.core.serialize import UnknownFieldsWarning
+from hookscope.core.records.serialize import UnknownFieldsWarning
 
 
 class GradNormProbe(Probe):
@@ -181,7 +181,7 @@ class BackwardStartsOnly(Probe):
 def counting_call_hooks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Count the hooks the engine puts on calls' tensors: "outputs" (a call's backward
     start) and "inputs" (its end)."""
-    from hookscope.core import backward
+    from hookscope.core.engine import backward
 
     made: list[str] = []
     real_outputs, real_inputs = backward.on_gradients, backward.register_multi_grad_hook
@@ -391,7 +391,7 @@ def test_calls_record_their_start_relative_to_the_trace_start() -> None:
 
 
 def test_an_older_schema_version_is_refused_in_one_line() -> None:
-    from hookscope.core.records import SCHEMA_VERSION
+    from hookscope.core.records.trace import SCHEMA_VERSION
 
     doc = json.loads(hookscope.trace(mlp(), torch.randn(2, 4)).to_json())
     doc["schema_version"] = SCHEMA_VERSION - 1
@@ -412,7 +412,7 @@ def test_unknown_fields_of_a_newer_version_are_kept_with_a_warning() -> None:
 
 
 def test_a_newer_version_without_unknown_fields_is_read_with_a_warning() -> None:
-    from hookscope.core.records import SCHEMA_VERSION
+    from hookscope.core.records.trace import SCHEMA_VERSION
 
     trace = hookscope.trace(mlp(), torch.randn(2, 4))
     doc = json.loads(trace.to_json())

@@ -437,7 +437,7 @@ def test_hookscope_s_own_failure_on_leaving_a_run_is_not_called_the_model_s(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """It was 'the model raised no failure recorded', a ModelRunError."""
-    from hookscope.core.handles import HandleGroup
+    from hookscope.core.engine.handles import HandleGroup
 
     removing = HandleGroup.remove
 

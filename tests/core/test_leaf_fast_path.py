@@ -1,6 +1,6 @@
 """The leaf fast path: in ``trace()``/``summary()`` with no probe that needs a call's
 start, the call of a leaf module of ``torch.nn`` stays off the call stack and gets no
-start event (``core/fast_path.py``).
+start event (``core/engine/fast_path.py``).
 
 The oracle is the normal path: a ``Tracer`` context manager never takes the fast path,
 so the same model and inputs must give the same calls, one for one (index, path,
@@ -630,11 +630,11 @@ def test_torch_jit_trace_inside_a_trace_gets_its_module_scopes() -> None:
 
 
 def test_every_field_of_a_call_made_on_the_fast_path_is_set() -> None:
-    # the stand-in makes Call records inline (core/fast_path.py), leaves when they end,
+    # the stand-in makes Call records inline (core/engine/fast_path.py), leaves when they end,
     # other calls when they start: each must be what the dataclass constructor makes
     import dataclasses
 
-    from hookscope.core.records import Call
+    from hookscope.core.records.trace import Call
 
     model = nn.Sequential(nn.Linear(3, 3), nn.Sequential(nn.ReLU(), nn.Linear(3, 2)))
     trace = hookscope.trace(model, torch.randn(2, 3), **SHAPES_ONLY)

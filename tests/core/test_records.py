@@ -13,8 +13,8 @@ from torch import nn
 
 import hookscope
 import hookscope.probes  # defines the built-in facts read below: inputs, outputs
-from hookscope.core.records import Call
-from hookscope.core.values import TensorStats
+from hookscope.core.records.trace import Call
+from hookscope.core.records.values import TensorStats
 from hookscope.probes.grad_records import ParamGradStats
 
 
@@ -23,7 +23,7 @@ def _nested() -> nn.Module:
 
 
 def test_every_field_of_a_fast_path_call_is_set() -> None:
-    """``core/fast_path.py`` sets each slot of ``Call`` by hand: a new field forgotten
+    """``core/engine/fast_path.py`` sets each slot of ``Call`` by hand: a new field forgotten
     there is unset, and reading it raises."""
     trace = hookscope.trace(_nested(), torch.randn(2, 4), time=False, stats=False,
                             memory=False)

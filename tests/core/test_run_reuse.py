@@ -1,8 +1,8 @@
 """A model traced again: what the start of a run reads once and keeps.
 
-``trace()``/``summary()`` of a model whose module table is reused (``core/table_reuse.py``)
+``trace()``/``summary()`` of a model whose module table is reused (``core/model/table_reuse.py``)
 read every module once, and plan the stand-in for ``Module._call_impl`` from what they
-planned last time (``core/fast_path.py``) when nothing that plan depends on changed.
+planned last time (``core/engine/fast_path.py``) when nothing that plan depends on changed.
 The oracle is the normal path: a ``Tracer`` block never takes the stand-in, so after a
 change made between runs both must record the same calls; and the state a run puts
 back is the one the model had before that run, not before the first.
@@ -221,8 +221,8 @@ def test_a_parameter_moved_into_another_modules_none_entry_is_seen() -> None:
 def test_a_reused_tables_members_read_as_the_models_named_modules() -> None:
     """A reused table gives its ``(path, module)`` pairs as a view, not a list: it reads
     like ``named_modules()`` (the oracle) in every way the callers read it."""
-    from hookscope.core.module_table import module_table
-    from hookscope.core.table_reuse import Pairs
+    from hookscope.core.model.module_table import module_table
+    from hookscope.core.model.table_reuse import Pairs
 
     model = nn.Sequential(nn.Linear(2, 3), nn.Sequential(nn.ReLU(), nn.Linear(3, 1)))
     module_table(model, extra_repr=False)

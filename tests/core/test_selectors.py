@@ -10,7 +10,7 @@ import pytest
 from torch import nn
 
 import hookscope
-from hookscope.core.selectors import compile_module_selector, compile_selector
+from hookscope.core.model.selectors import compile_module_selector, compile_selector
 
 PATHS = [
     "", "conv1", "layer1", "layer1.0", "layer1.0.conv1", "layer1.0.downsample",

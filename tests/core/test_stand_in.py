@@ -215,7 +215,7 @@ def test_a_run_that_stands_in_for_nn_module_never_hides_another_threads_stand_in
 ) -> None:
     # thread A stands in for nn.Linear while thread B, whose model holds a plain
     # nn.Module, is between its plan and its install: B must see A's stand-in there
-    import hookscope.core.observe as observe_module
+    import hookscope.core.engine.observe as observe_module
 
     running, planned = threading.Event(), threading.Event()
     install = observe_module.install_call_path

@@ -19,9 +19,9 @@ from torch import nn
 import hookscope
 import zoo
 from helpers import assert_state_unchanged, snapshot_state
-from hookscope.core.model_records import ModuleInfo
-from hookscope.core.module_table import module_table
-from hookscope.core.structure import BufferInfo, ParamInfo
+from hookscope.core.model.module_table import module_table
+from hookscope.core.model.structure import BufferInfo, ParamInfo
+from hookscope.core.records.modules import ModuleInfo
 
 ZOO_IDS = {"ids": lambda c: c.__name__}
 
@@ -222,7 +222,7 @@ def test_broken_extra_repr_does_not_break_inspection() -> None:
 
 @pytest.mark.parametrize("cls", zoo.ALL_ZOO, **ZOO_IDS)
 def test_walk_is_named_modules_without_deduplication(cls: type[zoo.ZooModel]) -> None:
-    from hookscope.core.module_table import _walk
+    from hookscope.core.model.module_table import _walk
 
     model = zoo.build(cls)
     assert _walk(model) == list(model.named_modules(remove_duplicate=False))

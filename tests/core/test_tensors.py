@@ -17,7 +17,7 @@ from torch import nn
 
 import hookscope
 import zoo
-from hookscope.core.tensors import call_input_metas, iter_tensors, metas
+from hookscope.core.records.tensors import call_input_metas, iter_tensors, metas
 
 
 def walk(value: Any) -> list[torch.Tensor]:
@@ -202,7 +202,7 @@ def test_shared_shape_facts_are_read_only_lists() -> None:
     import copy
     import pickle
 
-    from hookscope.core.readonly import ReadOnlyList
+    from hookscope.core.records.readonly import ReadOnlyList
 
     model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4), nn.ReLU()).eval()
     x = torch.randn(2, 4)

@@ -260,7 +260,7 @@ def test_a_tracer_inside_a_patch_block_records_the_patched_values() -> None:
 
 def test_a_tracer_entered_before_the_patch_records_the_patched_values() -> None:
     """A replacing-only tracer (the patch) puts its hook before every recording
-    tracer's, whichever was entered first (core/module_hooks.py)."""
+    tracer's, whichever was entered first (core/engine/module_hooks.py)."""
     model = nn.Sequential(nn.Linear(2, 2), nn.Identity())
     with hookscope.Tracer(model, stats=True) as tracer, \
             hookscope.patch(model, {"0": patches.zero()}):

@@ -17,7 +17,7 @@ from torch import nn
 
 import hookscope
 from hookscope.core import torch_private
-from hookscope.core.values import FlopRule
+from hookscope.core.records.values import FlopRule
 from hookscope.flops.registry import find_formula
 from hookscope.flops.rules import HOOKSCOPE_OVERRIDES, rule_without_formula
 

@@ -21,7 +21,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import hookscope
 import zoo
 from helpers import assert_outputs_identical, assert_state_unchanged, snapshot_state, total_hooks
-from hookscope.core.values import FlopRule, Phase
+from hookscope.core.records.values import FlopRule, Phase
 from hookscope.flops.registry import by_op, ops_of
 from hookscope.probes import OpsProbe, Probe
 from hookscope.render.ops_table import calls_flops_table, render_call_flops, render_ops

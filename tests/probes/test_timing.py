@@ -10,8 +10,8 @@ import torch
 from torch import nn
 
 import hookscope
-from hookscope.core.probe import Probe
-from hookscope.core.records import Call, Trace
+from hookscope.core.engine.probe import Probe
+from hookscope.core.records.trace import Call, Trace
 from hookscope.probes.timing import TimingProbe, set_self_times
 
 MS = 1_000_000
@@ -55,7 +55,7 @@ class SlowProbe(Probe):
 
 class SleepLeaf(Sleep):
     """A leaf the engine takes for one of ``torch.nn``'s (recorded whole at its end,
-    ``core/fast_path.py``) that spends a known wall time in its forward."""
+    ``core/engine/fast_path.py``) that spends a known wall time in its forward."""
 
     __module__ = "torch.nn.modules.sleep_for_tests"
 

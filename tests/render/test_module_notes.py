@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import hookscope
-from hookscope.core.records import Trace
+from hookscope.core.records.trace import Trace
 from hookscope.render.annotate import NOT_CALLED, module_notes
 
 

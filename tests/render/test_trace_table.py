@@ -10,9 +10,9 @@ import torch
 from torch import nn
 
 import hookscope
-from hookscope.core.model_records import ModelSummary, ModuleInfo
-from hookscope.core.records import Call, FailureRecord, Trace
-from hookscope.core.values import MemoryRecord, TensorMeta, TensorStats
+from hookscope.core.records.modules import ModelSummary, ModuleInfo
+from hookscope.core.records.trace import Call, FailureRecord, Trace
+from hookscope.core.records.values import MemoryRecord, TensorMeta, TensorStats
 from hookscope.render.table import to_text
 from hookscope.render.trace_table import (
     columns,

@@ -1,7 +1,7 @@
 """Fold repeated traces of one model into one trace.
 
 Where it sits: an API-layer module beside :mod:`hookscope.api.tracing`. It takes traces that
-:func:`hookscope.trace` returned (plain records from :mod:`hookscope.core.records`) and
+:func:`hookscope.trace` returned (plain records from :mod:`hookscope.core.records.trace`) and
 combines them; it runs no model and renders nothing. The command line's ``--repeat``
 and the demo call it, so one slow run (a cold cache, another process) does not decide
 the times they report.
@@ -13,10 +13,10 @@ import statistics
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from hookscope.core.facts import timing_facts
+from hookscope.core.records.facts import timing_facts
 
 if TYPE_CHECKING:
-    from hookscope.core.records import Trace
+    from hookscope.core.records.trace import Trace
 
 __all__ = ["median_times"]
 
@@ -25,7 +25,7 @@ def median_times(traces: Sequence[Trace]) -> Trace:
     """The first trace, with each call's times replaced by the median over all traces.
 
     The times are every per-call fact a probe declares ``timing``
-    (:class:`~hookscope.core.facts.Fact`): the forward times ``time_ns`` and
+    (:class:`~hookscope.core.records.facts.Fact`): the forward times ``time_ns`` and
     ``self_time_ns``, the backward times ``backward_ns`` and ``backward_self_ns``, and
     your own probe's. Calls are matched by module path and call index.
     ``meta["repeat"]`` records how many traces were combined. The first trace is updated

@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from hookscope.core.records import Trace
-from hookscope.core.structure import check_model
+from hookscope.core.model.structure import check_model
+from hookscope.core.records.trace import Trace
 from hookscope.errors import SpecError
 from hookscope.render.annotate import NOT_CALLED, module_notes
 

@@ -2,7 +2,7 @@
 
 Both validate their options here, at the API boundary, build example inputs when the
 user gives sizes instead of tensors (``core/inputs.py``), run the model under a
-:class:`~hookscope.core.tracer.Tracer`, and turn a failure inside the model into a
+:class:`~hookscope.core.engine.tracer.Tracer`, and turn a failure inside the model into a
 :class:`~hookscope.errors.ModelRunError` that carries the partial trace.
 """
 
@@ -17,7 +17,10 @@ import torch
 from torch import nn
 
 import hookscope.render  # noqa: F401  (registers how a Trace prints and exports)
-from hookscope.core.failures import message
+from hookscope.core.engine.failures import message
+from hookscope.core.engine.probe import Probe, register_probe
+from hookscope.core.engine.run_backward import run_backward
+from hookscope.core.engine.tracer import ProbeSpec, Tracer, describe_failure
 from hookscope.core.inputs import (
     InputSize,
     make_example_inputs,
@@ -26,13 +29,10 @@ from hookscope.core.inputs import (
     parse_device,
 )
 from hookscope.core.meta import inputs_to_meta, is_meta_request, is_on_meta, meta_copy
+from hookscope.core.model.selectors import ModuleSelector
 from hookscope.core.options import check_flags, check_optional_flags
-from hookscope.core.probe import Probe, register_probe
-from hookscope.core.records import Call, Trace
-from hookscope.core.run_backward import run_backward
-from hookscope.core.selectors import ModuleSelector
-from hookscope.core.tensors import call_input_metas, metas
-from hookscope.core.tracer import ProbeSpec, Tracer, describe_failure
+from hookscope.core.records.tensors import call_input_metas, metas
+from hookscope.core.records.trace import Call, Trace
 from hookscope.errors import ModelRunError, ProbeError, RunStopped, SpecError
 from hookscope.probes import PROBES
 from hookscope.render.summary import Summary

@@ -58,7 +58,7 @@ from hookscope.cli.shared_options import (
 )
 
 if TYPE_CHECKING:
-    from hookscope.core.records import Trace
+    from hookscope.core.records.trace import Trace
 
 
 app = typer.Typer(

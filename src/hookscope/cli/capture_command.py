@@ -52,7 +52,7 @@ def capture_command(
     """Save the activations of chosen modules (safetensors + a JSON index)."""
     import hookscope
     from hookscope.cli.running import prepare
-    from hookscope.core.selectors import compile_selector, require_match
+    from hookscope.core.model.selectors import compile_selector, require_match
 
     with failure_boundary(debug=debug):
         output = output.expanduser()  # NB: the shell leaves the ~ of --output=~/acts alone

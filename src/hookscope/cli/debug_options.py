@@ -123,7 +123,7 @@ def breaking(model: nn.Module, break_at: str | None, break_on: BreakOn | None) -
     import hookscope
 
     if break_at is not None:  # named as the command line wrote it, not as at=
-        from hookscope.core.selectors import compile_selector, require_match
+        from hookscope.core.model.selectors import compile_selector, require_match
 
         paths = [path for path, _ in model.named_modules(remove_duplicate=False)]
         require_match(break_at, compile_selector(break_at), paths, type(model).__name__,

@@ -25,7 +25,7 @@ import typer
 from hookscope.cli.output import OutputTarget, Rendered, discard_stdout
 
 if TYPE_CHECKING:
-    from hookscope.core.records import Trace
+    from hookscope.core.records.trace import Trace
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1

@@ -135,7 +135,7 @@ def _keep(anomaly: Any) -> None:
 
 def _backward(loss: Any, step: int) -> None:
     import hookscope
-    from hookscope.core.failures import message
+    from hookscope.core.engine.failures import message
 
     try:
         loss.backward()

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from hookscope.cli.input_specs import InputSpec
     from hookscope.cli.loading import LoadedModel
-    from hookscope.core.records import Trace
+    from hookscope.core.records.trace import Trace
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from rich.text import Text
 from hookscope.cli.output import Rendered
 
 if TYPE_CHECKING:
-    from hookscope.core.records import Trace
-    from hookscope.core.structure import ModelInfo
+    from hookscope.core.model.structure import ModelInfo
+    from hookscope.core.records.trace import Trace
     from hookscope.render.summary import Summary
 
 

@@ -4,7 +4,7 @@ Every tracer of a thread must see it, so that nested tracers (two tracers on one
 model, or one on a submodule) do not record each other's work as the model's: the ops
 probe skips the ops run inside it, and the backward clock
 (``Tracer.backward_overhead_now``) knows which backward event runs. The engine marks
-every probe callback (``core/tracer.py``); :func:`internal_work` marks work outside
+every probe callback (``core/engine/tracer.py``); :func:`internal_work` marks work outside
 one (a saved-tensor hook).
 """
 

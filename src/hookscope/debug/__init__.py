@@ -5,7 +5,7 @@ probes are ``debug/nonfinite.py``'s) find the first module call, in execution or
 whose output (or gradient) holds NaN or Inf, and the aten op inside it that produced
 the value; ``hookscope.breakpoint``
 (``debug/breakpoints.py``) opens the debugger inside a matching call. Both are probes
-on the engine (``hookscope.core.tracer``); the report's text and JSON are in
+on the engine (``hookscope.core.engine.tracer``); the report's text and JSON are in
 ``hookscope.render.anomaly_report``.
 
 NB: a package named ``debug``, not a module ``hookscope/breakpoint.py``: importing a

@@ -20,8 +20,8 @@ from torch import nn
 from hookscope.api.tracing import trace as _trace
 from hookscope.core import torch_private
 from hookscope.core.meta import is_on_meta
+from hookscope.core.model.structure import check_model
 from hookscope.core.options import check_flags
-from hookscope.core.structure import check_model
 from hookscope.debug.anomaly_records import AnomalyReport
 from hookscope.debug.grad_probe import NonFiniteGradProbe
 from hookscope.debug.nonfinite import NonFiniteError, NonFiniteProbe

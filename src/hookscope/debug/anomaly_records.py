@@ -2,7 +2,7 @@
 
 :class:`NonFiniteProbe` (``debug/nonfinite.py``) fills them while the model runs;
 ``hookscope.render.anomaly_report`` turns them into text and JSON. They hold no tensor and no
-module: shapes, dtypes, counts and :class:`~hookscope.core.records.TensorStats`.
+module: shapes, dtypes, counts and :class:`~hookscope.core.records.trace.TensorStats`.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hookscope.core.records import Trace
-    from hookscope.core.values import TensorStats
+    from hookscope.core.records.trace import Trace
+    from hookscope.core.records.values import TensorStats
 
 
 class AnomalyKind(str, Enum):

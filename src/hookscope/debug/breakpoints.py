@@ -33,17 +33,17 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from hookscope.core.probe import Probe
-from hookscope.core.tensors import iter_tensors
+from hookscope.core.engine.probe import Probe
+from hookscope.core.records.tensors import iter_tensors
 from hookscope.debug.checks import all_finite, counts
 from hookscope.debug.stops import debugger_disabled, in_backward_of_call, in_call
 from hookscope.errors import DebuggerQuit, SpecError
 
 if TYPE_CHECKING:
-    from hookscope.core.handles import Removable
-    from hookscope.core.records import Call
-    from hookscope.core.selectors import ModuleSelector
-    from hookscope.core.tracer import Tracer
+    from hookscope.core.engine.handles import Removable
+    from hookscope.core.engine.tracer import Tracer
+    from hookscope.core.model.selectors import ModuleSelector
+    from hookscope.core.records.trace import Call
 
 Condition = Callable[[nn.Module, Any], bool]
 """``fn(module, value) -> bool``; ``value`` is what the phase sees: the ``(args,

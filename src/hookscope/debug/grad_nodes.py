@@ -17,7 +17,7 @@ Where the forward made each node: anomaly mode
 on while the model's forward (and the ``loss=``) runs, and keeps the stack on each node
 it makes (``torch_private.node_forward_stack``); the innermost frame outside torch and
 hookscope is the model's line. Which module call made it is the tracer's
-``node_owner`` (sequence numbers, ``core/node_owners.py``).
+``node_owner`` (sequence numbers, ``core/engine/node_owners.py``).
 
 NB: anomaly mode is turned off again before the backward: with it on, autograd prints
 the forward stack of the node whose hook raised. A user who had it on keeps it on.

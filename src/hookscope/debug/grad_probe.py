@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from hookscope.core.handles import CallbackHandle
-from hookscope.core.tensors import iter_tensors
+from hookscope.core.engine.handles import CallbackHandle
+from hookscope.core.records.tensors import iter_tensors
 from hookscope.debug.anomaly_records import Anomaly, AnomalyKind, BackwardNode
 from hookscope.debug.checks import all_finite, counts
 from hookscope.debug.grad_nodes import NodeHunt, forward_op, user_line
@@ -26,10 +26,10 @@ from hookscope.debug.nonfinite import NonFiniteError, NonFiniteProbe, tensor_sta
 from hookscope.debug.stops import at_backward_node
 
 if TYPE_CHECKING:
-    from hookscope.core.handles import Removable
-    from hookscope.core.records import Call
-    from hookscope.core.tracer import Tracer
-    from hookscope.core.values import ParamGrad, TensorStats
+    from hookscope.core.engine.handles import Removable
+    from hookscope.core.engine.tracer import Tracer
+    from hookscope.core.records.trace import Call
+    from hookscope.core.records.values import ParamGrad, TensorStats
 
 
 class NonFiniteGradProbe(NonFiniteProbe):

@@ -9,7 +9,7 @@ and describes each hook function by name and source line.
 
 A hook is hookscope's own when hookscope holds the handle it was registered with (an
 active :class:`~hookscope.Tracer`, patch, lint run or monitor:
-``core/handles.py``'s ``HOOKSCOPE_HOOK_IDS``), not by where its function is defined:
+``core/engine/handles.py``'s ``HOOKSCOPE_HOOK_IDS``), not by where its function is defined:
 ``m.register_forward_hook(hookscope.patches.zero())`` is the user's hook.
 """
 
@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from hookscope.core import torch_private
-from hookscope.core.handles import HOOKSCOPE_HOOK_IDS
+from hookscope.core.engine.handles import HOOKSCOPE_HOOK_IDS
 from hookscope.debug.hook_records import GLOBAL, HookKind, HookRecord, Scope
 from hookscope.errors import SpecError
 

@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from hookscope.core.handles import CallbackHandle
-from hookscope.core.probe import Probe
-from hookscope.core.tensors import iter_call_inputs, iter_tensors
+from hookscope.core.engine.handles import CallbackHandle
+from hookscope.core.engine.probe import Probe
+from hookscope.core.records.tensors import iter_call_inputs, iter_tensors
 from hookscope.core.torch_private import version_counter as _version
 from hookscope.debug.anomaly_records import (
     Anomaly,
@@ -49,10 +49,10 @@ from hookscope.errors import RunStopped
 from hookscope.probes.moments import make_stats, tensor_moments
 
 if TYPE_CHECKING:
-    from hookscope.core.handles import Removable
-    from hookscope.core.records import Call
-    from hookscope.core.tracer import Tracer
-    from hookscope.core.values import TensorStats
+    from hookscope.core.engine.handles import Removable
+    from hookscope.core.engine.tracer import Tracer
+    from hookscope.core.records.trace import Call
+    from hookscope.core.records.values import TensorStats
 
 
 class NonFiniteError(RunStopped):

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from hookscope.core import torch_private
-from hookscope.core.tracer import is_internal
+from hookscope.core.engine.tracer import is_internal
 from hookscope.debug.anomaly_records import OpFinding
 from hookscope.debug.checks import all_finite, checkable, tensor_check
 
 if TYPE_CHECKING:
-    from hookscope.core.tracer import Tracer
+    from hookscope.core.engine.tracer import Tracer
 
 _aten = torch.ops.aten
 #: Ops whose output is uninitialised memory: its bits may read as NaN, and are not

@@ -25,9 +25,9 @@ from typing import Any
 from torch.utils import flop_counter as fc
 
 from hookscope.core import torch_private
-from hookscope.core.handles import CallbackHandle
-from hookscope.core.records import Call, Trace
-from hookscope.core.values import FlopCount, FlopRule, FlopTotals, OpRecord, Phase
+from hookscope.core.engine.handles import CallbackHandle
+from hookscope.core.records.trace import Call, Trace
+from hookscope.core.records.values import FlopCount, FlopRule, FlopTotals, OpRecord, Phase
 from hookscope.errors import SpecError
 from hookscope.flops.formulas import (
     HOOKSCOPE_FORMULAS,

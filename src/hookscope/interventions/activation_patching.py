@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from hookscope.core.records import Call
-from hookscope.core.tensors import map_tensors
+from hookscope.core.records.tensors import map_tensors
+from hookscope.core.records.trace import Call
 from hookscope.errors import SpecError
 from hookscope.interventions.patch import PatchFn, call_aware, output_only
 from hookscope.interventions.recording import CapturedActivations

@@ -1,7 +1,7 @@
 """Activation capture: detached copies of chosen modules' outputs (or inputs), in memory
 or streamed to disk while the forward runs.
 
-A capture is a recording probe (``core/probe.py``) in a :class:`~hookscope.Tracer` that
+A capture is a recording probe (``core/engine/probe.py``) in a :class:`~hookscope.Tracer` that
 observes only the selected modules. At a call's exit the probe copies the value
 (``detach`` + a copy to ``to=``, so an in-place op after the call cannot change it;
 nested outputs keep their structure, by ``torch.utils._pytree``) and hands it to a
@@ -27,14 +27,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from hookscope.core.failures import describe_failure
+from hookscope.core.engine.failures import describe_failure
+from hookscope.core.engine.tracer import Tracer
 from hookscope.core.inputs import parse_device
 from hookscope.core.meta import is_on_meta
-from hookscope.core.module_table import module_paths
-from hookscope.core.records import Call
-from hookscope.core.selectors import ModuleSelector, compile_module_selector
+from hookscope.core.model.module_table import module_paths
+from hookscope.core.model.selectors import ModuleSelector, compile_module_selector
+from hookscope.core.records.trace import Call
 from hookscope.core.torch_private import pytree
-from hookscope.core.tracer import Tracer
 from hookscope.errors import HookscopeError, ModelRunError, SpecError
 from hookscope.interventions.recording import (
     CapturedActivations,

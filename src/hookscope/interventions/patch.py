@@ -1,6 +1,6 @@
 """Interventions: replace what chosen modules return (or receive) while a block runs.
 
-A patch is a replacing probe (``replaces = True``, ``core/probe.py``) in a
+A patch is a replacing probe (``replaces = True``, ``core/engine/probe.py``) in a
 :class:`~hookscope.Tracer` that observes only the patched modules. The engine runs
 replacing probes before recording ones, so a trace or capture made in the same block
 records the patched values. Every hook is the tracer's and is removed on exit, also on
@@ -25,11 +25,11 @@ from typing import Any
 
 from torch import nn
 
-from hookscope.core.module_table import module_paths
-from hookscope.core.probe import Probe
-from hookscope.core.records import Call
-from hookscope.core.selectors import ModuleSelector, compile_module_selector
-from hookscope.core.tracer import Tracer
+from hookscope.core.engine.probe import Probe
+from hookscope.core.engine.tracer import Tracer
+from hookscope.core.model.module_table import module_paths
+from hookscope.core.model.selectors import ModuleSelector, compile_module_selector
+from hookscope.core.records.trace import Call
 from hookscope.errors import SpecError
 
 PatchFn = Callable[[nn.Module, tuple[Any, ...], Any], Any]
@@ -143,7 +143,7 @@ class PatchHandle:
 
     def __init__(self, model: nn.Module, probe: Probe, paths: set[str]) -> None:
         # NB: the root is observed too (it passes through): an error that leaves it is
-        # in the block's hands, which may handle it (core/tracer.py: undelivered errors)
+        # in the block's hands, which may handle it (core/engine/tracer.py: undelivered errors)
         self._tracer: Tracer | None = Tracer(
             model, shapes=False, probes=[probe], select=lambda path: path in paths or not path
         )

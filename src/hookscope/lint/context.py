@@ -3,7 +3,7 @@ forward (and backward) pass showed.
 
 The runner builds one :class:`LintContext` per :func:`hookscope.lint` run from
 :func:`hookscope.inspect` (parameters, buffers, tied tensors) and
-:func:`hookscope.core.module_table.module_table` (each module once, by first path). When
+:func:`hookscope.core.model.module_table.module_table` (each module once, by first path). When
 inputs are given, ``lint/traced_pass.py`` runs the model once and stores what it saw in
 :attr:`LintContext.forward` (a :class:`ForwardFacts`). Rules only read the context.
 """
@@ -18,9 +18,9 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from hookscope.core.module_table import module_table
-from hookscope.core.records import Call
-from hookscope.core.structure import ModelInfo, inspect
+from hookscope.core.model.module_table import module_table
+from hookscope.core.model.structure import ModelInfo, inspect
+from hookscope.core.records.trace import Call
 
 # Containers whose items are attributes of the module that holds the container.
 CONTAINERS = (nn.ModuleList, nn.ModuleDict, nn.ParameterList, nn.ParameterDict)

@@ -9,7 +9,7 @@ registered a member, so HS501 and HS505 point at that line. Before the tracer's 
 what the forward registered on the model (a layer made on the first call) and, with
 ``backward=True``, takes the gradients: the exit takes such registrations out again
 and makes lazy modules lazy again (their parameters have values only until then).
-The hooks are removed in a ``finally`` (:class:`~hookscope.core.handles.HandleGroup`);
+The hooks are removed in a ``finally`` (:class:`~hookscope.core.engine.handles.HandleGroup`);
 the tracer restores ``training`` flags and ``requires_grad``, and :func:`observe` puts
 back every buffer the forward changed (BatchNorm running statistics), so the model is
 left as it was. The forward runs with grad enabled only for ``backward=True``, and
@@ -29,9 +29,9 @@ import torch
 from torch import nn
 
 import hookscope
-from hookscope.core.buffer_state import restore_buffers, saved_buffers
-from hookscope.core.handles import HandleGroup
-from hookscope.core.run_backward import backward_roots
+from hookscope.core.engine.handles import HandleGroup
+from hookscope.core.engine.run_backward import backward_roots
+from hookscope.core.model.buffer_state import restore_buffers, saved_buffers
 from hookscope.errors import ModelRunError
 from hookscope.lint.checks.containers import contents
 from hookscope.lint.context import ForeignCall, ForwardFacts, LateMember, LintContext, Lost
@@ -233,7 +233,7 @@ def _backward(
 def _missing_gradients(ctx: LintContext, output: Any) -> tuple[list[str], str | None]:
     """Paths of trainable parameters that get no gradient from the floating (or
     complex) outputs, wherever they are in the output (as ``trace(backward=True)`` finds
-    them: ``core/run_backward.py``)."""
+    them: ``core/engine/run_backward.py``)."""
     leaves = backward_roots(output)
     params = [(p, t) for p, t in ctx.tensors(buffers=False) if t.requires_grad]
     if not leaves or not params:

@@ -21,7 +21,7 @@ from functools import partial
 import torch
 
 from hookscope.core import torch_private
-from hookscope.core.handles import HandleGroup
+from hookscope.core.engine.handles import HandleGroup
 from hookscope.monitor.norms import grad_norms
 
 __all__ = ["BackwardStats", "grad_stats"]

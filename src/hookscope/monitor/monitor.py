@@ -32,9 +32,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from hookscope.core.handles import HandleGroup
+from hookscope.core.engine.handles import HandleGroup
+from hookscope.core.model.selectors import Selector
 from hookscope.core.options import check_flags
-from hookscope.core.selectors import Selector
 from hookscope.errors import HookscopeError, SpecError
 from hookscope.monitor.clipping import check_value_clip
 from hookscope.monitor.histograms import check_histograms

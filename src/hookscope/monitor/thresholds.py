@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
-from hookscope.core.selectors import compile_selector
+from hookscope.core.model.selectors import compile_selector
 from hookscope.errors import HookscopeError, SpecError
 from hookscope.monitor.history import GradAnomaly
 from hookscope.monitor.steps import HostStep

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from hookscope.core.selectors import Selector, compile_selector
+from hookscope.core.model.selectors import Selector, compile_selector
 from hookscope.errors import SpecError
 
 __all__ = ["watched_params"]

@@ -1,7 +1,7 @@
 """Probes: each measures one kind of fact per module call (the protocol and registry
-are ``core/probe.py``'s)."""
+are ``core/engine/probe.py``'s)."""
 
-from hookscope.core.probe import PROBES, Probe, register_probe
+from hookscope.core.engine.probe import PROBES, Probe, register_probe
 from hookscope.probes.grads import GradsProbe
 from hookscope.probes.memory import MemoryProbe
 from hookscope.probes.ops import OpsProbe

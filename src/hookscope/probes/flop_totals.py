@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from hookscope.core.records import Trace
-from hookscope.core.values import FlopCount, Phase
+from hookscope.core.records.trace import Trace
+from hookscope.core.records.values import FlopCount, Phase
 
 
 def aggregate_flops(trace: Trace) -> tuple[FlopCount, Counter[str]]:

@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from hookscope.core.value_json import float_in, float_out
-from hookscope.core.values import NanEqualRecord
+from hookscope.core.records.value_json import float_in, float_out
+from hookscope.core.records.values import NanEqualRecord
 
 __all__ = ["ParamGradStats"]
 

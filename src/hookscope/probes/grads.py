@@ -2,7 +2,7 @@
 
 Switched on by ``hookscope.trace(..., backward=True)`` (and ``hookscope trace
 --backward``), or by ``Tracer(model, grads=True)`` around the user's own backward. It
-is made of backward events only (``core/backward.py`` delivers them; the probe
+is made of backward events only (``core/engine/backward.py`` delivers them; the probe
 registers no hook):
 
 - ``on_backward_enter(call, grad_outputs)``: the gradient with respect to the call's
@@ -52,22 +52,22 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from hookscope.core import torch_private
-from hookscope.core.facts import Column, Fact, Field, Unit, set_exclusive
+from hookscope.core.engine.probe import Probe, register_probe
+from hookscope.core.engine.run_backward import backward_roots
 from hookscope.core.internal import outside_hookscope
 from hookscope.core.meta import is_on_meta
-from hookscope.core.probe import Probe, register_probe
-from hookscope.core.run_backward import backward_roots
-from hookscope.core.value_json import float_in, float_out
+from hookscope.core.records.facts import Column, Fact, Field, Unit, set_exclusive
+from hookscope.core.records.value_json import float_in, float_out
 from hookscope.probes.grad_records import ParamGradStats, _ParamSlot, _stats_in, _stats_out
 from hookscope.probes.grad_values import _grad_stats, _joint_norm, _skipped_batched, _to_host
 
 if TYPE_CHECKING:
     from torch import nn
 
-    from hookscope.core.handles import Removable
-    from hookscope.core.records import Call, Trace
-    from hookscope.core.tracer import Tracer
-    from hookscope.core.values import ParamGrad
+    from hookscope.core.engine.handles import Removable
+    from hookscope.core.engine.tracer import Tracer
+    from hookscope.core.records.trace import Call, Trace
+    from hookscope.core.records.values import ParamGrad
 
 __all__ = ["GradsProbe", "ParamGradStats"]
 

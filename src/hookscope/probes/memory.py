@@ -1,6 +1,6 @@
 """Memory probe: output bytes, bytes saved for backward, CUDA allocation per call.
 
-Fills ``Call.memory`` (:class:`~hookscope.core.records.MemoryRecord`):
+Fills ``Call.memory`` (:class:`~hookscope.core.records.trace.MemoryRecord`):
 
 - ``output_bytes``: bytes of the tensors the call returned, ``numel * element_size``
   per tensor; tensors that share a storage (the same tensor twice, views, ``chunk``)
@@ -44,18 +44,18 @@ import torch
 from torch import nn
 
 from hookscope.core import torch_private
-from hookscope.core.facts import Column, Fact, Field, Unit
-from hookscope.core.handles import CallbackHandle
-from hookscope.core.probe import Probe, register_probe
-from hookscope.core.records import Call, Trace
-from hookscope.core.tensors import iter_tensors
-from hookscope.core.tracer import internal_work, is_internal
-from hookscope.core.value_json import memory_in, memory_out
-from hookscope.core.values import MemoryRecord
+from hookscope.core.engine.handles import CallbackHandle
+from hookscope.core.engine.probe import Probe, register_probe
+from hookscope.core.engine.tracer import internal_work, is_internal
+from hookscope.core.records.facts import Column, Fact, Field, Unit
+from hookscope.core.records.tensors import iter_tensors
+from hookscope.core.records.trace import Call, Trace
+from hookscope.core.records.value_json import memory_in, memory_out
+from hookscope.core.records.values import MemoryRecord
 
 if TYPE_CHECKING:
-    from hookscope.core.handles import Removable
-    from hookscope.core.tracer import Tracer
+    from hookscope.core.engine.handles import Removable
+    from hookscope.core.engine.tracer import Tracer
 
 PackHook = Callable[[torch.Tensor], Any]
 UnpackHook = Callable[[Any], torch.Tensor]

@@ -38,7 +38,7 @@ import struct
 import torch
 
 from hookscope.core import torch_private
-from hookscope.core.values import TensorStats
+from hookscope.core.records.values import TensorStats
 
 #: mean, std, min, max, zero count, NaN count, Inf count
 Moments = list[float] | torch.Tensor
@@ -76,7 +76,7 @@ def make_stats(path: str, numel: int, kind: str, moments: list[float] | None) ->
 
 def _canonical(x: float) -> float:
     """NaN as the one ``math.nan`` object, so that records with NaN compare equal to
-    their JSON round trip (``core/value_json.py`` reads NaN back as ``math.nan`` too)."""
+    their JSON round trip (``core/records/value_json.py`` reads NaN back as ``math.nan`` too)."""
     return math.nan if x != x else x
 
 

@@ -1,7 +1,7 @@
 """Ops probe: every aten op the model runs, its FLOPs, and the module call it belongs to.
 
 ``install`` enters a ``TorchDispatchMode`` for the tracer's lifetime. The mode sees each
-aten op below autograd, runs it, and records an :class:`~hookscope.core.records.OpRecord`:
+aten op below autograd, runs it, and records an :class:`~hookscope.core.records.trace.OpRecord`:
 overload name, input and output shapes, phase, FLOPs (``hookscope/flops/registry.py``), and the
 call it is attributed to:
 
@@ -28,22 +28,22 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from hookscope.core import torch_private
-from hookscope.core.facts import Column, Fact, Field, Unit
-from hookscope.core.handles import CallbackHandle
-from hookscope.core.probe import Probe, register_probe
-from hookscope.core.records import Call, Trace
-from hookscope.core.tensors import tensor_meta
-from hookscope.core.tracer import is_internal
-from hookscope.core.value_json import flops_in, flops_out, ops_in, ops_out
-from hookscope.core.values import FlopCount, FlopRule, OpRecord, Phase, TensorMeta
+from hookscope.core.engine.handles import CallbackHandle
+from hookscope.core.engine.probe import Probe, register_probe
+from hookscope.core.engine.tracer import is_internal
+from hookscope.core.records.facts import Column, Fact, Field, Unit
+from hookscope.core.records.tensors import tensor_meta
+from hookscope.core.records.trace import Call, Trace
+from hookscope.core.records.value_json import flops_in, flops_out, ops_in, ops_out
+from hookscope.core.records.values import FlopCount, FlopRule, OpRecord, Phase, TensorMeta
 from hookscope.errors import SpecError
 from hookscope.flops.registry import OpTarget, find_formula, flops_text, normalize_formulas
 from hookscope.flops.rules import FlopFormula, is_floating_op, rule_without_formula
 from hookscope.probes.flop_totals import aggregate_flops
 
 if TYPE_CHECKING:
-    from hookscope.core.handles import Removable
-    from hookscope.core.tracer import Tracer
+    from hookscope.core.engine.handles import Removable
+    from hookscope.core.engine.tracer import Tracer
 
 #: NB: not recorded. ``detach`` is a free alias that autograd itself dispatches while
 #: saving tensors for backward, more or fewer times depending on whether saved-tensor

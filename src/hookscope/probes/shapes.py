@@ -12,7 +12,7 @@ its input's shape in place (``x.unsqueeze_(0)``) records the changed shape.
 Most calls take one tensor and return one. For those, the hook reads the tensors'
 ``shape``, ``dtype``, ``device``, ``requires_grad`` and ``layout`` and looks the call's
 two facts up by them: identical facts are shared (within a trace and between traces:
-records are read-only, and the lists are :class:`~hookscope.core.readonly.ReadOnlyList`),
+records are read-only, and the lists are :class:`~hookscope.core.records.readonly.ReadOnlyList`),
 so a model traced again makes none, and a call's facts get both in one
 ``dict.update``, which copies the template's table: two list allocations and two
 insertions less per call (about 0.3 ms of MobileNetV3-Large's 255 calls). NB: the
@@ -30,17 +30,17 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from hookscope.core.facts import Column, Fact, Field, Unit
-from hookscope.core.probe import Probe, register_probe
-from hookscope.core.readonly import ReadOnlyList
-from hookscope.core.records import Call
-from hookscope.core.tensors import call_input_metas, meta_from_fields, metas, shapes_text
-from hookscope.core.value_json import metas_in, metas_out
-from hookscope.core.values import TensorMeta
+from hookscope.core.engine.probe import Probe, register_probe
+from hookscope.core.records.facts import Column, Fact, Field, Unit
+from hookscope.core.records.readonly import ReadOnlyList
+from hookscope.core.records.tensors import call_input_metas, meta_from_fields, metas, shapes_text
+from hookscope.core.records.trace import Call
+from hookscope.core.records.value_json import metas_in, metas_out
+from hookscope.core.records.values import TensorMeta
 
 if TYPE_CHECKING:
-    from hookscope.core.handles import Removable
-    from hookscope.core.tracer import Tracer
+    from hookscope.core.engine.handles import Removable
+    from hookscope.core.engine.tracer import Tracer
 
 # (shape, dtype, device, requires_grad, layout) of the input, then of the output
 _Fields = tuple[Any, ...]

@@ -17,16 +17,16 @@ import torch
 from torch import nn
 
 from hookscope.core import torch_private
-from hookscope.core.facts import Column, Fact, Field, Unit
-from hookscope.core.probe import Probe, register_probe
-from hookscope.core.records import Call, Trace
-from hookscope.core.tensors import iter_call_inputs, iter_tensors
-from hookscope.core.value_json import stats_in, stats_out
+from hookscope.core.engine.probe import Probe, register_probe
+from hookscope.core.records.facts import Column, Fact, Field, Unit
+from hookscope.core.records.tensors import iter_call_inputs, iter_tensors
+from hookscope.core.records.trace import Call, Trace
+from hookscope.core.records.value_json import stats_in, stats_out
 from hookscope.probes.moments import Moments, make_stats, readable, tensor_moments, to_host
 
 if TYPE_CHECKING:
-    from hookscope.core.handles import Removable
-    from hookscope.core.tracer import Tracer
+    from hookscope.core.engine.handles import Removable
+    from hookscope.core.engine.tracer import Tracer
 
 class _Entry:
     """Statistics of one tensor, waiting for ``finalize``."""

@@ -8,7 +8,7 @@ bookkeeping, the hooks, statistics and memory accounting of the call's *children
 without hookscope. The probe has the highest ``order``, so it exits first: no other
 probe's work for the call itself falls inside its window. It needs no start event on
 the CPU, so with no other probe that needs one (the memory probe does) the leaves of
-``torch.nn`` get no start event (``core/fast_path.py``).
+``torch.nn`` get no start event (``core/engine/fast_path.py``).
 
 On CUDA (a parameter or buffer of the model lives on a CUDA device) a call is timed
 with a pair of ``torch.cuda.Event(enable_timing=True)`` recorded on the current
@@ -28,13 +28,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from hookscope.core.facts import Column, Fact, Field, Unit, set_exclusive
-from hookscope.core.probe import Probe, register_probe
-from hookscope.core.records import Call, Trace
+from hookscope.core.engine.probe import Probe, register_probe
+from hookscope.core.records.facts import Column, Fact, Field, Unit, set_exclusive
+from hookscope.core.records.trace import Call, Trace
 
 if TYPE_CHECKING:
-    from hookscope.core.handles import Removable
-    from hookscope.core.tracer import Tracer
+    from hookscope.core.engine.handles import Removable
+    from hookscope.core.engine.tracer import Tracer
 
 
 @register_probe

@@ -1,12 +1,12 @@
 """Renderers: turn records into terminal tables, JSON, CSV and HTML. They never touch a model.
 
-Importing this package registers how a :class:`~hookscope.core.records.Trace` shows
+Importing this package registers how a :class:`~hookscope.core.records.trace.Trace` shows
 itself (``print(trace)``, ``trace.to_csv()``, ``trace.to_dataframe()``): the records
 live in ``hookscope.core``, which does not import the render layer.
 """
 
-from hookscope.core.records import PRESENTERS as _PRESENTERS
-from hookscope.core.structure import PRESENTERS as _STRUCTURE_PRESENTERS
+from hookscope.core.model.structure import PRESENTERS as _STRUCTURE_PRESENTERS
+from hookscope.core.records.trace import PRESENTERS as _PRESENTERS
 from hookscope.render.export import trace_to_csv as _trace_to_csv
 from hookscope.render.export import trace_to_dataframe as _trace_to_dataframe
 from hookscope.render.table import render_structure_text as _render_structure_text

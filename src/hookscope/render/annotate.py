@@ -1,6 +1,6 @@
 """Per-module notes for the annotated model print: what a trace recorded, as text.
 
-Where it sits: a renderer, so it reads only the trace (``core/records.py``) and never a
+Where it sits: a renderer, so it reads only the trace (``core/records/trace.py``) and never a
 model. :func:`module_notes` turns a trace into one short note per module path (its
 output shape, parameter count and time, or any other column of the trace table by
 name); :func:`hookscope.annotated_repr` (``hookscope/api/annotated_repr.py``, one layer up) puts
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from rich.text import Text
 
-from hookscope.core.records import Call, Trace
+from hookscope.core.records.trace import Call, Trace
 from hookscope.errors import RenderError
 from hookscope.render.columns import Column, View, column, render_cell
 

@@ -4,7 +4,7 @@ Reads only the records of ``hookscope.debug.anomaly_records`` (never a model or 
 :func:`render_anomaly_text` for ``print(report)``, :func:`anomaly_line` for the one
 line an exception carries, :func:`anomaly_to_dict`/:func:`anomaly_to_json` for the
 JSON document (keys sorted, non-finite floats as ``{"$float": "nan"}``, the trace
-document's encoding: ``core/value_json.py``).
+document's encoding: ``core/records/value_json.py``).
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import math
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from hookscope.core.value_json import float_out
+from hookscope.core.records.value_json import float_out
 from hookscope.render.units import format_stat
 
 if TYPE_CHECKING:
-    from hookscope.core.values import TensorStats
+    from hookscope.core.records.values import TensorStats
     from hookscope.debug.anomaly_records import (
         Anomaly,
         AnomalyReport,

@@ -1,7 +1,7 @@
 """The named columns of the trace table, and which are shown by default.
 
 Every column but three is declared by the probe that fills it (``Probe.columns``,
-``core/facts.py``): its name, header, raw value, unit, sort key and footer. This module
+``core/records/facts.py``): its name, header, raw value, unit, sort key and footer. This module
 only formats them, by unit (``render/units.py``), and adds the columns that come from
 the trace itself: ``layer`` (module name and class, an indented tree, or the path when
 rows are sorted), ``class`` and ``params`` (the module subtree's parameters, on its
@@ -20,10 +20,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hookscope.core.facts import REGISTRY, Column, Unit, probe_columns, reserve
-from hookscope.core.records import Call, Trace
-from hookscope.core.serialize import settle_raw_facts
-from hookscope.core.values import TensorMeta
+from hookscope.core.records.facts import REGISTRY, Column, Unit, probe_columns, reserve
+from hookscope.core.records.serialize import settle_raw_facts
+from hookscope.core.records.trace import Call, Trace
+from hookscope.core.records.values import TensorMeta
 from hookscope.errors import RenderError
 from hookscope.render.export import fields, probe_rank
 from hookscope.render.labels import shapes_cell

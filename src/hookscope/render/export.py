@@ -3,7 +3,7 @@
 Both use the same fields, raw numbers in base units (nanoseconds, bytes), empty/``None``
 where a probe did not record a value. The trace's own fields come first: ``index``,
 ``path``, ``class``, ``call_index``, ``depth``, ``parent``; then the fields every probe
-that ran declared (``Probe.fields``, ``core/facts.py``), probes in ``column_rank``
+that ran declared (``Probe.fields``, ``core/records/facts.py``), probes in ``column_rank``
 order; then ``params`` (the module subtree's parameters, on its first call only),
 ``start_ns`` and ``error``. The
 built-in probes' fields: ``inputs``, ``outputs`` (shapes: ``[1, 3, 32, 32]``, or
@@ -24,10 +24,10 @@ import io
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from hookscope.core.facts import REGISTRY, Field, probe_fields, reserve
-from hookscope.core.probe import PROBES
-from hookscope.core.records import Call, Trace
-from hookscope.core.serialize import settle_raw_facts
+from hookscope.core.engine.probe import PROBES
+from hookscope.core.records.facts import REGISTRY, Field, probe_fields, reserve
+from hookscope.core.records.serialize import settle_raw_facts
+from hookscope.core.records.trace import Call, Trace
 from hookscope.errors import MissingDependencyError, RenderError
 
 

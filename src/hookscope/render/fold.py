@@ -20,11 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from hookscope.core.model_records import ModuleInfo
-from hookscope.core.records import Call, Trace
+from hookscope.core.records.modules import ModuleInfo
+from hookscope.core.records.trace import Call, Trace
 
 if TYPE_CHECKING:
-    from hookscope.core.structure import ModelInfo
+    from hookscope.core.model.structure import ModelInfo
 
 DEFAULT_MAX_ROWS = 60
 """Without ``--depth``, the CLI shows the deepest levels that fit in this many rows."""

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hookscope.core.model_records import ModuleInfo
-from hookscope.core.records import Call, Trace
-from hookscope.core.tensors import shape_text
-from hookscope.core.values import TensorMeta
+from hookscope.core.records.modules import ModuleInfo
+from hookscope.core.records.tensors import shape_text
+from hookscope.core.records.trace import Call, Trace
+from hookscope.core.records.values import TensorMeta
 from hookscope.render.names import Shorten, distinct_forms, elide
 
 ROOT = "<root>"

@@ -12,8 +12,8 @@ formula (a lower bound), listed in the caption.
 
 from __future__ import annotations
 
-from hookscope.core.records import Trace
-from hookscope.core.values import FlopCount, FlopRule
+from hookscope.core.records.trace import Trace
+from hookscope.core.records.values import FlopCount, FlopRule
 from hookscope.errors import RenderError, SpecError
 from hookscope.flops.registry import OpTotals, by_op, flops_text
 from hookscope.render.fold import Folded, tree_rows

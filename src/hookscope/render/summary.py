@@ -15,8 +15,8 @@ from functools import cache
 
 from rich.console import Console, ConsoleOptions, RenderResult
 
-from hookscope.core.records import Call, Trace
-from hookscope.core.values import TensorMeta
+from hookscope.core.records.trace import Call, Trace
+from hookscope.core.records.values import TensorMeta
 from hookscope.flops.registry import flops_text
 from hookscope.render.columns import PRIORITY
 from hookscope.render.fold import Folded, Row, folded_rows, tree_rows

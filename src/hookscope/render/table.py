@@ -40,8 +40,8 @@ from hookscope.render.plain import GAP, draw
 from hookscope.render.units import format_bytes, format_count
 
 if TYPE_CHECKING:
-    from hookscope.core.model_records import ModuleInfo
-    from hookscope.core.structure import ModelInfo
+    from hookscope.core.model.structure import ModelInfo
+    from hookscope.core.records.modules import ModuleInfo
 
 DEFAULT_WIDTH = 120
 RICH_GAP = GAP

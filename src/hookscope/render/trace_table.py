@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from hookscope.core.records import Call, Trace
+from hookscope.core.records.trace import Call, Trace
 from hookscope.errors import RenderError
 from hookscope.render.columns import (
     Column,

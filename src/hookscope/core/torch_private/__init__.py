@@ -53,7 +53,7 @@ the names below (``torch_private.next_sequence_nr()``); the submodules hold them
 The accepted exception: the attributes every ``nn.Module`` instance keeps its
 children, tensors and hooks in are used where they are needed, as torch's own
 ``nn.Module`` methods and ``torch.utils.hooks`` use them (read, and for a buffer the
-forward replaced, written back: ``core/buffer_state.py``):
+forward replaced, written back: ``core/model/buffer_state.py``):
 ``_modules``, ``_parameters``, ``_buffers``, ``_non_persistent_buffers_set``, the
 per-module hook dicts (``_forward_pre_hooks``, ``_forward_hooks``,
 ``_backward_pre_hooks``, ``_backward_hooks``, their ``_with_kwargs``/``_always_called``

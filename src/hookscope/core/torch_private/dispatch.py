@@ -117,7 +117,7 @@ def unwrapped_dispatch_mode(cls: type[Any]) -> type[Any]:
     torch wraps a mode's ``__torch_dispatch__`` in ``torch._disable_dynamo`` when the
     class's ``_should_skip_dynamo()`` is true (the default), so that a compiled region
     never traces it. hookscope's modes run only while a tracer is active, and then
-    ``torch.compile`` runs eagerly (``core/process.py``): nothing compiles to keep out.
+    ``torch.compile`` runs eagerly (``core/engine/process.py``): nothing compiles to keep out.
     """
     raw = cls.__dict__.get("__torch_dispatch__")
     wrapped_by_torch = getattr(raw, "__wrapped__", None)
