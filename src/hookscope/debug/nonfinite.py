@@ -67,6 +67,7 @@ class NonFiniteError(RunStopped):
 
     @property
     def report(self) -> AnomalyReport:
+        """The anomalies found, as the report ``find_anomaly`` returns."""
         return AnomalyReport(self.anomalies, trace=self.trace, stopped=True)
 
 
@@ -96,6 +97,7 @@ class NonFiniteProbe(Probe):
         self._finite: list[tuple[weakref.ref[torch.Tensor], int, int]] = []
 
     def install(self, tracer: Tracer) -> list[Removable]:
+        """Keeps the tracer and, with ``ops``, enters the mode that checks each op's outputs."""
         self._tracer = tracer
         if not self.ops:
             return []
@@ -108,6 +110,7 @@ class NonFiniteProbe(Probe):
     def on_enter(
         self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> None:
+        """A call starts: its ops are held until it ends."""
         if call.parent is None:  # the model's own inputs: made by no op of the run
             self._root_inputs = [id(t) for _, t in iter_call_inputs(args, kwargs)]
         if len(args) == 1 and not kwargs and isinstance(args[0], torch.Tensor):
@@ -120,6 +123,7 @@ class NonFiniteProbe(Probe):
         self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
         output: Any, failed: bool,
     ) -> None:
+        """A call ended: checks its output, and its held ops when it is not finite."""
         versions = self._versions.pop(call.index, None)
         mode = self._mode
         if failed:
@@ -194,12 +198,15 @@ class NonFiniteGradProbe(NonFiniteProbe):
     """:class:`NonFiniteProbe` that also checks gradients, in backward order."""
 
     def on_backward_enter(self, call: Call, grad_outputs: tuple[Any, ...]) -> None:
+        """Checks the gradients with respect to the call's outputs."""
         self._grads(call, grad_outputs, AnomalyKind.GRAD_OUTPUT, "grad_out")
 
     def on_backward_exit(self, call: Call, grad_inputs: tuple[Any, ...]) -> None:
+        """Checks the gradients with respect to the call's inputs."""
         self._grads(call, grad_inputs, AnomalyKind.GRAD_INPUT, "grad_in")
 
     def on_param_grad(self, grad: ParamGrad) -> None:
+        """Checks a parameter's gradient."""
         g = grad.grad
         if g is None or all_finite(g):
             return

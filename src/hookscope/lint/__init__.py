@@ -3,7 +3,7 @@
 ``hookscope.lint(model, *inputs)`` runs the registered rules (``rules.py``; the
 built-in ones in ``checks/``, one module per family) over the model's structure and,
 when inputs are given, over one forward pass, and returns a :class:`LintReport` of
-:class:`Finding`\\ s (``findings.py``). ``runner.py`` drives a run, ``context.py``
+:class:`Finding`s (``findings.py``). ``runner.py`` drives a run, ``context.py``
 holds what rules read, ``source.py`` finds where an attribute is assigned,
 ``suppress.py`` handles ``select=``/``ignore=``, ``report.py`` renders text.
 
