@@ -3,12 +3,17 @@
 - ``reference/cli.md``: every command's ``--help``, read from the Typer app through
   click's own introspection;
 - ``reference/lint-rules.md``: one entry per rule of ``hookscope.lint``'s registry
-  (code, severity, why, fix, what it needs), so a new rule appears with no docs edit;
+  (code, severity, why, fix, what it needs), so a new rule appears with no docs edit,
+  with the example that triggers it (``tools/lint_examples/HSxxx.py``, run at build
+  time: the findings shown are what it reports);
 - ``reference/api.md``: a mkdocstrings entry for every name in ``hookscope.__all__``.
 """
 
 from __future__ import annotations
 
+import runpy
+import warnings
+from pathlib import Path
 from typing import Any
 
 from mkdocs.structure.files import File, Files
@@ -32,6 +37,25 @@ def cli_reference() -> str:
     return "\n".join(parts)
 
 
+LINT_EXAMPLES = Path(__file__).resolve().parent / "lint_examples"
+
+
+def lint_example(code: str) -> str:
+    """The rule's example and what linting it reports for that rule, as Markdown."""
+    from hookscope.lint.report import render_finding
+
+    path = LINT_EXAMPLES / f"{code}.py"
+    if not path.exists():
+        return f"No example yet: add `tools/lint_examples/{code}.py`.\n"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = runpy.run_path(str(path))["report"]
+    found = "\n".join(render_finding(f) for f in report.findings if f.code == code)
+    source = path.read_text(encoding="utf-8").strip()
+    return (f"**Example:**\n\n```python\n{source}\n```\n\n"
+            f"**Reports:**\n\n```text\n{found}\n```\n")
+
+
 def lint_rules() -> str:
     """One section per registered lint rule, in code order."""
     from hookscope.lint.rules import Needs, load_rules
@@ -48,7 +72,7 @@ def lint_rules() -> str:
             f"## {rule.code} `{rule.name}`\n\n**Severity:** {rule.severity.value} · "
             f"**Needs:** {needs[rule.needs]}\n\n{why}\n\n**Fix:** {rule.fix}\n\n"
             f"**Silence:** `ignore=[\"{rule.code}\"]` in Python, "
-            f"`--ignore {rule.code}` on the command line.\n")
+            f"`--ignore {rule.code}` on the command line.\n\n{lint_example(rule.code)}")
     return "\n".join(parts)
 
 
