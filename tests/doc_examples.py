@@ -20,6 +20,10 @@ An HTML comment right before a fence changes what is done with it:
   output is compared with the ``output`` block after it.
 - ``<!-- docs: slow -->``: marked ``slow``, so run only with ``-m slow`` (CI runs
   them); such an example imports what it uses, as the page's earlier ones do not run.
+- ``<!-- docs: stats -->`` (before an ``output`` or ``console`` block): decimal numbers
+  are masked too, for statistics of random weights that float rounding may move on
+  another machine (gradient norms of a ResNet); integers (shapes, parameter counts,
+  FLOPs) are still compared.
 - ``<!-- docs: skip REASON -->``: not run (installing packages, an interactive
   debugger session); the reason is shown in the test report.
 
@@ -49,6 +53,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LANGUAGES = ("python", "output", "console", "text")
 DIRECTIVE = re.compile(r"<!--\s*docs:\s*(?P<kind>\w+)\s*(?P<arg>[^>]*?)\s*-->\s*\n\s*\Z")
 _INFO = re.compile(r"(?P<language>[^\s`]*)[^\n]*\n")
+_DECIMAL = re.compile(r"(?<![\w.])-?\d+\.\d+(?:e[-+]?\d+)?%?")
 _TIME = re.compile(r"(?<![\w.])\d+(?:\.\d+)?\s?(?:ns|us|µs|ms|s)\b")
 
 
@@ -68,21 +73,24 @@ def doc_paths() -> list[Path]:
     return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
-def normalize(text: str) -> str:
+def normalize(text: str, *, stats: bool = False) -> str:
     """Masks what changes from run to run and what only aligns columns.
 
-    Times (``686 us``, ``21.1 ms``) become ``<time>``; runs of spaces become one and
-    runs of dashes two, so a column made wider by a longer time still matches.
+    Times (``686 us``, ``21.1 ms``) become ``<time>``, and with ``stats`` every decimal
+    number ``<num>``; runs of spaces become one and runs of dashes two, so a column
+    made wider by a longer time still matches.
     """
     text = _TIME.sub("<time>", text)
+    if stats:
+        text = _DECIMAL.sub("<num>", text)
     lines = [re.sub(r"-{2,}", "--", re.sub(r"[ \t]+", " ", line)).rstrip()
              for line in text.strip("\n").splitlines()]
     return "\n".join(lines)
 
 
-def matches(expected: str, actual: str) -> bool:
+def matches(expected: str, actual: str, *, stats: bool = False) -> bool:
     """Whether actual output matches a shown one; ``...`` in the shown one matches anything."""
-    want, got = normalize(expected), normalize(actual)
+    want, got = normalize(expected, stats=stats), normalize(actual, stats=stats)
     if "..." not in want:
         return want == got
     pattern = ".*?".join(re.escape(part) for part in want.split("..."))
@@ -138,11 +146,12 @@ class Evaluator:
         return None
 
     def _compare(self, example: Example, shown: str, actual: str) -> str | None:
+        stats = example.parsed[1] == "stats"
         if SETTINGS.update:
-            if not matches(shown, actual):
+            if not matches(shown, actual, stats=stats):
                 SETTINGS.rewrites.append((example.path, *self.body, actual.rstrip("\n") + "\n"))
             return None
-        if matches(shown, actual):
+        if matches(shown, actual, stats=stats):
             return None
         return f"shown:\n{shown}\nprinted (pytest --update-docs writes it):\n{actual}"
 

@@ -70,4 +70,7 @@ def test_times_are_masked_and_columns_realigned() -> None:
     printed = "Layer  Time\n-----  -------\nconv   1.20 ms\n"
     assert normalize(shown) == normalize(printed)
     assert not matches("params: 58\n", "params: 59\n")
+    assert not matches("norm 0.0356\n", "norm 0.0355\n")
+    assert matches("norm 0.0356, [1, 3] 58\n", "norm 0.0355, [1, 3] 58\n", stats=True)
+    assert not matches("[1, 3] 58\n", "[1, 3] 59\n", stats=True)
     assert matches("First line\n...\nlast line", "First line\nanything\nmore\nlast line")
