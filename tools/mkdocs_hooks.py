@@ -26,7 +26,8 @@ def cli_reference() -> str:
     from hookscope.cli.app import app
 
     group = typer.main.get_command(app)
-    root = typer.Context(group, info_name="hookscope", terminal_width=88, max_content_width=88)
+    root = typer.Context(group, info_name="hookscope", terminal_width=88, max_content_width=88,
+                         **group.context_settings)
     parts = ["# CLI reference\n",
              "Generated from the command line's own help (`hookscope COMMAND --help`).\n",
              "```text\n" + group.get_help(root) + "\n```\n"]
