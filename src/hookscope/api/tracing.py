@@ -88,7 +88,11 @@ def trace(
             gradients w.r.t. outputs and inputs and the backward time, per parameter
             norm, max-abs, mean, NaN/Inf counts, unused and frozen parameters
             (``trace.param_grads``). Default (``None``): when ``backward=True``.
-        shapes, time, stats, memory, ops: which built-in probes to run.
+        shapes: run the built-in shapes probe.
+        time: run the built-in time probe.
+        stats: run the built-in stats probe (output statistics).
+        memory: run the built-in memory probe.
+        ops: run the built-in ops probe (aten ops and FLOPs).
         probes: more probes: instances, probe classes or registered names, exactly as
             :class:`~hookscope.Tracer` takes them.
         select: observe only the modules whose path matches (a glob, a list of globs,
@@ -181,7 +185,11 @@ def summary(
 
     Args:
         model: the model; it is left exactly as it was.
-        *inputs, kwargs, input_size, dtypes, device: as for :func:`trace`.
+        *inputs: as for :func:`trace`.
+        kwargs: as for :func:`trace`.
+        input_size: as for :func:`trace`.
+        dtypes: as for :func:`trace`.
+        device: as for :func:`trace`.
         depth: show modules down to this depth (``None``: all).
         ops: also count FLOPs per call.
         fold: show a run of identical blocks (GPT-2's ``h.1`` ... ``h.11``) as its

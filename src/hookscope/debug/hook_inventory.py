@@ -4,7 +4,7 @@
 a model behaves oddly: what else runs when it runs? It reads torch's own hook
 registries (the per-module dicts, the parameters' and buffers' gradient hooks, and
 the process-wide module hook dicts; ``debug/hook_scan.py`` does the reading) and returns a
-:class:`HookInventory` of :class:`~hookscope.debug.hook_records.HookRecord`\\ s (their
+:class:`HookInventory` of :class:`~hookscope.debug.hook_records.HookRecord`s (their
 module is ``hook_records.py``, which both this module and the scan import): plain,
 frozen data that never holds the hook function or a module. Rendering lives
 in ``render/hooks_tree.py`` (a tree grouped by owner and hook kind); JSON is
@@ -36,7 +36,7 @@ SCHEMA_VERSION = 1
 class HookInventory:
     """The hooks attached to one model, in the order torch runs them per owner.
 
-    Iterate it for the :class:`HookRecord`\\ s; ``len()`` counts them. ``str()`` is the
+    Iterate it for the :class:`HookRecord`s; ``len()`` counts them. ``str()`` is the
     tree of ``render/hooks_tree.py`` in ASCII; in a rich console or Jupyter it draws
     itself.
 

@@ -72,6 +72,7 @@ class NonFiniteError(RunStopped):
 
     @property
     def report(self) -> AnomalyReport:
+        """The anomalies found, as the report ``find_anomaly`` returns."""
         return AnomalyReport(self.anomalies, trace=self.trace, stopped=True)
 
 
@@ -104,6 +105,7 @@ class NonFiniteProbe(Probe):
         self._finite: list[tuple[weakref.ref[torch.Tensor], int, int]] = []
 
     def install(self, tracer: Tracer) -> list[Removable]:
+        """Keeps the tracer and, with ``ops``, enters the mode that checks each op's outputs."""
         self._tracer = tracer
         if not self.ops:
             return []
@@ -116,6 +118,7 @@ class NonFiniteProbe(Probe):
     def on_enter(
         self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> None:
+        """A call starts: its ops are held until it ends."""
         if call.parent is None:  # the model's own inputs: made by no op of the run
             self._root_inputs = [id(t) for _, t in iter_call_inputs(args, kwargs)]
         if len(args) == 1 and not kwargs and isinstance(args[0], torch.Tensor):
@@ -128,6 +131,7 @@ class NonFiniteProbe(Probe):
         self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
         output: Any, failed: bool,
     ) -> None:
+        """A call ended: checks its output, and its held ops when it is not finite."""
         versions = self._versions.pop(call.index, None)
         mode = self._mode
         if failed:
@@ -282,6 +286,7 @@ def _output_anomaly(
 
 
 def tensor_stats(path: str, t: torch.Tensor) -> TensorStats:
+    """The statistics of ``t`` (named ``path``) that a report shows, NaN and Inf counted."""
     with torch.no_grad():
         kind, moments = tensor_moments(t)
     values = moments.tolist() if isinstance(moments, torch.Tensor) else moments

@@ -3,7 +3,7 @@
 ``hookscope.lint(model, *inputs)`` runs the registered rules (``rules.py``; the
 built-in ones in ``checks/``, one module per family) over the model's structure and,
 when inputs are given, over one forward pass, and returns a :class:`LintReport` of
-:class:`Finding`\\ s (``findings.py``). ``runner.py`` drives a run, ``context.py``
+:class:`Finding` records (``findings.py``). ``runner.py`` drives a run, ``context.py``
 holds what rules read, ``locate.py`` the line each finding points at (with
 ``source.py``, where an attribute is assigned, and ``writes.py``, where it is frozen or
 its values written), ``suppress.py`` handles ``select=``/``ignore=``, ``report.py``

@@ -1,6 +1,6 @@
 """What the linter reports: :class:`Severity`, :class:`Finding` and :class:`LintReport`.
 
-Rules (``lint/checks/*.py``) yield :class:`Hit`\\ s: where (module path, attribute) and
+Rules (``lint/checks/*.py``) yield :class:`Hit`s: where (module path, attribute) and
 what (a message). The runner (``lint/runner.py``) turns each hit into a
 :class:`Finding` by adding the rule's code, name, severity and fix, and the source
 location of the attribute (``lint/source.py``). A :class:`LintReport` holds the
@@ -128,7 +128,7 @@ class Finding:
 class LintReport:
     """The findings of one :func:`hookscope.lint` run, most severe first.
 
-    Iterate it for :class:`Finding`\\ s; ``to_text()`` and ``to_json()`` render it;
+    Iterate it for :class:`Finding`s; ``to_text()`` and ``to_json()`` render it;
     ``exit_code(fail_on=...)`` is what ``hookscope lint`` exits with.
 
     Attributes:

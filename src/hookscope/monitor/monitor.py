@@ -70,10 +70,10 @@ class GradientMonitor:
             ``scaler.step(optimizer)``: it unscales first, so norms are unscaled, and a
             step whose gradients overflowed is marked skipped. Needs ``optimizer``.
         select: watch only parameters whose path matches (glob, list, function).
-        explode_above, vanish_below: per-parameter thresholds on the norm (as backward
-            made it); with
-            ``relative=True`` they are factors of the parameter's running median over
-            the last ``window`` steps. Non-finite gradients are always reported.
+        explode_above: a norm above it (as backward made it) is an anomaly; with
+            ``relative=True`` a factor of the parameter's running median over the last
+            ``window`` steps. Non-finite gradients are always reported.
+        vanish_below: a norm below it is an anomaly, read as ``explode_above`` is.
         on_anomaly: ``"warn"`` (one warning per step, naming its worst parameters,
             for a step with a parameter and kind not warned about before), ``"raise"``
             (:class:`~hookscope.monitor.GradientAnomalyError`, before the optimizer

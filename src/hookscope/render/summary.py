@@ -68,6 +68,7 @@ class Summary:
         return GridTable(self.grid, ascii=ascii)
 
     def grid(self, ascii: bool = False) -> Grid:
+        """The table's cells (plain ASCII when ``ascii``)."""
         trace = self.trace
         rows = tree_rows(trace, depth=self.depth, fold=self.fold)
         labels = [fold_text(trace, r.calls, ascii=ascii) if isinstance(r, Folded)
@@ -103,6 +104,7 @@ class Summary:
         return grid
 
     def caption_parts(self, rows: Sequence[Row] | None = None) -> list[str]:
+        """The parts of the caption under the table (totals, sizes), for ``rows``."""
         trace = self.trace
         m = trace.model
         rows = tree_rows(trace, depth=self.depth, fold=self.fold) if rows is None else rows
@@ -124,6 +126,7 @@ class Summary:
         return parts
 
     def notes(self, rows: Sequence[Row]) -> list[str]:
+        """The lines under the table for ``rows``: memory, tied and shared modules."""
         out = [memory_line(self.trace)]
         trace = self.trace
         for r in rows:
@@ -151,9 +154,11 @@ class Summary:
         return "\n".join([sep.join(self.caption_parts(rows)), *self.notes(rows)])
 
     def to_json(self, *, indent: int | None = 2) -> str:
+        """The summary as a JSON document."""
         return self.trace.to_json(indent=indent)
 
     def to_text(self, *, width: int = DEFAULT_WIDTH, ascii: bool = True) -> str:
+        """The table as plain text ``width`` characters wide."""
         return self.table(ascii=ascii).to_text(width=width)
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:

@@ -151,29 +151,36 @@ class Probe:
     # -- events -------------------------------------------------------------------
 
     def install(self, tracer: Tracer) -> list[Removable]:
+        """Once per run, before the forward: the handles of whatever the probe registered."""
         return []
 
     def on_enter(
         self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
+        """A module call starts; a replacing probe may return new ``(args, kwargs)``."""
         return None
 
     def on_exit(
         self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
         output: Any, failed: bool,
     ) -> Any:
+        """A module call ended (``failed``: it raised); a replacing probe may return its output."""
         return None
 
     def on_backward_enter(self, call: Call, grad_outputs: tuple[Any, ...]) -> None:
+        """The gradients with respect to a call's outputs are known."""
         return None
 
     def on_backward_exit(self, call: Call, grad_inputs: tuple[Any, ...]) -> None:
+        """The gradients with respect to a call's inputs are known."""
         return None
 
     def on_param_grad(self, grad: ParamGrad) -> None:
+        """A parameter's gradient is ready (accumulated, or computed by ``autograd.grad``)."""
         return None
 
     def finalize(self, trace: Trace) -> None:
+        """Once per run, after the last event: per-trace facts go into ``trace.facts``."""
         return None
 
 

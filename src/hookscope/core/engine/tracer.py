@@ -318,6 +318,7 @@ class Tracer:
 
     @property
     def active(self) -> bool:
+        """Whether the tracer has been entered and not yet exited."""
         return self._active
 
     @property
@@ -377,7 +378,7 @@ class Tracer:
         return max(0, now - run.origin_ns - call.start_ns - overhead)
 
     def backward_overhead_now(self, now: int) -> int:
-        """hookscope's work in backward events so far, in ns, up to ``now``
+        """The time of hookscope's work in backward events so far, in ns, up to ``now``
         (``time.perf_counter_ns()``), the event running on this thread included: a
         probe timing a call's backward subtracts what it grew by in between, so no
         probe's work (its own, another's of this tracer) counts as the model's backward

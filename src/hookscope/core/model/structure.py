@@ -107,35 +107,43 @@ class ModelInfo:
 
     @property
     def total_params(self) -> int:
+        """Elements of the model's parameters."""
         return sum(p.numel for p in self.parameters.values())
 
     @property
     def trainable_params(self) -> int:
+        """Parameters that require grad."""
         return sum(p.numel for p in self.parameters.values() if p.trainable)
 
     @property
     def frozen_params(self) -> int:
+        """Parameters that do not require grad."""
         return self.total_params - self.trainable_params
 
     @property
     def total_buffers(self) -> int:
+        """Elements of the model's buffers."""
         return sum(b.numel for b in self.buffers.values())
 
     @property
     def param_bytes(self) -> int:
+        """Bytes of the parameters."""
         return sum(p.nbytes for p in self.parameters.values())
 
     @property
     def buffer_bytes(self) -> int:
+        """Bytes of the buffers."""
         return sum(b.nbytes for b in self.buffers.values())
 
     def param_bytes_by_dtype(self) -> dict[str, int]:
+        """Bytes of the parameters, by dtype name."""
         out: dict[str, int] = {}
         for p in self.parameters.values():
             out[p.dtype] = out.get(p.dtype, 0) + p.nbytes
         return dict(sorted(out.items()))
 
     def summary(self) -> ModelSummary:
+        """The totals of the model as one record (parameters, buffers, bytes)."""
         return ModelSummary(
             class_name=self.class_name,
             params_total=self.total_params,

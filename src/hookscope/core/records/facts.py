@@ -71,6 +71,7 @@ class Fact:
     timing: bool = False
 
     def default_value(self) -> Any:
+        """What a call without this fact reads as: ``default``, or ``default_factory()``."""
         return self.default_factory() if self.default_factory is not None else self.default
 
     def to_json(self, value: Any) -> Any:

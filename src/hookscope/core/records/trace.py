@@ -221,6 +221,7 @@ class Trace:
         return self.find(key)
 
     def children(self, call: Call) -> list[Call]:
+        """The calls made directly inside ``call``, in the order they started."""
         return [self.calls[i] for i in call.children]
 
     @property
@@ -230,6 +231,7 @@ class Trace:
 
     @property
     def total_time_ns(self) -> int | None:
+        """The root calls' summed time in nanoseconds (``None`` when the run was not timed)."""
         times: list[int | None] = [c.facts.get("time_ns") for c in self.roots]
         if not times or any(t is None for t in times):
             return None
@@ -238,12 +240,14 @@ class Trace:
     # JSON lives in core; tables and flat exports in ``hookscope.render``, which
     # registers them here (``PRESENTERS``): core does not import the render layer.
     def to_json(self, *, indent: int | None = 2) -> str:
+        """The trace as a versioned JSON document that :meth:`from_json` reads back."""
         from hookscope.core.records.serialize import trace_to_json
 
         return trace_to_json(self, indent=indent)
 
     @classmethod
     def from_json(cls, text: str) -> Trace:
+        """The trace a :meth:`to_json` document holds (refuses an earlier schema version)."""
         from hookscope.core.records.serialize import trace_from_json
 
         return trace_from_json(text)

@@ -151,14 +151,17 @@ class FlopTotals:
 
     @property
     def total(self) -> int:
+        """Forward and backward FLOPs together."""
         return self.forward + self.backward
 
     @property
     def macs_forward(self) -> int:
+        """Forward multiply-adds: FLOPs / 2."""
         return self.forward // 2
 
     @property
     def macs_backward(self) -> int:
+        """Backward multiply-adds: FLOPs / 2."""
         return self.backward // 2
 
 
