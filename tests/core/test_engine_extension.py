@@ -399,6 +399,18 @@ def test_an_older_schema_version_is_refused_in_one_line() -> None:
         hookscope.Trace.from_json(json.dumps(doc))
 
 
+def test_a_schema_2_document_with_nan_as_a_string_is_refused() -> None:
+    # Schema 2 wrote a non-finite float as the string "nan"; read as schema 3 it would
+    # come back as a string, so the document is refused instead.
+    trace = hookscope.trace(nn.Sequential(nn.Linear(4, 4)), torch.full((2, 4), math.nan))
+    text = re.sub(r'\{\s*"\$float": "nan"\s*\}', '"nan"', trace.to_json())
+    assert '"nan"' in text  # the statistics hold NaN
+    doc = json.loads(text)
+    doc["schema_version"] = 2
+    with pytest.raises(hookscope.RenderError, match=r"schema_version 2, older than any"):
+        hookscope.Trace.from_json(json.dumps(doc))
+
+
 def test_unknown_fields_of_a_newer_version_are_kept_with_a_warning() -> None:
     doc = json.loads(hookscope.trace(mlp(), torch.randn(2, 4)).to_json())
     doc["schema_version"] = 99

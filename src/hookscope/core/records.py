@@ -36,7 +36,7 @@ __all__ = [
     "started_call",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The JSON schema version this hookscope writes and reads (and newer ones, warning)."""
 
 
