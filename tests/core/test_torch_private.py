@@ -517,7 +517,27 @@ def test_scaler_scale_is_the_loss_scale_get_scale_reads() -> None:
     scaler.scale(torch.ones(1))
     scale = torch_private.scaler_scale(scaler)
     assert isinstance(scale, torch.Tensor) and float(scale) == scaler.get_scale() == 512.0
-    assert torch_private.scaler_scale(object()) is None
+    from hookscope.monitor.scaler import loss_scale
+
+    assert loss_scale(torch.amp.GradScaler("cpu")) is None  # before its first scale()
+
+
+def test_a_scaler_without_its_private_scale_falls_back_to_get_scale_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hookscope.monitor.scaler import loss_scale
+
+    scaler = torch.amp.GradScaler("cpu", init_scale=256.0)
+    scaler.scale(torch.ones(1))
+    monkeypatch.delattr(scaler, "_scale")  # a torch that keeps it elsewhere
+    monkeypatch.setattr(scaler, "get_scale", lambda: 128.0)
+    monkeypatch.setattr(private_warnings, "_warned", set())
+    with pytest.warns(torch_private.HookscopeTorchWarning, match="loss scale"):
+        scale = loss_scale(scaler)
+    assert scale is not None and float(scale) == 128.0
+    with warnings.catch_warnings():  # once per process
+        warnings.simplefilter("error")
+        assert float(torch_private.scaler_scale(scaler)) == 128.0
 
 
 def test_raised_in_call_of_names_the_module_whose_call_impl_the_exception_left() -> None:
