@@ -344,13 +344,13 @@ def test_without_backward_a_note_names_the_rules_that_need_one() -> None:
     report = hookscope.lint(model, x)
     assert "HS503" not in report.codes() and "HS503" in report.skipped_rules
     (note,) = report.notes
-    assert note.startswith("HS503 (parameter-without-gradient) needs a backward pass: run "
-                           "with --backward")
+    assert note == "HS503 (parameter-without-gradient) needs a backward pass: pass backward=True"
     assert note in report.to_text().splitlines()
     assert json.loads(report.to_json())["notes"] == [note]
     static = hookscope.lint(model)
     assert {"HS501", "HS503"} <= set(static.skipped_rules)
-    assert "give inputs and run with --backward" in static.notes[0]
+    assert static.notes[0].endswith(": pass inputs and backward=True")
+    assert "--backward" not in static.notes[0]
     ran = hookscope.lint(model, x, backward=True)
     assert ran.notes == () and ran.skipped_rules == () and "HS503" in ran.codes()
     assert hookscope.lint(model, x, select=["HS1"]).notes == ()
