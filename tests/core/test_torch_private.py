@@ -761,3 +761,32 @@ def test_a_node_hook_s_handle_tells_when_the_node_is_gone() -> None:
     del y
     gc.collect()
     assert not torch_private.hook_table_alive(handle)
+
+
+def test_torch_machinery_holds_the_files_a_module_call_and_a_backward_run_through() -> None:
+    """A breakpoint's stack hides these files: a torch release that moves the module
+    call or the backward pass to other files must fail here."""
+    from torch.autograd import graph
+
+    for code in (nn.Module.__call__.__code__, nn.Module._call_impl.__code__,
+                 torch.Tensor.backward.__code__, torch.autograd.backward.__code__,
+                 graph._engine_run_backward.__code__):
+        assert torch_private.is_torch_machinery(code.co_filename), code.co_filename
+    assert not torch_private.is_torch_machinery(__file__)
+    assert not torch_private.is_torch_machinery(nn.Linear.forward.__code__.co_filename)
+
+
+def test_torch_machinery_in_unknown_files_is_added_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hookscope.core.torch_private import frames
+
+    monkeypatch.setattr(frames, "_MACHINERY", (frames._TORCH_DIR + "autograd/",))
+    monkeypatch.setattr(frames, "_machinery", None)
+    monkeypatch.setattr(private_warnings, "_warned", set())
+    with pytest.warns(torch_private.HookscopeTorchWarning, match="breakpoint"):
+        assert torch_private.is_torch_machinery(nn.Module.__call__.__code__.co_filename)
+    with warnings.catch_warnings():  # once
+        warnings.simplefilter("error")
+        assert torch_private.is_torch_machinery(torch.autograd.backward.__code__.co_filename)
+
