@@ -740,45 +740,46 @@ def test_a_probe_cannot_take_another_probe_s_column_or_field_through_the_other_n
     like the timing probe's field ``time_ns`` took over ``columns=["time_ns"]``, and a
     field saying ``column="time"`` took over the exports' ``time``."""
     with pytest.raises(ValueError, match=r"column name 'time_ns' is taken by .*TimingProbe"):
-        type("Hijack", (Probe,), {"name": "qa11_a",
+        type("Hijack", (Probe,), {"name": "hijack_a",
                                   "columns": (Column("time_ns", "Mine", lambda c, t: 42),)})
     with pytest.raises(ValueError, match=r"says column='time', which is not a column"):
-        type("Hijack", (Probe,), {"name": "qa11_b",
-                                  "fields": (Field("qa11_mine", lambda c, t: 7, column="time"),)})
+        type("Hijack", (Probe,), {
+            "name": "hijack_b",
+            "fields": (Field("hijack_field", lambda c, t: 7, column="time"),)})
     trace = hookscope.trace(nn.Linear(2, 2), torch.randn(1, 2))
     assert trace.to_csv(columns=["path", "time"]).splitlines()[0] == "path,time_ns"
 
 
 def test_a_probe_s_own_mistakes_are_named_with_the_probe() -> None:
     class NoHandles(Probe):
-        name = "qa11_none"
+        name = "no_handles"
         install_touches_modules = False
 
         def install(self, tracer: Any) -> Any:
             return None  # forgot the list
 
     model = nn.Linear(2, 2)
-    with pytest.raises(hookscope.ProbeError, match=r"'qa11_none'.*install\(\) must return a "
+    with pytest.raises(hookscope.ProbeError, match=r"'no_handles'.*install\(\) must return a "
                                                    r"list of handles"):
         hookscope.trace(model, torch.randn(1, 2), probes=[NoHandles()])
     assert total_hooks(model) == 0
 
     class Tensorial(Probe):
-        name = "qa11_tensor"
-        facts = (Fact("qa11_out", "the output itself"),)
+        name = "keeps_a_tensor"
+        facts = (Fact("output_tensor", "the output itself"),)
 
         def on_exit(self, call: Any, module: Any, args: Any, kwargs: Any, output: Any,
                     failed: bool) -> None:
-            call.facts["qa11_out"] = output.detach()
+            call.facts["output_tensor"] = output.detach()
 
     trace = hookscope.trace(model, torch.randn(1, 2), probes=[Tensorial()])
-    with pytest.raises(hookscope.RenderError, match=r"fact 'qa11_out' of probe 'qa11_tensor' "
-                                                    r"of call '<root>' holds Tensor"):
+    with pytest.raises(hookscope.RenderError, match=r"fact 'output_tensor' of probe "
+                       r"'keeps_a_tensor' of call '<root>' holds Tensor"):
         trace.to_json()
 
 
 class _ShiftOut(Probe):
-    name = "qa12_shift_out"
+    name = "shift_output"
     replaces = True
 
     def on_exit(self, call: Any, module: Any, args: Any, kwargs: Any, output: Any,
@@ -787,7 +788,7 @@ class _ShiftOut(Probe):
 
 
 class _ShiftIn(Probe):
-    name = "qa12_shift_in"
+    name = "shift_input"
     replaces = True
 
     def on_enter(self, call: Any, module: Any, args: Any, kwargs: Any) -> Any:
@@ -817,7 +818,7 @@ def test_an_outer_tracer_records_what_an_inner_replacing_and_recording_tracer_re
 
 
 class _KeepsOutputs(Probe):
-    name = "qa12_keeps"
+    name = "keeps_outputs"
     replaces = True
 
     def on_exit(self, call: Any, module: Any, args: Any, kwargs: Any, output: Any,
