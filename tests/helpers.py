@@ -1,7 +1,7 @@
 """Test helpers shared by every test module: hook counting, model-state snapshots and exact
 output comparison.
 
-They are the oracles of the safety tests (../shared/STYLE.md rule 3): whatever hookscope
+They are the oracles of the safety tests (no hook may be left behind): whatever hookscope
 does to a model while it observes it, afterwards the model must have exactly the hooks, flags,
 parameter values, ``.grad`` tensors, ``requires_grad`` flags and buffers it had before,
 and its outputs must be bit-identical to an unobserved run.

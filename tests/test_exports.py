@@ -1,4 +1,4 @@
-"""The public surface (../shared/STYLE.md rule 9): explicit, sorted, tested, free of
+"""The public surface: explicit, sorted, tested, free of
 import side effects. Import checks run in a fresh interpreter, so nothing this test session has
 imported can hide a heavy import."""
 

@@ -1,5 +1,5 @@
-"""Safety: observing a model changes nothing about it (../shared/STYLE.md rules 2, 3;
-../shared/DESIGN.md).
+"""Safety: observing a model changes nothing about it (every hook removed and every flag
+restored on each exit path, also when the model raises).
 
 For every public entry point and every zoo model, in train and in eval mode, with and
 without ``.grad`` already present on the parameters:

@@ -1,4 +1,4 @@
-"""A zoo of tiny models, one class per pitfall (../shared/STYLE.md rule 14).
+"""A zoo of tiny models, one class per pitfall, each small enough to read in one look.
 
 Every class takes no constructor argument, names its pitfall in its docstring and has
 ``example_inputs() -> (args, kwargs)`` returning fresh tensors made from a private

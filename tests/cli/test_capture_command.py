@@ -33,7 +33,7 @@ def model_file(tmp_path: Path) -> str:
 def _oracle() -> tuple[nn.Module, torch.Tensor]:
     torch.manual_seed(7)
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
-    # the CLI draws --input 3,4 from a generator seeded with 0 (cli/inputs.make_inputs)
+    # the CLI draws --input 3,4 from a generator seeded with 0 (cli/input_specs.make_inputs)
     x = torch.randn((3, 4), generator=torch.Generator().manual_seed(0))
     return model, x
 

@@ -148,7 +148,7 @@ def test_summary_json_schema_and_oracles(capsys: pytest.CaptureFixture[str]) -> 
     assert (code, err) == (0, "")
     doc = json.loads(out)
     model = examples.small_cnn()
-    assert doc["schema_version"] == 2
+    assert doc["schema_version"] == 3
     assert doc["hookscope_version"] == hookscope.__version__
     assert doc["model"]["class"] == "SmallCNN"
     assert doc["model"]["params"]["total"] == sum(p.numel() for p in model.parameters())

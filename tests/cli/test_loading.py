@@ -470,6 +470,36 @@ def test_rotary_positions_take_more_tokens_than_the_config_counts(
     assert code == 0, err
 
 
+def test_a_vocabulary_as_large_as_the_positions_is_not_a_position_table(
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Llama's token table has ``vocab_size`` rows; with ``vocab_size`` equal to
+    ``max_position_embeddings`` it is still no limit on the sequence length."""
+    config = ("num_hidden_layers=1,hidden_size=32,intermediate_size=32,num_attention_heads=2,"
+              "num_key_value_heads=2,max_position_embeddings=64,vocab_size=64")
+    assert _runs_at("transformers:llama", config, 80)
+    code, _, err = run_cli(capsys, "summary", "transformers:llama", "--config", config,
+                           "--input", "1,80")
+    assert code == 0, err
+
+
+@pytest.mark.parametrize(("spec", "config", "limit"), [
+    ("transformers:bert", "num_hidden_layers=1,hidden_size=32,num_attention_heads=2,"
+     "intermediate_size=32,max_position_embeddings=64,vocab_size=64", 64),
+    ("transformers:gpt2", "n_layer=1,n_embd=32,n_head=2,n_positions=64,vocab_size=64", 64),
+])
+def test_a_position_table_as_large_as_the_vocabulary_still_limits(
+    capsys: pytest.CaptureFixture[str], spec: str, config: str, limit: int
+) -> None:
+    assert _runs_at(spec, config, limit) and not _runs_at(spec, config, limit + 1)
+    code, _, err = run_cli(capsys, "summary", spec, "--config", config,
+                           "--input", f"1,{limit}")
+    assert code == 0, err
+    code, _, err = run_cli(capsys, "summary", spec, "--config", config,
+                           "--input", f"1,{limit + 1}")
+    assert_one_error_line(code, err, f"{limit + 1} tokens", f"{limit} positions")
+
+
 def test_transformers_build_kwargs_and_coercion() -> None:
     config = parse_config_overrides(
         "n_layer=1,n_embd=64.0,n_head=4,attn_implementation=eager,dtype=bfloat16,tie_word_embeddings=false"

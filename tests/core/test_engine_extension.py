@@ -399,6 +399,18 @@ def test_an_older_schema_version_is_refused_in_one_line() -> None:
         hookscope.Trace.from_json(json.dumps(doc))
 
 
+def test_a_schema_2_document_with_nan_as_a_string_is_refused() -> None:
+    # Schema 2 wrote a non-finite float as the string "nan"; read as schema 3 it would
+    # come back as a string, so the document is refused instead.
+    trace = hookscope.trace(nn.Sequential(nn.Linear(4, 4)), torch.full((2, 4), math.nan))
+    text = re.sub(r'\{\s*"\$float": "nan"\s*\}', '"nan"', trace.to_json())
+    assert '"nan"' in text  # the statistics hold NaN
+    doc = json.loads(text)
+    doc["schema_version"] = 2
+    with pytest.raises(hookscope.RenderError, match=r"schema_version 2, older than any"):
+        hookscope.Trace.from_json(json.dumps(doc))
+
+
 def test_unknown_fields_of_a_newer_version_are_kept_with_a_warning() -> None:
     doc = json.loads(hookscope.trace(mlp(), torch.randn(2, 4)).to_json())
     doc["schema_version"] = 99
@@ -534,24 +546,24 @@ def test_a_fact_without_an_encoder_holding_nan_or_inf_stays_json() -> None:
     float values are not JSON compliant"."""
 
     class NormNoEncoder(Probe):
-        name = "qa10_norm"
-        facts = (Fact("qa10_norm", "a norm"), Fact("qa10_pair", "two values"),
-                 Fact("qa10_label", "a label"))
+        name = "user_norm"
+        facts = (Fact("user_norm", "a norm"), Fact("user_pair", "two values"),
+                 Fact("user_label", "a label"))
 
         def on_exit(self, call: Any, module: Any, args: Any, kwargs: Any, output: Any,
                     failed: bool) -> None:
-            call.facts["qa10_norm"] = float("inf")
-            call.facts["qa10_pair"] = {"a": float("nan"), "b": [1.0, float("-inf")]}
-            call.facts["qa10_label"] = "inf"
+            call.facts["user_norm"] = float("inf")
+            call.facts["user_pair"] = {"a": float("nan"), "b": [1.0, float("-inf")]}
+            call.facts["user_label"] = "inf"
 
     trace = hookscope.trace(nn.Linear(2, 2), torch.randn(1, 2), probes=[NormNoEncoder])
     text = trace.to_json()
     doc = json.loads(text)  # standard JSON: no NaN/Infinity literals
-    assert doc["calls"][0]["qa10_norm"] == {"$float": "inf"}
+    assert doc["calls"][0]["user_norm"] == {"$float": "inf"}
     back = hookscope.Trace.from_json(text).calls[0]
-    assert back.qa10_norm == math.inf
-    assert math.isnan(back.qa10_pair["a"]) and back.qa10_pair["b"] == [1.0, -math.inf]
-    assert back.qa10_label == "inf"  # a string that reads like one stays a string
+    assert back.user_norm == math.inf
+    assert math.isnan(back.user_pair["a"]) and back.user_pair["b"] == [1.0, -math.inf]
+    assert back.user_label == "inf"  # a string that reads like one stays a string
 
 
 @pytest.mark.parametrize(("declares", "says"), [
@@ -567,7 +579,7 @@ def test_a_probe_cannot_take_the_name_of_a_built_in_column_field_or_call_key(
     """A Field ``time`` or ``path`` took over the exports of every trace in the process
     (even of one its probe never ran in); a Fact ``path`` was lost in JSON."""
     with pytest.raises(ValueError, match=re.escape(says)):
-        type("Clash", (Probe,), {"name": f"qa10_clash_{len(says)}", **declares})
+        type("Clash", (Probe,), {"name": f"user_clash_{len(says)}", **declares})
     trace = hookscope.trace(nn.Linear(2, 2), torch.randn(1, 2))
     assert trace.to_csv(columns=["path", "time"]).splitlines()[0] == "path,time_ns"
 
@@ -593,51 +605,51 @@ def test_unknown_fields_are_kept_or_said_to_be_ignored() -> None:
 
 def test_a_fact_recorded_as_none_comes_back_none() -> None:
     class MaybeScale(Probe):
-        name = "qa10_scale"
-        facts = (Fact("qa10_scale", "a scale", default=1.0),)
+        name = "user_scale"
+        facts = (Fact("user_scale", "a scale", default=1.0),)
 
         def on_exit(self, call: Any, module: Any, args: Any, kwargs: Any, output: Any,
                     failed: bool) -> None:
-            call.facts["qa10_scale"] = None
+            call.facts["user_scale"] = None
 
     trace = hookscope.trace(nn.Linear(2, 2), torch.randn(1, 2), probes=[MaybeScale])
     back = hookscope.Trace.from_json(trace.to_json())
-    assert trace.calls[0].qa10_scale is None and back.calls[0].qa10_scale is None
+    assert trace.calls[0].user_scale is None and back.calls[0].user_scale is None
     assert back == trace
 
 
 def test_a_document_read_before_its_probe_is_defined_is_decoded_once_it_is() -> None:
     """Read in a notebook before ``import myprobes``: the values stayed ``RawValue``,
     and the table raised a TypeError."""
-    from hookscope.core import facts as core_facts
+    from hookscope.core.records.trace import facts as core_facts
     from hookscope.render.trace_table import render_trace
 
     def declare() -> type[Probe]:
         class Late(Probe):
-            name = "qa10_late"
-            facts = (Fact("qa10_late", "numel", encode=lambda v: {"n": v},
+            name = "user_late"
+            facts = (Fact("user_late", "numel", encode=lambda v: {"n": v},
                           decode=lambda d: d["n"]),)
-            columns = (Column("qa10_late", "Numel", lambda c, t: c.facts.get("qa10_late"),
+            columns = (Column("user_late", "Numel", lambda c, t: c.facts.get("user_late"),
                               Unit.COUNT),)
 
             def on_exit(self, call: Any, module: Any, args: Any, kwargs: Any,
                         output: Any, failed: bool) -> None:
-                call.facts["qa10_late"] = output.numel()
+                call.facts["user_late"] = output.numel()
 
         return Late
 
     late = declare()
     text = hookscope.trace(nn.Linear(2, 3), torch.randn(1, 2), probes=[late]).to_json()
-    for kind, name in (("facts", "qa10_late"), ("columns", "qa10_late")):  # "not defined"
+    for kind, name in (("facts", "user_late"), ("columns", "user_late")):  # "not defined"
         getattr(core_facts.REGISTRY, {"facts": "call_facts"}.get(kind, kind)).pop(name)
         core_facts.REGISTRY.owners.pop((kind, name))
     with pytest.warns(UnknownFieldsWarning):
         trace = hookscope.Trace.from_json(text)
-    assert type(trace.calls[0].facts["qa10_late"]).__name__ == "RawValue"
+    assert type(trace.calls[0].facts["user_late"]).__name__ == "RawValue"
     declare()  # the probe's module imported now
-    assert trace.calls[0].qa10_late == 3
-    assert trace.calls[0].facts["qa10_late"] == 3  # decoded on the first read, and kept
-    assert "3" in render_trace(trace, columns=["layer", "qa10_late"]).splitlines()[2]
+    assert trace.calls[0].user_late == 3
+    assert trace.calls[0].facts["user_late"] == 3  # decoded on the first read, and kept
+    assert "3" in render_trace(trace, columns=["layer", "user_late"]).splitlines()[2]
 
 
 def test_in_a_tracer_block_a_probe_failing_on_a_failing_call_keeps_the_model_s_failure() -> None:
@@ -645,7 +657,7 @@ def test_in_a_tracer_block_a_probe_failing_on_a_failing_call_keeps_the_model_s_f
     ``trace.error``, and torch's warnings said "the model itself did not fail"."""
 
     class OnFail(Probe):
-        name = "qa10_onfail"
+        name = "user_onfail"
 
         def on_exit(self, call: Any, module: Any, args: Any, kwargs: Any, output: Any,
                     failed: bool) -> None:
@@ -677,17 +689,17 @@ def test_a_column_or_field_that_raises_is_named_with_its_probe() -> None:
     from hookscope.render.trace_table import render_trace
 
     class Broken(Probe):
-        name = "qa10_broken"
-        columns = (Column("qa10_broken_c", "Broken", lambda c, t: 1 / 0),)
-        fields = (Field("qa10_broken_f", lambda c, t: 1 / 0),)
+        name = "user_broken"
+        columns = (Column("user_broken_c", "Broken", lambda c, t: 1 / 0),)
+        fields = (Field("user_broken_f", lambda c, t: 1 / 0),)
 
     trace = hookscope.trace(nn.Linear(2, 2), torch.randn(1, 2), probes=[Broken])
-    with pytest.raises(RenderError, match=r"column 'qa10_broken_c' of probe 'qa10_broken' "
+    with pytest.raises(RenderError, match=r"column 'user_broken_c' of probe 'user_broken' "
                                           r"raised ZeroDivisionError for call '<root>'"):
-        render_trace(trace, columns=["layer", "qa10_broken_c"])
-    with pytest.raises(RenderError, match=r"export field 'qa10_broken_f' of probe "
-                                          r"'qa10_broken' raised ZeroDivisionError"):
-        trace.to_csv(columns=["path", "qa10_broken_f"])
+        render_trace(trace, columns=["layer", "user_broken_c"])
+    with pytest.raises(RenderError, match=r"export field 'user_broken_f' of probe "
+                                          r"'user_broken' raised ZeroDivisionError"):
+        trace.to_csv(columns=["path", "user_broken_f"])
 
 
 def test_a_fact_cannot_take_the_name_of_a_record_s_attribute() -> None:
@@ -696,7 +708,7 @@ def test_a_fact_cannot_take_the_name_of_a_record_s_attribute() -> None:
                      {"facts": (Fact("children"),)}):
         taken = r"is taken by the (trace|call|engine.s call) record"
         with pytest.raises(ValueError, match=taken):
-            type("Hidden", (Probe,), {"name": "qa10_hidden", **declares})
+            type("Hidden", (Probe,), {"name": "user_hidden", **declares})
 
 
 def test_a_probe_cannot_take_another_probe_s_column_or_field_through_the_other_name() -> None:
@@ -704,45 +716,46 @@ def test_a_probe_cannot_take_another_probe_s_column_or_field_through_the_other_n
     like the timing probe's field ``time_ns`` took over ``columns=["time_ns"]``, and a
     field saying ``column="time"`` took over the exports' ``time``."""
     with pytest.raises(ValueError, match=r"column name 'time_ns' is taken by .*TimingProbe"):
-        type("Hijack", (Probe,), {"name": "qa11_a",
+        type("Hijack", (Probe,), {"name": "hijack_a",
                                   "columns": (Column("time_ns", "Mine", lambda c, t: 42),)})
     with pytest.raises(ValueError, match=r"says column='time', which is not a column"):
-        type("Hijack", (Probe,), {"name": "qa11_b",
-                                  "fields": (Field("qa11_mine", lambda c, t: 7, column="time"),)})
+        type("Hijack", (Probe,), {
+            "name": "hijack_b",
+            "fields": (Field("hijack_field", lambda c, t: 7, column="time"),)})
     trace = hookscope.trace(nn.Linear(2, 2), torch.randn(1, 2))
     assert trace.to_csv(columns=["path", "time"]).splitlines()[0] == "path,time_ns"
 
 
 def test_a_probe_s_own_mistakes_are_named_with_the_probe() -> None:
     class NoHandles(Probe):
-        name = "qa11_none"
+        name = "no_handles"
         install_touches_modules = False
 
         def install(self, tracer: Any) -> Any:
             return None  # forgot the list
 
     model = nn.Linear(2, 2)
-    with pytest.raises(hookscope.ProbeError, match=r"'qa11_none'.*install\(\) must return a "
+    with pytest.raises(hookscope.ProbeError, match=r"'no_handles'.*install\(\) must return a "
                                                    r"list of handles"):
         hookscope.trace(model, torch.randn(1, 2), probes=[NoHandles()])
     assert total_hooks(model) == 0
 
     class Tensorial(Probe):
-        name = "qa11_tensor"
-        facts = (Fact("qa11_out", "the output itself"),)
+        name = "keeps_a_tensor"
+        facts = (Fact("output_tensor", "the output itself"),)
 
         def on_exit(self, call: Any, module: Any, args: Any, kwargs: Any, output: Any,
                     failed: bool) -> None:
-            call.facts["qa11_out"] = output.detach()
+            call.facts["output_tensor"] = output.detach()
 
     trace = hookscope.trace(model, torch.randn(1, 2), probes=[Tensorial()])
-    with pytest.raises(hookscope.RenderError, match=r"fact 'qa11_out' of probe 'qa11_tensor' "
-                                                    r"of call '<root>' holds Tensor"):
+    with pytest.raises(hookscope.RenderError, match=r"fact 'output_tensor' of probe "
+                       r"'keeps_a_tensor' of call '<root>' holds Tensor"):
         trace.to_json()
 
 
 class _ShiftOut(Probe):
-    name = "qa12_shift_out"
+    name = "shift_output"
     replaces = True
 
     def on_exit(self, call: Any, module: Any, args: Any, kwargs: Any, output: Any,
@@ -751,7 +764,7 @@ class _ShiftOut(Probe):
 
 
 class _ShiftIn(Probe):
-    name = "qa12_shift_in"
+    name = "shift_input"
     replaces = True
 
     def on_enter(self, call: Any, module: Any, args: Any, kwargs: Any) -> Any:
@@ -781,7 +794,7 @@ def test_an_outer_tracer_records_what_an_inner_replacing_and_recording_tracer_re
 
 
 class _KeepsOutputs(Probe):
-    name = "qa12_keeps"
+    name = "keeps_outputs"
     replaces = True
 
     def on_exit(self, call: Any, module: Any, args: Any, kwargs: Any, output: Any,

@@ -66,6 +66,24 @@ def test_statistics_records_holding_a_nan_equal_each_other_and_hash_alike() -> N
     assert grads[0] != dataclasses.replace(grads[0], events=2)
 
 
+def test_a_record_reads_its_field_names_once_per_class(monkeypatch: Any) -> None:
+    """Comparing and hashing statistics is frequent: ``dataclasses.fields`` runs once
+    per record class, not on every compare."""
+    from hookscope.core.records.trace import values
+
+    calls: list[type] = []
+
+    def counted(cls: Any) -> Any:
+        calls.append(cls)
+        return dataclasses.fields(cls)
+
+    monkeypatch.setattr(values, "fields", counted)
+    monkeypatch.setattr(values, "_FIELD_NAMES", {})
+    for _ in range(3):
+        assert _stats(1.0) == _stats(1.0) and hash(_stats(1.0)) == hash(_stats(1.0))
+    assert calls == [TensorStats]
+
+
 def _with_new_nans(record: Any) -> Any:
     values = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
     return dataclasses.replace(record, **{

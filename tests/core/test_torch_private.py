@@ -517,7 +517,27 @@ def test_scaler_scale_is_the_loss_scale_get_scale_reads() -> None:
     scaler.scale(torch.ones(1))
     scale = torch_private.scaler_scale(scaler)
     assert isinstance(scale, torch.Tensor) and float(scale) == scaler.get_scale() == 512.0
-    assert torch_private.scaler_scale(object()) is None
+    from hookscope.monitor.scaler import loss_scale
+
+    assert loss_scale(torch.amp.GradScaler("cpu")) is None  # before its first scale()
+
+
+def test_a_scaler_without_its_private_scale_falls_back_to_get_scale_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hookscope.monitor.scaler import loss_scale
+
+    scaler = torch.amp.GradScaler("cpu", init_scale=256.0)
+    scaler.scale(torch.ones(1))
+    monkeypatch.delattr(scaler, "_scale")  # a torch that keeps it elsewhere
+    monkeypatch.setattr(scaler, "get_scale", lambda: 128.0)
+    monkeypatch.setattr(private_warnings, "_warned", set())
+    with pytest.warns(torch_private.HookscopeTorchWarning, match="loss scale"):
+        scale = loss_scale(scaler)
+    assert scale is not None and float(scale) == 128.0
+    with warnings.catch_warnings():  # once per process
+        warnings.simplefilter("error")
+        assert float(torch_private.scaler_scale(scaler)) == 128.0
 
 
 def test_raised_in_call_of_names_the_module_whose_call_impl_the_exception_left() -> None:
@@ -741,3 +761,32 @@ def test_a_node_hook_s_handle_tells_when_the_node_is_gone() -> None:
     del y
     gc.collect()
     assert not torch_private.hook_table_alive(handle)
+
+
+def test_torch_machinery_holds_the_files_a_module_call_and_a_backward_run_through() -> None:
+    """A breakpoint's stack hides these files: a torch release that moves the module
+    call or the backward pass to other files must fail here."""
+    from torch.autograd import graph
+
+    for code in (nn.Module.__call__.__code__, nn.Module._call_impl.__code__,
+                 torch.Tensor.backward.__code__, torch.autograd.backward.__code__,
+                 graph._engine_run_backward.__code__):
+        assert torch_private.is_torch_machinery(code.co_filename), code.co_filename
+    assert not torch_private.is_torch_machinery(__file__)
+    assert not torch_private.is_torch_machinery(nn.Linear.forward.__code__.co_filename)
+
+
+def test_torch_machinery_in_unknown_files_is_added_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hookscope.core.torch_private import frames
+
+    monkeypatch.setattr(frames, "_MACHINERY", (frames._TORCH_DIR + "autograd/",))
+    monkeypatch.setattr(frames, "_machinery", None)
+    monkeypatch.setattr(private_warnings, "_warned", set())
+    with pytest.warns(torch_private.HookscopeTorchWarning, match="breakpoint"):
+        assert torch_private.is_torch_machinery(nn.Module.__call__.__code__.co_filename)
+    with warnings.catch_warnings():  # once
+        warnings.simplefilter("error")
+        assert torch_private.is_torch_machinery(torch.autograd.backward.__code__.co_filename)
+

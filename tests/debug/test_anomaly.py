@@ -216,7 +216,7 @@ def test_the_report_prints_and_round_trips_as_json() -> None:
     assert "first op that produced it: aten.log.default in 'log'" in text
     assert "the rest of the model did not run" in text
     doc = json.loads(report.to_json())
-    assert doc["schema_version"] == 1 and doc["calls_run"] == 3
+    assert doc["schema_version"] == 2 and doc["calls_run"] == 3
     [found] = doc["anomalies"]
     assert found["path"] == "log" and found["op"]["name"] == "aten.log.default"
     assert found["kind"] == "output" and found["inputs"][0]["stats"]["nan_count"] == 0

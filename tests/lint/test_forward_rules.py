@@ -344,13 +344,13 @@ def test_without_backward_a_note_names_the_rules_that_need_one() -> None:
     report = hookscope.lint(model, x)
     assert "HS503" not in report.codes() and "HS503" in report.skipped_rules
     (note,) = report.notes
-    assert note.startswith("HS503 (parameter-without-gradient) needs a backward pass: run "
-                           "with --backward")
+    assert note == "HS503 (parameter-without-gradient) needs a backward pass: pass backward=True"
     assert note in report.to_text().splitlines()
     assert json.loads(report.to_json())["notes"] == [note]
     static = hookscope.lint(model)
     assert {"HS501", "HS503"} <= set(static.skipped_rules)
-    assert "give inputs and run with --backward" in static.notes[0]
+    assert static.notes[0].endswith(": pass inputs and backward=True")
+    assert "--backward" not in static.notes[0]
     ran = hookscope.lint(model, x, backward=True)
     assert ran.notes == () and ran.skipped_rules == () and "HS503" in ran.codes()
     assert hookscope.lint(model, x, select=["HS1"]).notes == ()
@@ -472,3 +472,50 @@ def test_what_forward_registers_without_a_parameter_to_train_is_no_finding(
     assert _ids(ran.parameters()) == before  # the truth: no parameter is added
     assert len(list(ran.modules())) + len(list(ran.buffers())) > len(list(model().modules()))
     assert hookscope.lint(model(), x).codes() == []
+
+
+class _EqualByIdentity(nn.Linear):
+    """A module class that defines ``__eq__``: Python makes it unhashable."""
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+
+class _MadeInForward(nn.Module):
+    def __init__(self, layer: type[nn.Linear]) -> None:
+        super().__init__()
+        self.fc, self.layer = nn.Linear(4, 4), layer
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.Sequential(self.layer(4, 4))(self.fc(x))
+
+
+class _HeldInAList(nn.Module):
+    def __init__(self, layer: type[nn.Linear]) -> None:
+        super().__init__()
+        self.fc, self.held = nn.Linear(4, 4), [layer(4, 4)]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.held[0](self.fc(x))
+
+
+@pytest.mark.parametrize("model", [_MadeInForward, _HeldInAList])
+def test_an_unhashable_module_is_linted_as_a_hashable_one(model: type[nn.Module]) -> None:
+    """Modules made or held outside the model are tracked by ``id``: an unhashable one
+    is found as the same model with a plain ``nn.Linear`` is."""
+    with pytest.raises(TypeError, match="unhashable"):
+        hash(_EqualByIdentity(4, 4))
+    x = torch.randn(2, 4)
+    plain = hookscope.lint(model(nn.Linear), x)
+    unhashable = hookscope.lint(model(_EqualByIdentity), x)
+    assert unhashable.codes() == plain.codes() and "HS501" in plain.codes()
+
+
+def test_modules_by_id_lists_what_modules_lists() -> None:
+    from hookscope.lint.context import modules_by_id
+
+    shared = nn.Linear(2, 2)
+    model = nn.Sequential(shared, nn.Sequential(nn.ReLU(), shared), nn.ModuleList([nn.Tanh()]))
+    assert [id(m) for m in modules_by_id(model)] == [id(m) for m in model.modules()]
+    tree = nn.Sequential(_EqualByIdentity(2, 2), nn.Sequential(_EqualByIdentity(2, 2)))
+    assert len(modules_by_id(tree)) == 4

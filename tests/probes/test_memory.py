@@ -235,8 +235,8 @@ def test_a_raising_model_is_left_unchanged_with_every_probe() -> None:
 class _DifferentiableNorm(hookscope.Probe):
     """A probe that takes a norm with grad on, in both events: autograd saves tensors."""
 
-    name = "qa12_norm"
-    facts = (hookscope.Fact("qa12_norm", "norm of the output"),)
+    name = "differentiable_norm"
+    facts = (hookscope.Fact("differentiable_norm", "norm of the output"),)
 
     def on_enter(self, call: Any, module: Any, args: Any, kwargs: Any) -> None:
         if args and isinstance(args[0], torch.Tensor):
@@ -245,7 +245,7 @@ class _DifferentiableNorm(hookscope.Probe):
     def on_exit(self, call: Any, module: Any, args: Any, kwargs: Any, output: Any,
                 failed: bool) -> None:
         if isinstance(output, torch.Tensor):
-            call.facts["qa12_norm"] = output.norm().item()
+            call.facts["differentiable_norm"] = output.norm().item()
 
 
 def test_tensors_another_probe_makes_autograd_save_are_not_the_model_s() -> None:

@@ -81,6 +81,7 @@ def lint_command(
     import hookscope
     from hookscope.cli.running import check_output
     from hookscope.errors import SpecError
+    from hookscope.lint.runner import cli_notes
 
     target = OutputTarget(output, True, None)
     with failure_boundary(debug=debug):
@@ -105,6 +106,7 @@ def lint_command(
                 loaded.model, *args, kwargs=kwargs or None, backward=backward,
                 select=split_names(select), ignore=split_names(ignore),
             )
+        report.notes = cli_notes(report.notes)
         if fmt is LintFormat.JSON:  # the text says them; JSON on stdout stays parseable
             for note in report.notes:
                 typer.echo(note, err=True)

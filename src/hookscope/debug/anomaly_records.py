@@ -2,7 +2,7 @@
 
 :class:`NonFiniteProbe` (``debug/nonfinite.py``) fills them while the model runs;
 ``hookscope.render.anomaly_report`` turns them into text and JSON. They hold no tensor and no
-module: shapes, dtypes, counts and :class:`~hookscope.core.records.trace.TensorStats`.
+module: shapes, dtypes, counts and :class:`~hookscope.core.records.values.TensorStats`.
 """
 
 from __future__ import annotations

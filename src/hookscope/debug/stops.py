@@ -20,8 +20,9 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
-import torch
 from torch import nn
+
+from hookscope.core import torch_private
 
 
 def in_call(
@@ -86,12 +87,8 @@ class CallerPdb(pdb.Pdb):
 
 
 _HOOKSCOPE = str(Path(__file__).resolve().parents[1]) + os.sep
-_TORCH = str(Path(torch.__file__).resolve().parent) + os.sep
-#: torch's files a module call (and a backward pass) runs through to reach a hook
-_TORCH_MACHINERY = tuple(_TORCH + f for f in (
-    "nn/modules/module.py", "utils/hooks.py", "autograd/", "_tensor.py"))
 
 
 def _machinery(frame: FrameType) -> bool:
-    file = os.path.realpath(frame.f_code.co_filename)
-    return file.startswith(_HOOKSCOPE) or file.startswith(_TORCH_MACHINERY)
+    file = frame.f_code.co_filename
+    return os.path.realpath(file).startswith(_HOOKSCOPE) or torch_private.is_torch_machinery(file)

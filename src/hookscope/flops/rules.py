@@ -3,7 +3,7 @@
 ``hookscope/flops/registry.py`` looks an op up in this order: a per-run mapping, the user's
 registry, ``torch.utils.flop_counter.flop_registry``, then :data:`HOOKSCOPE_FORMULAS`
 (hookscope's formulas for fused attention kernels, in ``hookscope/flops/formulas.py``).
-An op without a formula gets a :class:`~hookscope.core.records.trace.FlopRule` from
+An op without a formula gets a :class:`~hookscope.core.records.values.FlopRule` from
 :func:`rule_without_formula`:
 
 - ``FREE``: views and in-place views (by their schema), and the ops named in

@@ -108,6 +108,24 @@ class ForwardFacts:
         return {call.path for call in self.calls}
 
 
+def modules_by_id(module: nn.Module) -> list[nn.Module]:
+    """``module`` and the modules in it, each once, in ``module.modules()``'s order.
+
+    NB: tracked by ``id``: ``modules()`` puts them in a set, and a module class that
+    defines ``__eq__`` (without ``__hash__``) is not hashable.
+    """
+    found: dict[int, nn.Module] = {}
+    stack = [module]
+    while stack:
+        m = stack.pop()
+        if id(m) in found:
+            continue
+        found[id(m)] = m
+        children = [c for c in vars(m).get("_modules", {}).values() if c is not None]
+        stack.extend(reversed(children))
+    return list(found.values())
+
+
 class LintContext:
     """The model as rules see it.
 

@@ -146,7 +146,7 @@ class LintReport:
             inputs (HS50x) or of a backward pass (HS503 without ``backward=True``).
         notes: lines the text ends with, saying how to run the skipped rules that a
             summary does not name (``"HS503 (parameter-without-gradient) needs a
-            backward pass: run with --backward ..."``).
+            backward pass: pass backward=True"``).
     """
 
     def __init__(

@@ -114,9 +114,26 @@ def _notes(rules: list[Rule], *, dynamic: bool, backward: bool) -> tuple[str, ..
     if backward or not wanting:
         return ()
     need = "needs" if len(wanting) == 1 else "need"
-    how = "run with --backward" if dynamic else "give inputs and run with --backward"
-    return (f"{', '.join(wanting)} {need} a backward pass: {how} "
-            "(backward=True in hookscope.lint)",)
+    how = _PYTHON_HOW[0] if dynamic else _PYTHON_HOW[1]
+    return (f"{', '.join(wanting)} {need} a backward pass: {how}",)
+
+
+#: How a note says to take a backward pass (with inputs given, without), in Python and
+#: on the command line.
+_PYTHON_HOW = ("pass backward=True", "pass inputs and backward=True")
+_CLI_HOW = ("run with --backward", "give inputs (--input) and run with --backward")
+
+
+def cli_notes(notes: tuple[str, ...]) -> tuple[str, ...]:
+    """``notes`` of a :class:`LintReport` in the command line's words: ``--backward``
+    where the library says ``backward=True``."""
+    def reworded(note: str) -> str:
+        for python, cli in zip(_PYTHON_HOW, _CLI_HOW, strict=True):
+            if note.endswith(f": {python}"):
+                return note[: -len(python)] + cli
+        return note
+
+    return tuple(reworded(note) for note in notes)
 
 
 def _with_static_findings(

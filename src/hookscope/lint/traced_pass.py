@@ -34,7 +34,14 @@ from hookscope.core.engine.run_backward import backward_roots
 from hookscope.core.model.buffer_state import restore_buffers, saved_buffers
 from hookscope.errors import ModelRunError
 from hookscope.lint.checks.containers import contents
-from hookscope.lint.context import ForeignCall, ForwardFacts, LateMember, LintContext, Lost
+from hookscope.lint.context import (
+    ForeignCall,
+    ForwardFacts,
+    LateMember,
+    LintContext,
+    Lost,
+    modules_by_id,
+)
 from hookscope.lint.locate import caller_location
 from hookscope.lint.source import Location, reads_training
 
@@ -99,7 +106,7 @@ class _ForeignWatch:
         key = id(module)
         if key in self.ctx.module_ids or key in self.inner:
             return
-        self.inner.update(id(m) for m in module.modules() if m is not module)
+        self.inner.update(id(m) for m in modules_by_id(module) if m is not module)
         call = self.tracer.current_call
         caller = call.path if call is not None else ""
         lost = _lost(self.ctx, module, self.ctx.modules.get(caller, self.ctx.model))
@@ -125,7 +132,7 @@ def _lost(ctx: LintContext, module: nn.Module, caller: nn.Module) -> Lost | None
     transformers' module-level ``gelu``, made at import in training mode) changes
     nothing, nor does a wrapper of registered layers (``nn.Sequential(self.a, self.b)``
     made in ``forward``): they are trained, saved and switched as the model's."""
-    own = [m for m in module.modules() if id(m) not in ctx.module_ids]
+    own = [m for m in modules_by_id(module) if id(m) not in ctx.module_ids]
     known = ctx.tensor_ids
     if any(id(p) not in known for m in own for p in m.parameters(recurse=False)):
         return "parameters"

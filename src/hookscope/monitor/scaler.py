@@ -53,7 +53,4 @@ def loss_scale(scaler: Any) -> torch.Tensor | None:
     an enabled scaler (or before its first ``scale()``)."""
     if scaler is None or not scaler.is_enabled():
         return None
-    scale = torch_private.scaler_scale(scaler)
-    if scale is None:  # kept elsewhere by this torch: read to the host, once per step
-        return torch.tensor(float(scaler.get_scale()))
-    return scale
+    return torch_private.scaler_scale(scaler)

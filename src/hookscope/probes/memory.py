@@ -1,6 +1,6 @@
 """Memory probe: output bytes, bytes saved for backward, CUDA allocation per call.
 
-Fills ``Call.memory`` (:class:`~hookscope.core.records.trace.MemoryRecord`):
+Fills ``Call.memory`` (:class:`~hookscope.core.records.values.MemoryRecord`):
 
 - ``output_bytes``: bytes of the tensors the call returned, ``numel * element_size``
   per tensor; tensors that share a storage (the same tensor twice, views, ``chunk``)

@@ -58,7 +58,7 @@ def make_stats(path: str, numel: int, kind: str, moments: list[float] | None) ->
     if moments is None:
         count = 0 if numel == 0 and kind != "opaque" else None
         return TensorStats(path, numel, None, None, None, None, None, None, count, count)
-    mean, std, lo, hi, zeros, nans, infs = (_canonical(v) for v in moments)
+    mean, std, lo, hi, zeros, nans, infs = moments
     absmax = math.nan if math.isnan(lo) or math.isnan(hi) else max(abs(lo), abs(hi))
     return TensorStats(
         path=path,
@@ -72,12 +72,6 @@ def make_stats(path: str, numel: int, kind: str, moments: list[float] | None) ->
         nan_count=int(nans),
         inf_count=int(infs),
     )
-
-
-def _canonical(x: float) -> float:
-    """NaN as the one ``math.nan`` object, so that records with NaN compare equal to
-    their JSON round trip (``core/records/value_json.py`` reads NaN back as ``math.nan`` too)."""
-    return math.nan if x != x else x
 
 
 def tensor_moments(t: torch.Tensor) -> tuple[str, Moments | None]:

@@ -1,7 +1,7 @@
 """Ops probe: every aten op the model runs, its FLOPs, and the module call it belongs to.
 
 ``install`` enters a ``TorchDispatchMode`` for the tracer's lifetime. The mode sees each
-aten op below autograd, runs it, and records an :class:`~hookscope.core.records.trace.OpRecord`:
+aten op below autograd, runs it, and records an :class:`~hookscope.core.records.values.OpRecord`:
 overload name, input and output shapes, phase, FLOPs (``hookscope/flops/registry.py``), and the
 call it is attributed to:
 

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     )
 
 #: The JSON document's version: bump when a key changes meaning.
-ANOMALY_SCHEMA_VERSION = 1
+ANOMALY_SCHEMA_VERSION = 2
 
 
 def _where(a: Anomaly) -> str:

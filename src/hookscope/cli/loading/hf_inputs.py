@@ -125,7 +125,7 @@ def position_limit(model: nn.Module, config: Any) -> PositionLimit | None:
     relative positions (Llama, T5) are computed for any length, which the config's
     count does not bound.
     """
-    rows = {m.num_embeddings for m in model.modules() if isinstance(m, nn.Embedding)}
+    rows = {m.num_embeddings for m in _position_tables(model)}
     found: list[PositionLimit] = []
     for section in (config, _text_config(config)):
         for attr in _POSITION_ATTRS:
@@ -136,6 +136,34 @@ def position_limit(model: nn.Module, config: Any) -> PositionLimit | None:
             offset = _position_offset(section) if attr == "max_position_embeddings" else 0
             found.append(PositionLimit(max(1, value - offset), attr, value))
     return min(found, key=lambda limit: limit.tokens, default=None)
+
+
+#: Words in a module path that name a table of positions (BERT, GPT-2's ``wpe``, BART).
+_POSITION_WORDS = ("pos", "wpe")
+
+
+def _position_tables(model: nn.Module) -> list[nn.Embedding]:
+    """The embeddings of ``model`` that may be tables of positions.
+
+    The token table (``get_input_embeddings()``, and any embedding sharing its weight)
+    is never one, although its vocabulary may be as large as the positions are many
+    (a rotary Llama with ``vocab_size == max_position_embeddings``); embeddings whose
+    path names positions are preferred over the rest.
+    """
+    tokens = _input_embeddings(model)
+    tables = [(path, m) for path, m in model.named_modules() if isinstance(m, nn.Embedding)
+              and m is not tokens and (tokens is None or m.weight is not tokens.weight)]
+    named = [m for path, m in tables if any(w in path.lower() for w in _POSITION_WORDS)]
+    return named or [m for _, m in tables]
+
+
+def _input_embeddings(model: nn.Module) -> nn.Embedding | None:
+    get = getattr(model, "get_input_embeddings", None)
+    try:
+        tokens = get() if callable(get) else None
+    except (NotImplementedError, AttributeError):  # a model that does not say
+        return None
+    return tokens if isinstance(tokens, nn.Embedding) else None
 
 
 def _make(name: str, config: Any, float_dtype: torch.dtype) -> InputSpec | None:

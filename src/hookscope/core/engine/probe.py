@@ -26,7 +26,7 @@ the order they happen:
   ``uses_backward_end`` and reads ``tracer.backward_end(call)`` there: when the last
   autograd node the call's forward made finished (a branch ends before its input's
   gradient is complete).
-- ``on_param_grad(grad)`` with a :class:`~hookscope.core.records.trace.ParamGrad` when a
+- ``on_param_grad(grad)`` with a :class:`~hookscope.core.records.values.ParamGrad` when a
   parameter's gradient is ready: after accumulation into ``.grad`` for
   ``.backward()``, the computed gradient for ``torch.autograd.grad``.
 - ``finalize(trace)`` once, after every handle was removed: move device values to the

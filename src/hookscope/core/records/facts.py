@@ -12,8 +12,9 @@ A probe (``core/engine/probe.py``) owns its facts. It declares them on its class
 Declaring a probe class registers its declarations here (``Probe.__init_subclass__``),
 so the serializer, the table and the exports find a new probe's facts without any
 file of hookscope being edited: they only read the registries below. Registering the
-same name twice from two different probes raises (../shared/STYLE.md rule 6);
-re-defining the same probe class (a re-imported module, a notebook cell run twice) replaces its own.
+same name twice from two different probes raises (a registry never lets one entry
+hide another silently); re-defining the same probe class (a re-imported module, a
+notebook cell run twice) replaces its own.
 
 Reading ``call.time_ns`` returns ``call.facts["time_ns"]`` (``Call.__getattr__`` in
 ``core/records/trace.py``), or the fact's default when its probe did not record it.

@@ -35,7 +35,7 @@ __all__ = [
     "Trace",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The JSON schema version this hookscope writes and reads (and newer ones, warning)."""
 
 

@@ -25,9 +25,11 @@ from hookscope.core.records.values import (
 )
 
 _FLOAT = "$float"  # NB: a key no Python identifier (a fact's own dict keys) looks like
-# NB: the one ``math.nan`` object, which the stats probe also records: containers
-# compare identical objects as equal, so a trace with NaN statistics still compares
-# equal to its JSON round trip.
+# NB: NaN is read back as the one ``math.nan`` object, which a probe whose fact is a
+# plain float, list or dict writes too (``probes/grad_values.py``): ``Call.facts`` and
+# lists compare identical objects as equal, so such a fact equals its JSON round trip.
+# A record's float fields need no such care: ``values.NanEqualRecord`` compares any NaN
+# equal to any NaN.
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 JsonFloat = float | dict[str, str] | None

@@ -73,6 +73,18 @@ class TensorMeta:
 _NAN = object()  # what a NaN field is compared and hashed as (NanEqualRecord)
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    """The names of a dataclass's fields, read once per class (each compare and hash
+    needs them)."""
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))
+    return names
+
+
 class NanEqualRecord:
     """Equality of a frozen statistics record: field by field, a NaN equal to a NaN.
 
@@ -88,7 +100,7 @@ class NanEqualRecord:
     def _key(self) -> tuple[Any, ...]:
         return tuple(
             _NAN if isinstance(v, float) and math.isnan(v) else v
-            for v in (getattr(self, f.name) for f in fields(self))  # type: ignore[arg-type]
+            for v in (getattr(self, name) for name in _field_names(type(self)))
         )
 
     def __eq__(self, other: object) -> bool:

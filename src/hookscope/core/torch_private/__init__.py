@@ -45,6 +45,8 @@ the names below (``torch_private.next_sequence_nr()``); the submodules hold them
 - ``tensors.py``: version counters (:func:`version_counter`), storage identity
   (:func:`storage_key`), a sparse tensor's parts (:func:`sparse_coo_parts`) and the
   ``_foreach`` kernels (:func:`foreach_norm`, :func:`foreach_mul_`).
+- ``frames.py``: torch's source files a module call and a backward pass run through
+  to reach a hook (:func:`is_torch_machinery`), which a breakpoint's stack hides.
 - ``modules.py``: the process-wide module hook dicts (:func:`global_hooks`,
   :func:`global_backward_hooks_are_legacy`) and :data:`BatchNormBase`.
 - ``_warnings.py``: :class:`HookscopeTorchWarning` and the warn-once bookkeeping every
@@ -107,6 +109,7 @@ from hookscope.core.torch_private.dispatch import (
     unwrapped_dispatch_mode,
     vmap_running,
 )
+from hookscope.core.torch_private.frames import is_torch_machinery
 from hookscope.core.torch_private.jit import jit_trace_scopes, jit_tracing_paused
 from hookscope.core.torch_private.modules import (
     BatchNormBase,
@@ -157,6 +160,7 @@ __all__ = [
     "hooks_first",
     "inside_another_module_call",
     "is_functorch_wrapped",
+    "is_torch_machinery",
     "jit_trace_scopes",
     "jit_tracing_paused",
     "next_sequence_nr",

@@ -162,10 +162,20 @@ def scaler_found_inf(scaler: Any, optimizer: Any) -> list[torch.Tensor] | None:
     return flags
 
 
+_NO_SCALE = object()
+
+
 def scaler_scale(scaler: Any) -> torch.Tensor | None:
     """A ``GradScaler``'s current loss scale as its device tensor (``scaler._scale``,
-    private; ``get_scale()`` would read it to the host); ``None`` where it is not one."""
-    scale = getattr(scaler, "_scale", None)
+    private; ``get_scale()`` reads it to the host); ``None`` before its first
+    ``scale()``. Where torch keeps the scale elsewhere: ``get_scale()`` read to the
+    host, with a warning (it gives the initial scale before the first ``scale()``)."""
+    scale = getattr(scaler, "_scale", _NO_SCALE)
+    if scale is _NO_SCALE:
+        _warn_once("the speed of a GradScaler's loss scale (GradientMonitor(scaler=...))",
+                   "keeps a GradScaler's loss scale where hookscope cannot read it")
+        get_scale = getattr(scaler, "get_scale", None)
+        return torch.tensor(float(get_scale())) if callable(get_scale) else None
     return scale if isinstance(scale, torch.Tensor) else None
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from torch import nn
 
-from hookscope.lint.context import LintContext
+from hookscope.lint.context import LintContext, modules_by_id
 from hookscope.lint.findings import Hit, Severity
 from hookscope.lint.rules import register_rule
 from hookscope.lint.source import reads_training
@@ -68,7 +68,7 @@ def module_in_plain_container(ctx: LintContext) -> Iterator[Hit]:
             continue
         # NB: what a wrapper holds that the model registers (a view
         # ``nn.Sequential(self.conv, self.bn)``) is trained, saved, moved and switched
-        inner = {id(m): m for top in lost.values() for m in top.modules()}
+        inner = {id(m): m for top in lost.values() for m in modules_by_id(top)}
         unregistered = [m for key, m in inner.items() if key not in first]
         wrapped = sorted({first[key] or "<root>" for key in inner if key in first})
         params = {id(p): p.numel() for m in unregistered for p in m.parameters(recurse=False)
