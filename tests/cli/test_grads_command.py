@@ -304,3 +304,23 @@ def test_auto_picks_the_loss_of_the_model_kind() -> None:
     labels = torch.randint(0, 5, (2,), generator=torch.Generator().manual_seed(3))
     want = nn.functional.cross_entropy(logits, labels)
     assert loss.compute(logits, None, torch.Generator().manual_seed(3)).item() == want.item()
+
+
+def test_a_single_step_is_not_told_as_a_change(
+    capsys: pytest.CaptureFixture[str], model_file: str
+) -> None:
+    """``--steps 1`` printed "1 steps" and "1.12 at step 0 -> 1.12 at step 0", as if
+    the loss had been seen twice; the JSON's one step is the oracle for the numbers."""
+    import json
+
+    args = ("grads", model_file, "--input", "3,4", "--steps", "1", "--width", "200")
+    code, out, err = run_cli(capsys, *args, "--no-color")
+    assert code == 0, err
+    code, doc, err = run_cli(capsys, *args, "--format", "json")
+    assert code == 0, err
+    (step,) = json.loads(doc)["steps"]
+    assert "1 steps" not in out and "->" not in out, out
+    assert "Gradient norms over 1 step\n" in out
+    assert f"{step['loss']:.4g} at step 0\n" in out and "1 step, a new random batch (" in out
+    assert out.rstrip().endswith("no anomaly flagged")
+    assert f"total gradient norm: {step['total_norm']:.4g} at step 0" in out

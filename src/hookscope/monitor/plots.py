@@ -87,7 +87,8 @@ def _decorate(ax: Any, history: GradHistory, *, by: str, lines: int, grey: int) 
     ax.set_xlabel("step")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("gradient L2 norm" + (" (per module)" if by == "module" else ""))
-    ax.set_title(f"Gradient norms over {len(history)} steps, {lines} {by}s")
+    steps = f"{len(history)} step{'' if len(history) == 1 else 's'}"
+    ax.set_title(f"Gradient norms over {steps}, {lines} {by}{'' if lines == 1 else 's'}")
     ax.grid(True, which="major", alpha=0.3)
     if grey:
         ax.plot([], [], color=GREY, label=f"{grey} other {by}s")
@@ -214,7 +215,8 @@ def plot_histograms(history: GradHistory, path: Any, *, of: str = "grad",
                  if r[i] is not None]
         _histogram_panel(fig, ax, found, name=name, of=of)
     what = "gradients" if of == "grad" else "weights"
-    fig.suptitle(f"Histograms of the {what} over {len(history.histogram_steps)} steps")
+    steps = len(history.histogram_steps)
+    fig.suptitle(f"Histograms of the {what} over {steps} step{'' if steps == 1 else 's'}")
     fig.tight_layout()
     fig.savefig(path)
 
