@@ -293,7 +293,8 @@ def test_auto_picks_the_loss_of_the_model_kind() -> None:
         (net, logits, None, "ce"),  # a torchvision classifier's [B, C]
         (net, outputs.SequenceClassifierOutput(logits=logits), None, "ce"),
         (causal, outputs.CausalLMOutput(logits=tokens), ids, "lm"),
-        (net, outputs.CausalLMOutput(logits=tokens), ids, "mse"),  # not a causal LM
+        (net, outputs.MaskedLMOutput(logits=tokens), ids, "ce"),  # per token
+        (net, tokens, ids, "mse"),  # a bare [B, T, H] tensor: hidden states
         (net, {"loss": logits.sum(), "logits": logits}, None, "model"),
         (net, torch.randn(2, 1, requires_grad=True), None, "mse"),  # one score: regression
         (net, (logits, tokens), None, "mse"),
@@ -324,3 +325,47 @@ def test_a_single_step_is_not_told_as_a_change(
     assert f"{step['loss']:.4g} at step 0\n" in out and "1 step, a new random batch (" in out
     assert out.rstrip().endswith("no anomaly flagged")
     assert f"total gradient norm: {step['total_norm']:.4g} at step 0" in out
+
+
+def test_masked_and_seq2seq_lms_train_on_a_token_cross_entropy(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A masked LM's or T5's [batch, tokens, vocabulary] logits got MSE to N(0, 1) targets,
+    whose gradients are a vocabulary's size too small for what training them gives; the
+    loss is now the cross-entropy per token their own losses are, checked against
+    ``F.cross_entropy`` in its class-dimension-1 form, and an untrained model's loss on
+    random labels is at least about log(vocabulary)."""
+    import math
+
+    import torch
+
+    from hookscope.cli.grads_loss import choose_loss
+
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    bert = transformers.BertForMaskedLM(transformers.BertConfig(
+        vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=32))
+    ids = torch.randint(0, 40, (2, 6))
+    out = bert(ids)
+    loss = choose_loss("auto", bert, out, ids)
+    assert loss.kind == "ce" and "per token (40 classes)" in loss.description
+    labels = torch.randint(0, 40, (2, 6), generator=torch.Generator().manual_seed(5))
+    want = torch.nn.functional.cross_entropy(out.logits.transpose(1, 2), labels)
+    got = loss.compute(out, ids, torch.Generator().manual_seed(5))
+    assert torch.allclose(got, want, rtol=1e-6, atol=0)
+    for spec, config in [
+        ("transformers:bert/masked-lm", "num_hidden_layers=1,hidden_size=16,"
+         "num_attention_heads=2,intermediate_size=32,vocab_size=50"),
+        ("transformers:t5/seq2seq-lm", "num_layers=1,d_model=16,num_heads=2,d_ff=32,d_kv=8,"
+         "vocab_size=50"),
+    ]:
+        code, doc, err = run_cli(capsys, "grads", spec, "--config", config, "--input", "2,8",
+                                 "--steps", "1", "--format", "json")
+        assert code == 0, err
+        import json
+
+        report = json.loads(doc)
+        assert "per token (50 classes)" in report["loss_description"], spec
+        # random labels: no better than chance, log(50) = 3.9; MSE gave about 1
+        assert report["steps"][0]["loss"] > math.log(50) - 0.5, report["steps"]

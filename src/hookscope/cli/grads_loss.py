@@ -8,7 +8,8 @@ shape); :meth:`Loss.compute` then computes it for every step, drawing what it ne
 
 - ``ce``: a classifier's ``[B, C]`` output (a tensor, or the ``logits`` of a
   transformers output or a named tuple): ``F.cross_entropy`` on random labels in
-  ``[0, C)``;
+  ``[0, C)``; per token for the ``[B, T, C]`` ``logits`` of a model output that is not
+  a causal LM's (masked LM, seq2seq LM, token classification), as their own losses are;
 - ``lm``: a causal language model's ``[B, T, V]`` logits: the next-token cross-entropy
   on the input ids (``logits[:, :-1]`` against ``input_ids[:, 1:]``), as transformers
   computes it when given ``labels=input_ids``;
@@ -56,8 +57,10 @@ class Loss:
             return _own_loss(out)
         if self.kind == "ce":
             logits = _float(_main_output(out))
-            labels = torch.randint(0, logits.shape[1], logits.shape[:1], generator=generator)
-            return F.cross_entropy(logits, labels.to(logits.device))
+            classes = logits.shape[-1]
+            labels = torch.randint(0, classes, logits.shape[:-1], generator=generator)
+            return F.cross_entropy(logits.reshape(-1, classes),
+                                   labels.reshape(-1).to(logits.device))
         if self.kind == "lm":
             logits = _float(_main_output(out))
             assert ids is not None
@@ -88,13 +91,14 @@ def choose_loss(choice: str, model: nn.Module, out: Any, ids: torch.Tensor | Non
             return _model_loss()
         if _is_causal_lm(model) and _lm_problem(main, ids) is None:
             return _lm_loss(main)
-        if _ce_problem(main) is None:
+        if _ce_problem(main, out) is None:
             return _ce_loss(main)
         return _mse_loss(out)
     if choice == "ce":
-        problem = _ce_problem(main)
+        problem = _ce_problem(main, out)
         if problem is not None:
-            raise SpecError(f"--loss ce needs a classifier's [batch, classes] output, but "
+            raise SpecError(f"--loss ce needs a classifier's [batch, classes] output or the "
+                            f"[batch, tokens, classes] logits of a model output, but "
                             f"{problem}; use --loss mse or --loss auto")
         return _ce_loss(main)
     if choice == "lm":
@@ -152,11 +156,15 @@ def _shape(t: torch.Tensor | None) -> str:
     return "a tuple or mapping without logits" if t is None else f"[{', '.join(map(str, t.shape))}]"
 
 
-def _ce_problem(main: torch.Tensor | None) -> str | None:
-    """Why ``main`` is not a classifier's output (``None``: it is one)."""
-    if main is None or main.dim() != 2 or not main.is_floating_point():
+def _ce_problem(main: torch.Tensor | None, out: Any) -> str | None:
+    """Why ``main``, the main output of ``out``, is not a classifier's (``None``: it is
+    one): ``[B, C]``, or ``[B, T, C]`` logits of a model output (a bare 3-d tensor is
+    more likely hidden states than scores)."""
+    if main is None or main.dim() not in (2, 3) or not main.is_floating_point():
         return f"the output is {_shape(main)}"
-    if main.shape[1] < 2:  # one class: a loss of 0 and no gradient at all
+    if main.dim() == 3 and main is out:
+        return f"the output is {_shape(main)}, a tensor rather than a model output's logits"
+    if main.shape[-1] < 2:  # one class: a loss of 0 and no gradient at all
         return f"the output is {_shape(main)}, a single score (a regression)"
     return None
 
@@ -173,7 +181,8 @@ def _lm_problem(main: torch.Tensor | None, ids: torch.Tensor | None) -> str | No
 
 def _ce_loss(main: torch.Tensor | None) -> Loss:
     assert main is not None
-    return Loss("ce", f"cross-entropy on random labels ({main.shape[1]} classes)")
+    per_token = " per token" if main.dim() == 3 else ""
+    return Loss("ce", f"cross-entropy on random labels{per_token} ({main.shape[-1]} classes)")
 
 
 def _lm_loss(main: torch.Tensor | None) -> Loss:
