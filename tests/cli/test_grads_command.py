@@ -369,3 +369,35 @@ def test_masked_and_seq2seq_lms_train_on_a_token_cross_entropy(
         assert "per token (50 classes)" in report["loss_description"], spec
         # random labels: no better than chance, log(50) = 3.9; MSE gave about 1
         assert report["steps"][0]["loss"] > math.log(50) - 0.5, report["steps"]
+
+
+def test_googlenets_auxiliary_classifiers_are_trained_too(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """GoogLeNet in training mode returns its two auxiliary classifiers' logits beside
+    its own; the loss took the main logits only, so the command reported 14 parameters
+    that training gives a gradient to as "no gradient". The loss is GoogLeNet's own
+    recipe (0.3 per auxiliary loss on the same labels), checked against a hand-written
+    sum, and every parameter that ``param.grad`` says backward reaches has a norm."""
+    import torch
+    import torchvision
+
+    from hookscope.cli.grads_loss import choose_loss
+
+    torch.manual_seed(0)
+    net = torchvision.models.googlenet(num_classes=5, aux_logits=True, init_weights=False)
+    out = net(torch.randn(2, 3, 64, 64))
+    loss = choose_loss("auto", net, out, None)
+    assert "aux_logits2 and aux_logits1" in loss.description
+    labels = torch.randint(0, 5, (2,), generator=torch.Generator().manual_seed(1))
+    ce = torch.nn.functional.cross_entropy
+    want = ce(out.logits, labels) + 0.3 * (ce(out.aux_logits1, labels)
+                                           + ce(out.aux_logits2, labels))
+    got = loss.compute(out, None, torch.Generator().manual_seed(1))
+    assert torch.allclose(got, want, rtol=1e-6, atol=0)
+    got.backward()
+    assert all(p.grad is not None for p in net.aux1.parameters())
+    code, text, err = run_cli(capsys, "grads", "torchvision:googlenet", "--input",
+                              "2,3,64,64", "--steps", "1", "--width", "200")
+    assert code == 0, err
+    assert "no gradient" not in text and re.search(r"^aux1\.fc2\.weight +\d", text, re.M)

@@ -10,6 +10,9 @@ shape); :meth:`Loss.compute` then computes it for every step, drawing what it ne
   transformers output or a named tuple): ``F.cross_entropy`` on random labels in
   ``[0, C)``; per token for the ``[B, T, C]`` ``logits`` of a model output that is not
   a causal LM's (masked LM, seq2seq LM, token classification), as their own losses are;
+  the auxiliary classifiers of a named tuple (GoogLeNet's ``aux_logits1``/``2``,
+  Inception's ``aux_logits``) add 0.3 times theirs on the same labels, as GoogLeNet was
+  trained (without it they get no gradient at all);
 - ``lm``: a causal language model's ``[B, T, V]`` logits: the next-token cross-entropy
   on the input ids (``logits[:, :-1]`` against ``input_ids[:, 1:]``), as transformers
   computes it when given ``labels=input_ids``;
@@ -37,6 +40,9 @@ __all__ = ["Loss", "choose_loss", "floating_outputs", "input_ids"]
 
 _CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
 
+#: The weight of an auxiliary classifier's loss (GoogLeNet's paper: 0.3).
+AUX_WEIGHT = 0.3
+
 
 @dataclass(frozen=True)
 class Loss:
@@ -59,8 +65,11 @@ class Loss:
             logits = _float(_main_output(out))
             classes = logits.shape[-1]
             labels = torch.randint(0, classes, logits.shape[:-1], generator=generator)
-            return F.cross_entropy(logits.reshape(-1, classes),
-                                   labels.reshape(-1).to(logits.device))
+            labels = labels.reshape(-1).to(logits.device)
+            loss = F.cross_entropy(logits.reshape(-1, classes), labels)
+            for _, aux in _auxiliary(out):
+                loss = loss + AUX_WEIGHT * F.cross_entropy(_float(aux), labels)
+            return loss
         if self.kind == "lm":
             logits = _float(_main_output(out))
             assert ids is not None
@@ -92,7 +101,7 @@ def choose_loss(choice: str, model: nn.Module, out: Any, ids: torch.Tensor | Non
         if _is_causal_lm(model) and _lm_problem(main, ids) is None:
             return _lm_loss(main)
         if _ce_problem(main, out) is None:
-            return _ce_loss(main)
+            return _ce_loss(main, out)
         return _mse_loss(out)
     if choice == "ce":
         problem = _ce_problem(main, out)
@@ -100,7 +109,7 @@ def choose_loss(choice: str, model: nn.Module, out: Any, ids: torch.Tensor | Non
             raise SpecError(f"--loss ce needs a classifier's [batch, classes] output or the "
                             f"[batch, tokens, classes] logits of a model output, but "
                             f"{problem}; use --loss mse or --loss auto")
-        return _ce_loss(main)
+        return _ce_loss(main, out)
     if choice == "lm":
         problem = _lm_problem(main, ids)
         if problem is not None:
@@ -179,10 +188,25 @@ def _lm_problem(main: torch.Tensor | None, ids: torch.Tensor | None) -> str | No
     return None
 
 
-def _ce_loss(main: torch.Tensor | None) -> Loss:
+def _ce_loss(main: torch.Tensor | None, out: Any) -> Loss:
     assert main is not None
     per_token = " per token" if main.dim() == 3 else ""
-    return Loss("ce", f"cross-entropy on random labels{per_token} ({main.shape[-1]} classes)")
+    text = f"cross-entropy on random labels{per_token} ({main.shape[-1]} classes)"
+    aux = [name for name, _ in _auxiliary(out)]
+    if aux:
+        text += f", plus {AUX_WEIGHT:g} x that of {' and '.join(aux)}"
+    return Loss("ce", text)
+
+
+def _auxiliary(out: Any) -> list[tuple[str, torch.Tensor]]:
+    """The auxiliary classifiers' outputs beside a named tuple's ``[B, C]`` ``logits``:
+    its other fields of the same shape that require grad."""
+    main = _main_output(out)
+    fields = getattr(out, "_fields", ()) if isinstance(out, tuple) else ()
+    if main is None or main.dim() != 2 or not fields:
+        return []
+    return [(name, t) for name, t in zip(fields, out, strict=True) if name != "logits"
+            and isinstance(t, torch.Tensor) and t.requires_grad and t.shape == main.shape]
 
 
 def _lm_loss(main: torch.Tensor | None) -> Loss:
