@@ -295,6 +295,7 @@ def test_auto_picks_the_loss_of_the_model_kind() -> None:
         (causal, outputs.CausalLMOutput(logits=tokens), ids, "lm"),
         (net, outputs.MaskedLMOutput(logits=tokens), ids, "ce"),  # per token
         (net, tokens, ids, "mse"),  # a bare [B, T, H] tensor: hidden states
+        (net, torch.randn(2, 3, 4, 4, requires_grad=True), None, "mse"),  # feature maps
         (net, {"loss": logits.sum(), "logits": logits}, None, "model"),
         (net, torch.randn(2, 1, requires_grad=True), None, "mse"),  # one score: regression
         (net, (logits, tokens), None, "mse"),
@@ -401,3 +402,32 @@ def test_googlenets_auxiliary_classifiers_are_trained_too(
                               "2,3,64,64", "--steps", "1", "--width", "200")
     assert code == 0, err
     assert "no gradient" not in text and re.search(r"^aux1\.fc2\.weight +\d", text, re.M)
+
+
+def test_segmentation_models_train_on_a_per_pixel_cross_entropy(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """torchvision's segmentation models return ``{"out": [B, C, H, W], "aux": ...}``;
+    auto gave them MSE to N(0, 1) targets, averaged over the classes as well. The loss
+    is now torchvision's reference criterion (cross-entropy per pixel, plus 0.5 times the
+    aux head's), written out here by hand as the oracle."""
+    import torch
+    import torchvision
+
+    from hookscope.cli.grads_loss import choose_loss
+
+    torch.manual_seed(0)
+    net = torchvision.models.segmentation.fcn_resnet50(
+        num_classes=4, aux_loss=True, weights_backbone=None)
+    out = net(torch.randn(2, 3, 32, 32))
+    loss = choose_loss("auto", net, out, None)
+    assert "per pixel (4 classes), plus 0.5 x that of aux" in loss.description
+    target = torch.randint(0, 4, (2, 32, 32), generator=torch.Generator().manual_seed(2))
+    ce = torch.nn.functional.cross_entropy
+    want = ce(out["out"], target) + 0.5 * ce(out["aux"], target)
+    got = loss.compute(out, None, torch.Generator().manual_seed(2))
+    assert torch.allclose(got, want, rtol=1e-6, atol=0)
+    code, text, err = run_cli(capsys, "grads", "torchvision:lraspp_mobilenet_v3_large",
+                              "--input", "2,3,32,32", "--steps", "1", "--width", "200")
+    assert code == 0, err
+    assert "loss: cross-entropy on random labels per pixel (21 classes)" in text
