@@ -127,3 +127,23 @@ def test_a_plot_of_many_lines_names_the_worst_and_greys_the_rest(
     notes = [t.get_text() for t in ax.texts]
     assert notes == [f"{planted} explode"]  # the mark is named
     assert ax.get_xlabel() == "step" and ax.get_ylabel() == "gradient L2 norm"
+
+
+def test_a_plot_of_one_step_has_only_whole_steps_on_its_axis(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: object
+) -> None:
+    """A single recorded step gave ticks at -0.045 ... 0.045: steps that are not there.
+    Every tick is a step ``history.steps`` holds (the oracle: the steps recorded)."""
+    figures = _figures(monkeypatch)
+    model = nn.Linear(3, 2)
+    for steps in (1, 3):
+        with hookscope.GradientMonitor(model) as mon:
+            for _ in range(steps):
+                model(torch.randn(2, 3)).sum().backward()
+                mon.step()
+        mon.plot(f"{tmp_path}/p{steps}.png")
+        ax = figures[-1].axes[0]  # type: ignore[attr-defined]
+        ax.figure.canvas.draw()
+        low, high = ax.get_xlim()
+        ticks = [t for t in ax.get_xticks() if low <= t <= high]
+        assert ticks and set(ticks) <= set(mon.history.steps), (steps, ticks)

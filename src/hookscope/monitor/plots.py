@@ -86,6 +86,8 @@ def _decorate(ax: Any, history: GradHistory, *, by: str, lines: int, grey: int) 
 
     ax.set_xlabel("step")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if len(set(history.steps)) == 1:  # NB: around one point the locator ticks fractions
+        ax.set_xticks(list(history.steps))
     ax.set_ylabel("gradient L2 norm" + (" (per module)" if by == "module" else ""))
     steps = f"{len(history)} step{'' if len(history) == 1 else 's'}"
     ax.set_title(f"Gradient norms over {steps}, {lines} {by}{'' if lines == 1 else 's'}")
