@@ -147,3 +147,22 @@ def test_a_plot_of_one_step_has_only_whole_steps_on_its_axis(
         low, high = ax.get_xlim()
         ticks = [t for t in ax.get_xticks() if low <= t <= high]
         assert ticks and set(ticks) <= set(mon.history.steps), (steps, ticks)
+
+
+def test_a_plot_says_which_lines_have_no_gradient_to_draw(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: object
+) -> None:
+    """A module whose parameters got no gradient had a legend entry like any other,
+    with nothing drawn for it; the legend says why (oracle: its ``param.grad``)."""
+    figures = _figures(monkeypatch)
+    torch.manual_seed(0)
+    model = nn.ModuleDict({"used": nn.Linear(3, 2), "unused": nn.Linear(3, 2)})
+    with hookscope.GradientMonitor(model) as mon:
+        for _ in range(2):
+            model["used"](torch.randn(2, 3)).sum().backward()
+            mon.step()
+    assert model["unused"].weight.grad is None and model["used"].weight.grad is not None
+    mon.plot(f"{tmp_path}/p.png")
+    ax = figures[0].axes[0]  # type: ignore[attr-defined]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["used", "unused (no gradient)"], labels
