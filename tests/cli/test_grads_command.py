@@ -293,7 +293,9 @@ def test_auto_picks_the_loss_of_the_model_kind() -> None:
         (net, logits, None, "ce"),  # a torchvision classifier's [B, C]
         (net, outputs.SequenceClassifierOutput(logits=logits), None, "ce"),
         (causal, outputs.CausalLMOutput(logits=tokens), ids, "lm"),
-        (net, outputs.CausalLMOutput(logits=tokens), ids, "mse"),  # not a causal LM
+        (net, outputs.MaskedLMOutput(logits=tokens), ids, "ce"),  # per token
+        (net, tokens, ids, "mse"),  # a bare [B, T, H] tensor: hidden states
+        (net, torch.randn(2, 3, 4, 4, requires_grad=True), None, "mse"),  # feature maps
         (net, {"loss": logits.sum(), "logits": logits}, None, "model"),
         (net, torch.randn(2, 1, requires_grad=True), None, "mse"),  # one score: regression
         (net, (logits, tokens), None, "mse"),
@@ -304,3 +306,128 @@ def test_auto_picks_the_loss_of_the_model_kind() -> None:
     labels = torch.randint(0, 5, (2,), generator=torch.Generator().manual_seed(3))
     want = nn.functional.cross_entropy(logits, labels)
     assert loss.compute(logits, None, torch.Generator().manual_seed(3)).item() == want.item()
+
+
+def test_a_single_step_is_not_told_as_a_change(
+    capsys: pytest.CaptureFixture[str], model_file: str
+) -> None:
+    """``--steps 1`` printed "1 steps" and "1.12 at step 0 -> 1.12 at step 0", as if
+    the loss had been seen twice; the JSON's one step is the oracle for the numbers."""
+    import json
+
+    args = ("grads", model_file, "--input", "3,4", "--steps", "1", "--width", "200")
+    code, out, err = run_cli(capsys, *args, "--no-color")
+    assert code == 0, err
+    code, doc, err = run_cli(capsys, *args, "--format", "json")
+    assert code == 0, err
+    (step,) = json.loads(doc)["steps"]
+    assert "1 steps" not in out and "->" not in out, out
+    assert "Gradient norms over 1 step\n" in out
+    assert f"{step['loss']:.4g} at step 0\n" in out and "1 step, a new random batch (" in out
+    assert out.rstrip().endswith("no anomaly flagged")
+    assert f"total gradient norm: {step['total_norm']:.4g} at step 0" in out
+
+
+def test_masked_and_seq2seq_lms_train_on_a_token_cross_entropy(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A masked LM's or T5's [batch, tokens, vocabulary] logits got MSE to N(0, 1) targets,
+    whose gradients are a vocabulary's size too small for what training them gives; the
+    loss is now the cross-entropy per token their own losses are, checked against
+    ``F.cross_entropy`` in its class-dimension-1 form, and an untrained model's loss on
+    random labels is at least about log(vocabulary)."""
+    import math
+
+    import torch
+
+    from hookscope.cli.grads_loss import choose_loss
+
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    bert = transformers.BertForMaskedLM(transformers.BertConfig(
+        vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=32))
+    ids = torch.randint(0, 40, (2, 6))
+    out = bert(ids)
+    loss = choose_loss("auto", bert, out, ids)
+    assert loss.kind == "ce" and "per token (40 classes)" in loss.description
+    labels = torch.randint(0, 40, (2, 6), generator=torch.Generator().manual_seed(5))
+    want = torch.nn.functional.cross_entropy(out.logits.transpose(1, 2), labels)
+    got = loss.compute(out, ids, torch.Generator().manual_seed(5))
+    assert torch.allclose(got, want, rtol=1e-6, atol=0)
+    for spec, config in [
+        ("transformers:bert/masked-lm", "num_hidden_layers=1,hidden_size=16,"
+         "num_attention_heads=2,intermediate_size=32,vocab_size=50"),
+        ("transformers:t5/seq2seq-lm", "num_layers=1,d_model=16,num_heads=2,d_ff=32,d_kv=8,"
+         "vocab_size=50"),
+    ]:
+        code, doc, err = run_cli(capsys, "grads", spec, "--config", config, "--input", "2,8",
+                                 "--steps", "1", "--format", "json")
+        assert code == 0, err
+        import json
+
+        report = json.loads(doc)
+        assert "per token (50 classes)" in report["loss_description"], spec
+        # random labels: no better than chance, log(50) = 3.9; MSE gave about 1
+        assert report["steps"][0]["loss"] > math.log(50) - 0.5, report["steps"]
+
+
+def test_googlenets_auxiliary_classifiers_are_trained_too(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """GoogLeNet in training mode returns its two auxiliary classifiers' logits beside
+    its own; the loss took the main logits only, so the command reported 14 parameters
+    that training gives a gradient to as "no gradient". The loss is GoogLeNet's own
+    recipe (0.3 per auxiliary loss on the same labels), checked against a hand-written
+    sum, and every parameter that ``param.grad`` says backward reaches has a norm."""
+    import torch
+    import torchvision
+
+    from hookscope.cli.grads_loss import choose_loss
+
+    torch.manual_seed(0)
+    net = torchvision.models.googlenet(num_classes=5, aux_logits=True, init_weights=False)
+    out = net(torch.randn(2, 3, 64, 64))
+    loss = choose_loss("auto", net, out, None)
+    assert "aux_logits2 and aux_logits1" in loss.description
+    labels = torch.randint(0, 5, (2,), generator=torch.Generator().manual_seed(1))
+    ce = torch.nn.functional.cross_entropy
+    want = ce(out.logits, labels) + 0.3 * (ce(out.aux_logits1, labels)
+                                           + ce(out.aux_logits2, labels))
+    got = loss.compute(out, None, torch.Generator().manual_seed(1))
+    assert torch.allclose(got, want, rtol=1e-6, atol=0)
+    got.backward()
+    assert all(p.grad is not None for p in net.aux1.parameters())
+    code, text, err = run_cli(capsys, "grads", "torchvision:googlenet", "--input",
+                              "2,3,64,64", "--steps", "1", "--width", "200")
+    assert code == 0, err
+    assert "no gradient" not in text and re.search(r"^aux1\.fc2\.weight +\d", text, re.M)
+
+
+def test_segmentation_models_train_on_a_per_pixel_cross_entropy(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """torchvision's segmentation models return ``{"out": [B, C, H, W], "aux": ...}``;
+    auto gave them MSE to N(0, 1) targets, averaged over the classes as well. The loss
+    is now torchvision's reference criterion (cross-entropy per pixel, plus 0.5 times the
+    aux head's), written out here by hand as the oracle."""
+    import torch
+    import torchvision
+
+    from hookscope.cli.grads_loss import choose_loss
+
+    torch.manual_seed(0)
+    net = torchvision.models.segmentation.fcn_resnet50(
+        num_classes=4, aux_loss=True, weights_backbone=None)
+    out = net(torch.randn(2, 3, 32, 32))
+    loss = choose_loss("auto", net, out, None)
+    assert "per pixel (4 classes), plus 0.5 x that of aux" in loss.description
+    target = torch.randint(0, 4, (2, 32, 32), generator=torch.Generator().manual_seed(2))
+    ce = torch.nn.functional.cross_entropy
+    want = ce(out["out"], target) + 0.5 * ce(out["aux"], target)
+    got = loss.compute(out, None, torch.Generator().manual_seed(2))
+    assert torch.allclose(got, want, rtol=1e-6, atol=0)
+    code, text, err = run_cli(capsys, "grads", "torchvision:lraspp_mobilenet_v3_large",
+                              "--input", "2,3,32,32", "--steps", "1", "--width", "200")
+    assert code == 0, err
+    assert "loss: cross-entropy on random labels per pixel (21 classes)" in text

@@ -31,12 +31,12 @@ def _build_classifier() -> torch.nn.Module:
 
 def _hand_loop(model: torch.nn.Module, *, steps: int, seed: int, lr: float,
                clip: float | None = None) -> dict[str, Any]:
-    """The loop a user writes: step k's batch and labels from a generator seeded with
-    seed + k, cross-entropy, SGD, clip_grad_norm_ before the step."""
+    """The loop a user writes: each step's batch, then its labels, from one generator
+    seeded with seed, cross-entropy, SGD, clip_grad_norm_ before the step."""
     opt = torch.optim.SGD(model.parameters(), lr=lr)
+    g = torch.Generator().manual_seed(seed)
     got: dict[str, Any] = {"loss": [], "norms": [], "weights": [], "total": [], "after": []}
-    for k in range(steps):
-        g = torch.Generator().manual_seed(seed + k)
+    for _ in range(steps):
         x = torch.randn(5, 4, generator=g)
         y = torch.randint(0, 3, (5,), generator=g)
         loss = F.cross_entropy(model(x), y)
@@ -145,8 +145,9 @@ def test_a_causal_lm_trains_on_the_loss_transformers_computes_from_labels(
     model = namespace["build"]().train()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     losses, norms = [], []
-    for k in range(3):
-        ids = torch.randint(0, 97, (2, 12), generator=torch.Generator().manual_seed(k))
+    g = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        ids = torch.randint(0, 97, (2, 12), generator=g)
         loss = model(ids, labels=ids).loss  # transformers shifts the labels itself
         loss.backward()
         losses.append(loss.item())
@@ -197,15 +198,29 @@ def test_mse_to_a_seeded_target_and_the_models_own_loss(
     model = namespace[factory]()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     losses = []
-    for k in range(3):
-        g = torch.Generator().manual_seed(k)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(3):
         out = model(torch.randn(2, 5, 4, generator=g))
         # the MSE target is drawn after the batch, from the same generator
-        target = torch.randn(2, 5, 3, generator=g)
-        loss = F.mse_loss(out, target) if kind == "mse" else out["loss"]
+        loss = F.mse_loss(out, torch.randn(2, 5, 3, generator=g)) if kind == "mse" else (
+            out["loss"])
         loss.backward()
         losses.append(loss.item())
         opt.step()
         opt.zero_grad()
     assert [s["loss"] for s in doc["steps"]] == pytest.approx(losses, rel=1e-5)
     assert len(set(losses)) == 3
+
+
+def test_two_seeds_share_no_batch(capsys: pytest.CaptureFixture[str], classifier: str) -> None:
+    """Step k was seeded with seed + k, so --seed 1 trained on --seed 0's batches shifted
+    by one step: two runs meant to show the spread over seeds were the same run. With
+    --lr 0 the weights never move and each step's loss is a function of its batch only
+    (the oracle: the hand-written loop of one generator per run)."""
+    runs = {seed: [s["loss"] for s in _grads_json(
+        capsys, classifier, "--input", "5,4", "--steps", "4", "--seed", str(seed),
+        "--lr", "0")["steps"]] for seed in (0, 1)}
+    assert not set(runs[0]) & set(runs[1]), runs
+    for seed, losses in runs.items():
+        assert losses == pytest.approx(
+            _hand_loop(_build_classifier(), steps=4, seed=seed, lr=0.0)["loss"], rel=1e-5)

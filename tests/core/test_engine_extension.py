@@ -621,7 +621,7 @@ def test_a_fact_recorded_as_none_comes_back_none() -> None:
 def test_a_document_read_before_its_probe_is_defined_is_decoded_once_it_is() -> None:
     """Read in a notebook before ``import myprobes``: the values stayed ``RawValue``,
     and the table raised a TypeError."""
-    from hookscope.core.records.trace import facts as core_facts
+    from hookscope.core.records import facts as core_facts
     from hookscope.render.trace_table import render_trace
 
     def declare() -> type[Probe]:

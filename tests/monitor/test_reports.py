@@ -127,3 +127,42 @@ def test_a_plot_of_many_lines_names_the_worst_and_greys_the_rest(
     notes = [t.get_text() for t in ax.texts]
     assert notes == [f"{planted} explode"]  # the mark is named
     assert ax.get_xlabel() == "step" and ax.get_ylabel() == "gradient L2 norm"
+
+
+def test_a_plot_of_one_step_has_only_whole_steps_on_its_axis(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: object
+) -> None:
+    """A single recorded step gave ticks at -0.045 ... 0.045: steps that are not there.
+    Every tick is a step ``history.steps`` holds (the oracle: the steps recorded)."""
+    figures = _figures(monkeypatch)
+    model = nn.Linear(3, 2)
+    for steps in (1, 3):
+        with hookscope.GradientMonitor(model) as mon:
+            for _ in range(steps):
+                model(torch.randn(2, 3)).sum().backward()
+                mon.step()
+        mon.plot(f"{tmp_path}/p{steps}.png")
+        ax = figures[-1].axes[0]  # type: ignore[attr-defined]
+        ax.figure.canvas.draw()
+        low, high = ax.get_xlim()
+        ticks = [t for t in ax.get_xticks() if low <= t <= high]
+        assert ticks and set(ticks) <= set(mon.history.steps), (steps, ticks)
+
+
+def test_a_plot_says_which_lines_have_no_gradient_to_draw(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: object
+) -> None:
+    """A module whose parameters got no gradient had a legend entry like any other,
+    with nothing drawn for it; the legend says why (oracle: its ``param.grad``)."""
+    figures = _figures(monkeypatch)
+    torch.manual_seed(0)
+    model = nn.ModuleDict({"used": nn.Linear(3, 2), "unused": nn.Linear(3, 2)})
+    with hookscope.GradientMonitor(model) as mon:
+        for _ in range(2):
+            model["used"](torch.randn(2, 3)).sum().backward()
+            mon.step()
+    assert model["unused"].weight.grad is None and model["used"].weight.grad is not None
+    mon.plot(f"{tmp_path}/p.png")
+    ax = figures[0].axes[0]  # type: ignore[attr-defined]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["used", "unused (no gradient)"], labels

@@ -114,3 +114,30 @@ def test_a_zero_bias_has_no_ratio_and_vectors_are_left_out_of_the_band() -> None
     ratios = dict(zip(mon.names, mon.history.update_ratio[0], strict=True))
     assert math.isnan(ratios["0.bias"])
     assert {a.path for a in mon.anomalies} == {"0.weight", "2.weight"}
+
+
+def test_parameters_the_optimizer_does_not_hold_have_no_ratio_and_no_anomaly() -> None:
+    """An optimizer over the head only (fine-tuning) left the body's weights where they
+    were: their ratio was 0 and each step flagged them ``update_small``. The optimizer
+    never moves them, so there is no update to measure: NaN, as for a zero weight; the
+    head's ratios are still those of a hand computation."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    opt = torch.optim.SGD(model[2].parameters(), lr=0.01)
+    data = [torch.randn(2, 4) for _ in range(3)]
+    want = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", GradientAnomalyWarning)
+        with hookscope.GradientMonitor(model, optimizer=opt, updates=True) as mon:
+            for x in data:
+                model(x).pow(2).sum().backward()
+                before = model[2].weight.detach().clone()
+                opt.step()
+                want.append(((model[2].weight - before).norm() / before.norm()).item())
+                opt.zero_grad()
+    assert mon.anomalies == []
+    names = list(mon.names)
+    for row, expected in zip(mon.history.update_ratio, want, strict=True):
+        assert math.isnan(row[names.index("0.weight")]) and math.isnan(row[names.index("0.bias")])
+        assert row[names.index("2.weight")] == pytest.approx(expected, rel=1e-5)
+    assert total_hooks(model) == 0

@@ -145,3 +145,66 @@ def test_counts_in_captions_are_singular_for_one() -> None:
     assert "1 element " in text and "1 elements" not in text
     inspect = str(hookscope.inspect(model))
     assert "1 element," in inspect and "1 elements" not in inspect
+
+
+def _gpt2() -> nn.Module:
+    from transformers import GPT2Config, GPT2Model
+
+    torch.manual_seed(0)
+    return GPT2Model(GPT2Config(n_layer=3, n_embd=32, n_head=2, vocab_size=50, n_positions=16))
+
+
+def _spec(tmp_path: object, name: str, body: str) -> str:
+    from pathlib import Path
+
+    path = Path(str(tmp_path)) / f"{name}.py"
+    path.write_text(f"from torch import nn\n\n\ndef make():\n    return {body}\n")
+    return f"{path}:make"
+
+
+def test_fold_and_depth_advice_speaks_python_from_python() -> None:
+    """``print(hookscope.summary(...))`` said "--no-fold", a flag Python has no use for;
+    the advice it gives must be an argument that works: ``fold=False`` shows every
+    module ``named_modules`` lists, ``depth=N`` every call."""
+    model, ids = _gpt2(), torch.randint(0, 50, (1, 8))
+    trace = hookscope.trace(model, ids)
+    texts = [str(hookscope.summary(model, ids)), str(hookscope.inspect(model)), str(trace),
+             trace_table(trace, depth=1, depth_hint=True).to_text(width=200)]
+    for text in texts:
+        assert "--" not in text.replace("\n  ", " ").split("Total")[-1], text
+    joined = " ".join(texts).replace("\n  ", " ")
+    assert "fold=False shows them" in joined and re.search(r"depth=\d+ shows them", joined)
+    unfolded = str(hookscope.summary(model, ids, fold=False))
+    deep = int(re.search(r"depth=(\d+) shows them", joined).group(1))  # type: ignore[union-attr]
+    deeper = render_trace(trace, depth=deep, fold=False, width=200)
+    blocks = [path for path, m in model.named_modules() if type(m).__name__ == "GPT2Block"]
+    fcs = [path for path, m in model.named_modules() if path.endswith("mlp.c_fc")]
+    assert all(f"{path} (GPT2Block)" in unfolded for path in blocks), unfolded
+    assert "deeper rows hidden" not in deeper and deeper.count("c_fc (Conv1D)") == len(fcs), deeper
+
+
+def test_fold_and_depth_advice_names_flags_on_the_command_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: object,
+) -> None:
+    """The same advice on the command line is a flag, and the flag it names works."""
+    blocks = _spec(tmp_path, "blocks", "nn.Sequential(*[nn.Sequential(nn.Linear(4, 4), "
+                   "nn.ReLU()) for _ in range(4)])")
+    for command in (["summary", blocks, "-i", "1,4"], ["trace", blocks, "-i", "1,4"],
+                    ["inspect", blocks]):
+        code, out, err = run_cli(capsys, *command, "--width", "200")
+        assert code == 0, err
+        assert "fold=False" not in out and "--no-fold shows them" in out, out
+        code, out, err = run_cli(capsys, *command, "--no-fold", "--width", "200")
+        assert code == 0, err
+        assert "folded" not in out and len(re.findall(r"\bReLU\b", out)) == 4, out
+    # 25 blocks of different widths: 76 rows, more than the CLI shows without --depth
+    chain = _spec(tmp_path, "chain", "nn.Sequential(*[nn.Sequential(nn.Linear(4 + i, 5 + i), "
+                  "nn.ReLU()) for i in range(25)])")
+    for command in (["summary", chain, "-i", "1,4"], ["trace", chain, "-i", "1,4"]):
+        code, out, err = run_cli(capsys, *command, "--width", "200")
+        assert code == 0, err
+        flag = re.search(r"\((--depth \d+) shows them\)", out)
+        assert flag and "depth=" not in out, out
+        code, out, err = run_cli(capsys, *command, *flag.group(1).split(), "--width", "200")
+        assert code == 0, err
+        assert "deeper rows hidden" not in out and out.count("(ReLU)") == 25, out

@@ -71,8 +71,8 @@ def grads_command(
         "output has one, else MSE to a random target), ce, lm, mse or sum.")
     ] = LossChoice.AUTO,
     seed: Annotated[int, typer.Option(
-        min=0, max=2**62, metavar="N", help="Step k's batch and labels are drawn from a "
-        "generator seeded with N + k.")] = 0,
+        min=0, max=2**62, metavar="N", help="Every step's batch and labels are drawn, in "
+        "turn, from one generator seeded with N.")] = 0,
     explode_above: Annotated[float | None, typer.Option(
         metavar="X", show_default=False, help="Flag gradient norms above X.")] = None,
     vanish_below: Annotated[float | None, typer.Option(

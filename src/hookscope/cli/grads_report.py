@@ -82,10 +82,10 @@ def caption(training: Training, anomalies: Sequence[GradAnomaly], *, lr: float, 
             inputs: str, clip: float | None, relative: bool, shown: int) -> list[str]:
     """The caption parts: loss, optimizer, steps and batch, clip, anomalies."""
     steps = len(training.losses)
-    parts = [f"loss: {training.loss.description}, {_g(training.losses[0])} at step 0 -> "
-             f"{_g(training.losses[-1])} at step {steps - 1}",
+    parts = [f"loss: {training.loss.description}, {_first_last(training.losses, at=True)}",
              f"optimizer: SGD, lr {lr:g}",
-             f"{steps} steps, a new random batch each (--seed {seed}): {inputs}",
+             f"{steps} step{'s' if steps > 1 else ''}, a new random batch "
+             f"{'each ' if steps > 1 else ''}(--seed {seed}): {inputs}",
              _clip_part(training, clip)]
     if relative:
         parts.append("values: gradient norm / weight norm (weights before the step's "
@@ -100,11 +100,20 @@ def caption(training: Training, anomalies: Sequence[GradAnomaly], *, lr: float, 
 def _clip_part(training: Training, clip: float | None) -> str:
     before = training.total_norms
     if clip is None:
-        return f"total gradient norm: {_g(before[0])} at step 0 -> {_g(before[-1])}"
+        return f"total gradient norm: {_first_last(before, at=False)}"
     clipped = sum(1 for n in before if not n <= clip)  # a NaN total is "clipped" to NaN
     return (f"--clip {clip:g}: total norm clipped at {clipped} of {len(before)} steps "
             f"(before: max {_g(_largest(before))}; after: max "
             f"{_g(_largest(training.clipped_norms))})")
+
+
+def _first_last(values: Sequence[float], *, at: bool) -> str:
+    """``7.021 at step 0 -> 7.019 at step 2`` (``at``: the last step named too), or
+    ``7.021 at step 0`` for a single step."""
+    first = f"{_g(values[0])} at step 0"
+    if len(values) == 1:
+        return first
+    return f"{first} -> {_g(values[-1])}" + (f" at step {len(values) - 1}" if at else "")
 
 
 def _largest(values: Sequence[float]) -> float:

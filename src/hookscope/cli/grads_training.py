@@ -7,16 +7,18 @@ Where it sits: ``cli/grads_command.py`` parses the options and loads the model
 Each step is what a user's loop does: a new batch, the forward, the loss
 (``cli/grads_loss.py``), ``backward()``, ``mon.step()`` (so the recorded norms are
 those backward made), the clip of the total norm (``--clip``, by
-``torch.nn.utils.clip_grad_norm_``), then ``SGD.step()`` and ``zero_grad()``. Step ``k``
-draws its batch, then its labels or target, from a CPU generator seeded with
-``seed + k``, through the function that makes the default inputs
+``torch.nn.utils.clip_grad_norm_``), then ``SGD.step()`` and ``zero_grad()``. Each step
+draws its batch, then its labels or target, from one CPU generator seeded with ``seed``
+for the run, through the function that makes the default inputs
 (:func:`hookscope.cli.input_specs.make_inputs`): the same shapes, dtypes and token ranges,
-new values every step (step 0 of seed 0 is the batch ``hookscope trace`` runs on).
+new values every step (step 0 of seed 0 is the batch ``hookscope trace`` runs on). One
+stream per run, not one seed per step: seeds ``s + k`` would give ``--seed 1`` the
+batches of ``--seed 0`` one step later.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 import torch
@@ -26,31 +28,35 @@ from hookscope.cli.grads_loss import Loss, choose_loss, input_ids
 __all__ = ["Batches", "Training", "train"]
 
 
-@dataclass(frozen=True)
+@dataclass
 class Batches:
-    """A new seeded batch per step, made as the default inputs are.
+    """A new batch per step from the run's seeded generator, made as the default inputs
+    are.
 
     Attributes:
         specs: the inputs' shapes, dtypes and names.
         device: where they are made.
         vocab_size: the range of token ids (``None``: unknown).
-        seed: step ``k`` uses a generator seeded with ``seed + k``.
+        seed: the seed of the run's one generator, which every step draws from in turn.
     """
 
     specs: tuple[Any, ...]
     device: str | None
     vocab_size: int | None
-    seed: int
+    seed: InitVar[int]
+    generator: torch.Generator = field(init=False)
 
-    def draw(self, step: int) -> tuple[tuple[Any, ...], dict[str, Any], torch.Generator]:
-        """Step ``step``'s positional and keyword inputs, and the generator they were
+    def __post_init__(self, seed: int) -> None:
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def draw(self) -> tuple[tuple[Any, ...], dict[str, Any], torch.Generator]:
+        """The next step's positional and keyword inputs, and the generator they were
         drawn from (the loss draws the labels from it next)."""
         from hookscope.cli.input_specs import make_inputs
 
-        generator = torch.Generator().manual_seed(self.seed + step)
         args, kwargs = make_inputs(self.specs, device=self.device, vocab_size=self.vocab_size,
-                                   generator=generator)
-        return args, kwargs, generator
+                                   generator=self.generator)
+        return args, kwargs, self.generator
 
 
 @dataclass
@@ -109,7 +115,7 @@ def train(prepared: Any, *, steps: int, lr: float, seed: int, loss: str,
                                                "weights": []}
         chosen: Loss | None = None
         for step in range(steps):
-            args, kwargs, generator = batches.draw(step)
+            args, kwargs, generator = batches.draw()
             out = net(*args, **kwargs)
             ids = input_ids(args, kwargs)
             chosen = chosen or choose_loss(loss, net, out, ids)

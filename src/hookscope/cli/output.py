@@ -117,14 +117,16 @@ class OutputTarget:
 
 def _worded(renderables: Sequence[Any]) -> Sequence[Any]:
     """``renderables`` with their tables' captions saying how to see left-out columns in
-    command-line terms (``widen with --width 142``) rather than Python ones."""
+    command-line terms (``widen with --width 142``, ``--no-fold``) rather than Python ones."""
     from hookscope.render.grid import Wording
     from hookscope.render.table import GridTable
 
     for renderable in renderables:
         if isinstance(renderable, GridTable):
             renderable.wording = Wording(widen="widen with --width {width}",
-                                         pick="or pick them with --columns")
+                                         pick="or pick them with --columns",
+                                         unfold="--no-fold shows them",
+                                         deeper="--depth {depth} shows them")
     return renderables
 
 

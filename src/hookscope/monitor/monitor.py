@@ -218,7 +218,7 @@ class GradientMonitor:
         self._manual = self._optimizer is not None
 
     def _pre_step(self, optimizer: Any, args: Any, kwargs: Any) -> Any:
-        self._recorder.before_optimizer_step()
+        self._recorder.before_optimizer_step(optimizer)
         if self._manual:  # mon.step() already recorded this step
             self._manual = False
             return None

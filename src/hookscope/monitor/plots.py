@@ -61,13 +61,29 @@ def plot_history(
         if name not in named:
             _line(ax, history.steps, series[name], colour=GREY, label=None, zorder=2)
     colours = _colormap(len(named))
+    never = _without_gradient(history, by)
     for k, name in enumerate(named):  # the legend lists the worst first
-        _line(ax, history.steps, series[name], colour=colours(k), label=name, zorder=3)
+        label = f"{name} (no gradient)" if name in never else name
+        _line(ax, history.steps, series[name], colour=colours(k), label=label, zorder=3)
     ax.set_yscale("log")
     _mark_anomalies(ax, anomalies)
     _decorate(ax, history, by=by, lines=len(series), grey=len(series) - len(named))
     fig.tight_layout()
     fig.savefig(path)
+
+
+def _without_gradient(history: GradHistory, by: str) -> set[str]:
+    """The lines (parameters, or modules by their own parameters) that had no gradient
+    at any step: nothing to draw, unlike a NaN gradient, which is marked."""
+    had = [any(history.had_gradient(r)[i] for r in range(len(history)))
+           for i in range(len(history.names))]
+    if by == "parameter":
+        return {n for n, h in zip(history.names, had, strict=True) if not h}
+    owners: dict[str, bool] = {}
+    for name, h in zip(history.names, had, strict=True):
+        owner = name.rpartition(".")[0] or "(root)"
+        owners[owner] = owners.get(owner, False) or h
+    return {owner for owner, h in owners.items() if not h}
 
 
 def _line(ax: Any, steps: list[int], values: list[float], *, colour: Any,
@@ -86,8 +102,11 @@ def _decorate(ax: Any, history: GradHistory, *, by: str, lines: int, grey: int) 
 
     ax.set_xlabel("step")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if len(set(history.steps)) == 1:  # NB: around one point the locator ticks fractions
+        ax.set_xticks(list(history.steps))
     ax.set_ylabel("gradient L2 norm" + (" (per module)" if by == "module" else ""))
-    ax.set_title(f"Gradient norms over {len(history)} steps, {lines} {by}s")
+    steps = f"{len(history)} step{'' if len(history) == 1 else 's'}"
+    ax.set_title(f"Gradient norms over {steps}, {lines} {by}{'' if lines == 1 else 's'}")
     ax.grid(True, which="major", alpha=0.3)
     if grey:
         ax.plot([], [], color=GREY, label=f"{grey} other {by}s")
@@ -214,7 +233,8 @@ def plot_histograms(history: GradHistory, path: Any, *, of: str = "grad",
                  if r[i] is not None]
         _histogram_panel(fig, ax, found, name=name, of=of)
     what = "gradients" if of == "grad" else "weights"
-    fig.suptitle(f"Histograms of the {what} over {len(history.histogram_steps)} steps")
+    steps = len(history.histogram_steps)
+    fig.suptitle(f"Histograms of the {what} over {steps} step{'' if steps == 1 else 's'}")
     fig.tight_layout()
     fig.savefig(path)
 

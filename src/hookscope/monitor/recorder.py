@@ -76,9 +76,9 @@ class StepRecorder:
         if len(self.pending) >= self._log_every:
             self.flush(quiet=False)
 
-    def before_optimizer_step(self) -> None:
+    def before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         if self.updates is not None:
-            self.updates.before_step()
+            self.updates.before_step(optimizer)
 
     def after_optimizer_step(self) -> None:
         if self.updates is not None:
@@ -113,7 +113,7 @@ class StepRecorder:
 
     def _append_update(self, update: PendingUpdate, values: list[list[float]]) -> list[float]:
         h = self.history
-        ratios, weights = host_updates(values)
+        ratios, weights = host_updates(values, update.held)
         h.update_steps.append(update.step)
         h.update_ratio.append(ratios)
         h.weight_norms.append(weights)

@@ -35,6 +35,7 @@ class PendingUpdate:
     step: int
     checked: list[bool]  # which ratios the band checks (see UpdateTracker.before_step)
     rows: list[torch.Tensor]  # the norms of the updates, of the weights before
+    held: list[bool]  # which parameters the optimizer holds (the others have no ratio)
 
 
 class UpdateTracker:
@@ -44,19 +45,27 @@ class UpdateTracker:
         self._params = list(params)
         self._before: list[torch.Tensor] | None = None
         self._checked: list[bool] = []
+        self._held: list[bool] = []
         self._weight_norms: torch.Tensor | None = None
         self.pending: list[PendingUpdate] = []
 
-    def before_step(self) -> None:
+    def before_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Copy the weights before ``optimizer`` steps (the pre-hook)."""
+        # NB: a parameter outside the optimizer's groups (an optimizer over the head
+        # only) never moves: its ratio would be a 0 that says nothing about learning
+        held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        self._held = [id(p) in held for p in self._params]
         with torch.no_grad():
             self._before = [p.detach().clone() for p in self._params]
             self._weight_norms = stack_norms(grad_norms(self._before, 2))
         # NB: only weights of two dimensions or more, that had a gradient: the usual
         # 1e-3 is of weight matrices; a bias or a norm's scale starts at 0 or 1 and
         # moves relatively more in a healthy run
-        self._checked = [p.grad is not None and p.dim() >= 2 for p in self._params]
+        self._checked = [h and p.grad is not None and p.dim() >= 2
+                         for p, h in zip(self._params, self._held, strict=True)]
 
     def after_step(self, step: int) -> None:
+        """Measure the update just made (the post-hook)."""
         before, self._before = self._before, None
         if before is None or self._weight_norms is None:
             return  # a step whose pre-hook did not run (it raised)
@@ -64,18 +73,22 @@ class UpdateTracker:
             for b, p in zip(before, self._params, strict=True):
                 b.sub_(p.detach())  # in place: no second copy
             moved = stack_norms(grad_norms(before, 2))
-        self.pending.append(PendingUpdate(step, self._checked, [moved, self._weight_norms]))
+        self.pending.append(PendingUpdate(step, self._checked, [moved, self._weight_norms],
+                                          self._held))
 
     def take(self) -> list[PendingUpdate]:
         pending, self.pending = self.pending, []
         return pending
 
 
-def host_updates(values: list[list[float]]) -> tuple[list[float], list[float]]:
+def host_updates(values: list[list[float]],
+                 held: Sequence[bool]) -> tuple[list[float], list[float]]:
     """One step's host rows (update norms, weight norms): the ratios and the weight
-    norms (the ratio of a zero weight, a bias initialised to 0, is NaN: none)."""
+    norms (the ratio of a zero weight, a bias initialised to 0, is NaN: none; so is
+    that of a parameter the optimizer does not hold, ``held`` false)."""
     moved, weights = values
-    return [_ratio(m, w) for m, w in zip(moved, weights, strict=True)], weights
+    return [_ratio(m, w) if h else math.nan
+            for m, w, h in zip(moved, weights, held, strict=True)], weights
 
 
 def _ratio(moved: float, weight: float) -> float:

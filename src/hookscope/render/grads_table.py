@@ -21,7 +21,7 @@ from hookscope.render.grid import (
     distinct_min,
     distinct_shortener,
 )
-from hookscope.render.table import GridTable
+from hookscope.render.table import GridTable, plural
 from hookscope.render.units import format_stats
 
 __all__ = ["grads_table"]
@@ -75,7 +75,7 @@ def grads_table(history: Any, anomalies: Sequence[Any], *, ascii: bool = False,
                        styles=styles),
         ]
         return Grid(columns, caption=list(caption),
-                    title=f"{title} over {len(history.steps)} steps")
+                    title=f"{title} over {plural(len(history.steps), 'step')}")
 
     return GridTable(build, ascii=ascii)
 

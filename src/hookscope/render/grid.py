@@ -93,10 +93,35 @@ class Wording:
 
     widen: str = "width={width} shows them"
     pick: str = "or pick them with columns=[...]"
+    unfold: str = "fold=False shows them"
+    deeper: str = "depth={depth} shows them"
 
 
 PYTHON = Wording()
 """The caption's words for a table drawn from Python (``to_text(width=...)``)."""
+
+
+class Worded(str):
+    """A caption part that tells the reader what to pass, in the caller's terms.
+
+    As a ``str`` it is the Python wording (``str()``, ``GridTable.caption``);
+    :func:`fit` asks it again with the table's :class:`Wording`, so that the command
+    line says ``--no-fold`` where Python says ``fold=False``.
+    """
+
+    say: Callable[[Wording], str]
+
+    def __new__(cls, say: Callable[[Wording], str]) -> Worded:
+        part = super().__new__(cls, say(PYTHON))
+        part.say = say
+        return part
+
+
+def folded_caption(runs: int, hidden: int) -> Worded:
+    """``1 run of repeated blocks folded (131 rows; fold=False shows them)``."""
+    rows = f"{hidden:,} row{'' if hidden == 1 else 's'}"
+    head = f"{runs} run{'s' if runs > 1 else ''} of repeated blocks folded ({rows}"
+    return Worded(lambda w: f"{head}; {w.unfold})")
 
 
 @dataclass
@@ -213,7 +238,7 @@ def fit(grid: Grid, width: int, *, gap: int = 2, sep: str = " | ",
                 new = content_width(cols[i])
                 excess -= widths[i] - new
                 widths[i] = new
-    caption = list(grid.caption)
+    caption = [p.say(wording) if isinstance(p, Worded) else p for p in grid.caption]
     if dropped:
         caption.append(left_out_text(grid, dropped, width, fits_at, wording))
     lines = wrap_caption(caption, width, sep=sep) + wrap_notes(grid.notes, width)

@@ -20,7 +20,7 @@ from hookscope.core.records.values import TensorMeta
 from hookscope.flops.registry import flops_text
 from hookscope.render.columns import PRIORITY
 from hookscope.render.fold import Folded, Row, folded_rows, tree_rows
-from hookscope.render.grid import Grid, GridColumn, shapes_min, wrap_shapes
+from hookscope.render.grid import Grid, GridColumn, folded_caption, shapes_min, wrap_shapes
 from hookscope.render.labels import (
     ended_early,
     fold_text,
@@ -116,8 +116,7 @@ class Summary:
         ]
         runs, hidden = folded_rows(rows)
         if runs:
-            parts.append(f"{runs} run{'s' if runs > 1 else ''} of repeated blocks folded "
-                         f"({hidden:,} rows; --no-fold or fold=False shows them)")
+            parts.append(folded_caption(runs, hidden))
         if self.depth_hint:
             from hookscope.render.trace_table import depth_caption
 

@@ -29,7 +29,16 @@ from rich.table import Table
 from rich.text import Text
 
 from hookscope.render.fold import FoldedModules, StructureRow, structure_rows
-from hookscope.render.grid import PYTHON, Fitted, Grid, GridColumn, Wording, fit, wrap_header
+from hookscope.render.grid import (
+    PYTHON,
+    Fitted,
+    Grid,
+    GridColumn,
+    Wording,
+    fit,
+    folded_caption,
+    wrap_header,
+)
 from hookscope.render.labels import (
     structure_fold_text,
     structure_text,
@@ -275,8 +284,7 @@ def structure_table(info: ModelInfo, *, ascii: bool = False, fold: bool = True) 
         runs = [r for r in rows if isinstance(r, FoldedModules)]
         if runs:
             hidden = sum(len(r.inside) for r in runs) - len(runs)
-            caption.append(f"{len(runs)} run{'s' if len(runs) > 1 else ''} of repeated "
-                           f"blocks folded ({hidden:,} rows; --no-fold or fold=False shows them)")
+            caption.append(folded_caption(len(runs), hidden))
         return Grid(cols, caption, notes, title=f"{info.class_name} structure")
 
     return GridTable(build, ascii=ascii)

@@ -32,7 +32,7 @@ from hookscope.render.columns import (
     sort_key,
 )
 from hookscope.render.fold import Folded, Row, folded_rows, hidden_deeper, tree_rows
-from hookscope.render.grid import Grid, GridColumn, shapes_min, wrap_shapes
+from hookscope.render.grid import Grid, GridColumn, Worded, folded_caption, shapes_min, wrap_shapes
 from hookscope.render.labels import ended_early, fold_text, tree_text
 from hookscope.render.table import DEFAULT_WIDTH, GridTable, terminal_width, tree_column
 from hookscope.render.units import format_stat, format_time
@@ -163,13 +163,14 @@ def render_trace(
 
 
 def depth_caption(trace: Trace, depth: int | None, *, fold: bool) -> list[str]:
-    """``["12 deeper rows hidden: --depth 4 shows them"]``, or nothing."""
+    """``["depth 1: 12 deeper rows hidden (depth=4 shows them)"]``, or nothing."""
     hidden = hidden_deeper(trace, depth, fold=fold)
     if not hidden:
         return []
     deepest = max(c.depth for c in trace.calls)
     noun = "row" if hidden == 1 else "rows"
-    return [f"depth {depth}: {hidden:,} deeper {noun} hidden (--depth {deepest} shows them)"]
+    head = f"depth {depth}: {hidden:,} deeper {noun} hidden"
+    return [Worded(lambda w: f"{head} ({w.deeper.format(depth=deepest)})")]
 
 
 HEAVY = ("time", "flops_fwd", "params")
@@ -222,8 +223,7 @@ def _caption(
     parts = [rows]
     runs, hidden = folded_rows(shown)
     if runs:
-        parts.append(f"{runs} run{'s' if runs > 1 else ''} of repeated blocks folded "
-                     f"({hidden:,} rows; --no-fold or fold=False shows them)")
+        parts.append(folded_caption(runs, hidden))
     parts.append(f"params: {trace.model.params_total:,}")
     if trace.total_time_ns is not None:
         parts.append(f"time: {format_time(trace.total_time_ns, ascii=ascii)}")
