@@ -34,7 +34,7 @@ class GradNormProbe(Probe):
                    Fact("param_norms", "parameter path -> gradient norm",
                         default_factory=dict))
     columns = (Column("out_norm", "|out|", lambda c, t: c.facts.get("out_norm"), Unit.STAT),
-               Column("grad_norm", "|grad out|", lambda c, t: c.facts.get("grad_out_norm"),
+               Column("grad_out_norm", "|grad out|", lambda c, t: c.facts.get("grad_out_norm"),
                       Unit.STAT))
     fields = (Field("out_norm", lambda c, t: c.facts.get("out_norm")),
               Field("grad_out_norm", lambda c, t: c.facts.get("grad_out_norm")))
@@ -89,7 +89,7 @@ def test_a_probe_from_a_test_file_reaches_json_csv_dataframe_and_the_table() -> 
     assert frame["out_norm"].iloc[1] == pytest.approx(expected)
     from hookscope.render.trace_table import render_trace
 
-    text = render_trace(trace, columns=["layer", "out_norm", "grad_norm"])
+    text = render_trace(trace, columns=["layer", "out_norm", "grad_out_norm"])
     assert "|out|" in text and "|grad out|" in text
     assert f"{expected:.3g}" in text
     # the default table shows the probe's columns because it ran (headers may wrap)
