@@ -69,7 +69,7 @@ def test_statistics_records_holding_a_nan_equal_each_other_and_hash_alike() -> N
 def test_a_record_reads_its_field_names_once_per_class(monkeypatch: Any) -> None:
     """Comparing and hashing statistics is frequent: ``dataclasses.fields`` runs once
     per record class, not on every compare."""
-    from hookscope.core.records.trace import values
+    from hookscope.core.records import values
 
     calls: list[type] = []
 
