@@ -21,7 +21,7 @@ import zoo
 from helpers import assert_state_unchanged, snapshot_state
 from hookscope.core.model.module_table import module_table
 from hookscope.core.model.structure import BufferInfo, ParamInfo
-from hookscope.core.records.modules import ModuleInfo
+from hookscope.core.records.module_records import ModuleInfo
 
 ZOO_IDS = {"ids": lambda c: c.__name__}
 

@@ -17,7 +17,7 @@ from torch import nn
 
 import hookscope
 import zoo
-from hookscope.core.records.tensors import call_input_metas, iter_tensors, metas
+from hookscope.core.records.tensor_paths import call_input_metas, iter_tensors, metas
 
 
 def walk(value: Any) -> list[torch.Tensor]:

@@ -19,7 +19,7 @@ from hookscope.core.torch_private import autograd as private_autograd
 from hookscope.core.torch_private import call_impl as private_call_impl
 from hookscope.core.torch_private import dispatch as private_dispatch
 from hookscope.core.torch_private import jit as private_jit
-from hookscope.core.torch_private import tensors as private_tensors
+from hookscope.core.torch_private import tensor_internals as private_tensors
 
 
 def test_module_calls_look_call_impl_up_at_call_time() -> None:

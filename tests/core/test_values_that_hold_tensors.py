@@ -14,7 +14,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 import hookscope
-from hookscope.core.records.tensors import metas
+from hookscope.core.records.tensor_paths import metas
 
 
 def test_a_distribution_shows_its_parameters() -> None:

@@ -18,8 +18,8 @@ from torch import nn
 import hookscope
 from hookscope.core import torch_private
 from hookscope.core.records.values import FlopRule
+from hookscope.flops.op_rules import HOOKSCOPE_OVERRIDES, rule_without_formula
 from hookscope.flops.registry import find_formula
-from hookscope.flops.rules import HOOKSCOPE_OVERRIDES, rule_without_formula
 
 #: Families genuinely without a formula (matmul-like, decompositions, quantized kernels).
 UNCOUNTED_FAMILIES = re.compile(

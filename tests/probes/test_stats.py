@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 import hookscope
-from hookscope.core.records.tensors import iter_tensors
+from hookscope.core.records.tensor_paths import iter_tensors
 from hookscope.probes.moments import (
     _bool_moments,
     _cpu_float,

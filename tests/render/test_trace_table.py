@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import hookscope
-from hookscope.core.records.modules import ModelSummary, ModuleInfo
+from hookscope.core.records.module_records import ModelSummary, ModuleInfo
 from hookscope.core.records.trace import Call, FailureRecord, Trace
 from hookscope.core.records.values import MemoryRecord, TensorMeta, TensorStats
 from hookscope.render.table import to_text

@@ -31,7 +31,7 @@ from hookscope.core.inputs import (
 from hookscope.core.meta import inputs_to_meta, is_meta_request, is_on_meta, meta_copy
 from hookscope.core.model.selectors import ModuleSelector
 from hookscope.core.options import check_flags, check_optional_flags
-from hookscope.core.records.tensors import call_input_metas, metas
+from hookscope.core.records.tensor_paths import call_input_metas, metas
 from hookscope.core.records.trace import Call, Trace
 from hookscope.errors import ModelRunError, ProbeError, RunStopped, SpecError
 from hookscope.probes import PROBES

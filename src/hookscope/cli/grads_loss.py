@@ -117,7 +117,7 @@ def choose_loss(choice: str, model: nn.Module, out: Any, ids: torch.Tensor | Non
 
 def floating_outputs(out: Any) -> list[torch.Tensor]:
     """The floating tensors of ``out`` that require grad, in pytree order."""
-    from hookscope.core.records.tensors import iter_tensors
+    from hookscope.core.records.tensor_paths import iter_tensors
 
     return [t for _, t in iter_tensors(out, "out") if t.requires_grad and t.is_floating_point()]
 

@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from hookscope.core.engine.probe import Probe
-from hookscope.core.records.tensors import iter_tensors
+from hookscope.core.records.tensor_paths import iter_tensors
 from hookscope.debug.checks import all_finite, counts
 from hookscope.debug.stops import debugger_disabled, in_backward_of_call, in_call
 from hookscope.errors import DebuggerQuit, SpecError

@@ -18,7 +18,7 @@ import math
 import torch
 
 from hookscope.core import torch_private
-from hookscope.core.records.tensors import dtype_str
+from hookscope.core.records.tensor_paths import dtype_str
 from hookscope.debug.anomaly_records import TensorCheck
 from hookscope.probes.moments import readable
 

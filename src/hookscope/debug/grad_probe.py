@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from hookscope.core.engine.handles import CallbackHandle
-from hookscope.core.records.tensors import iter_tensors
+from hookscope.core.records.tensor_paths import iter_tensors
 from hookscope.debug.anomaly_records import Anomaly, AnomalyKind, BackwardNode
 from hookscope.debug.checks import all_finite, counts
 from hookscope.debug.grad_nodes import NodeHunt, forward_op, user_line

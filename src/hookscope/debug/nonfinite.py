@@ -33,7 +33,7 @@ from torch import nn
 
 from hookscope.core.engine.handles import CallbackHandle
 from hookscope.core.engine.probe import Probe
-from hookscope.core.records.tensors import iter_call_inputs, iter_tensors
+from hookscope.core.records.tensor_paths import iter_call_inputs, iter_tensors
 from hookscope.core.torch_private import version_counter as _version
 from hookscope.debug.anomaly_records import (
     Anomaly,

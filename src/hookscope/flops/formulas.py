@@ -3,7 +3,7 @@
 ``hookscope/flops/registry.py`` looks an op up in a per-run mapping, the user's registry,
 ``torch.utils.flop_counter.flop_registry``, then :data:`HOOKSCOPE_FORMULAS` here;
 :data:`HOOKSCOPE_OVERRIDES` are consulted before ``flop_counter``'s registry. An op
-without any formula is counted by ``hookscope/flops/rules.py``.
+without any formula is counted by ``hookscope/flops/op_rules.py``.
 
 The formulas here exist because ``flop_counter``'s registry lacks the fused attention
 kernels that CPU runs dispatch to (pytorch issue 195460). They are composed from

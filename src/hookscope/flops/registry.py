@@ -8,7 +8,7 @@ the user's registry (:func:`register_flop_formula`), ``torch.utils.flop_counter`
 calls it: ``formula(*args, **kwargs, out_val=out)``; formulas registered without
 ``get_raw=True`` receive shapes instead of tensors (``torch.utils.flop_counter``'s
 ``shape_wrapper``). Ops without a formula are free, 0 by convention, or uncounted
-(:func:`~hookscope.flops.rules.rule_without_formula`).
+(:func:`~hookscope.flops.op_rules.rule_without_formula`).
 
 Counting follows ``torch.utils.flop_counter``: a multiply-add is 2 FLOPs, MACs are
 FLOPs / 2, and only matmul-like work (matmuls, convolutions, attention) is counted.

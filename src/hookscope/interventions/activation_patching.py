@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hookscope.core.records.tensors import map_tensors
+from hookscope.core.records.tensor_paths import map_tensors
 from hookscope.core.records.trace import Call
 from hookscope.errors import SpecError
 from hookscope.interventions.patch import PatchFn, call_aware, output_only

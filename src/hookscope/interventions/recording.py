@@ -14,7 +14,7 @@ from torch import nn
 
 from hookscope.core import torch_private
 from hookscope.core.engine.probe import Probe
-from hookscope.core.records.tensors import map_tensors
+from hookscope.core.records.tensor_paths import map_tensors
 from hookscope.core.records.trace import Call
 from hookscope.errors import SpecError
 from hookscope.interventions.storage_format import ModuleInputs

@@ -48,7 +48,7 @@ from hookscope.core.engine.handles import CallbackHandle
 from hookscope.core.engine.probe import Probe, register_probe
 from hookscope.core.engine.tracer import internal_work, is_internal
 from hookscope.core.records.facts import Column, Fact, Field, Unit
-from hookscope.core.records.tensors import iter_tensors
+from hookscope.core.records.tensor_paths import iter_tensors
 from hookscope.core.records.trace import Call, Trace
 from hookscope.core.records.value_json import memory_in, memory_out
 from hookscope.core.records.values import MemoryRecord

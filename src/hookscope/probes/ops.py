@@ -32,13 +32,13 @@ from hookscope.core.engine.handles import CallbackHandle
 from hookscope.core.engine.probe import Probe, register_probe
 from hookscope.core.engine.tracer import is_internal
 from hookscope.core.records.facts import Column, Fact, Field, Unit
-from hookscope.core.records.tensors import tensor_meta
+from hookscope.core.records.tensor_paths import tensor_meta
 from hookscope.core.records.trace import Call, Trace
 from hookscope.core.records.value_json import flops_in, flops_out, ops_in, ops_out
 from hookscope.core.records.values import FlopCount, FlopRule, OpRecord, Phase, TensorMeta
 from hookscope.errors import SpecError
+from hookscope.flops.op_rules import FlopFormula, is_floating_op, rule_without_formula
 from hookscope.flops.registry import OpTarget, find_formula, flops_text, normalize_formulas
-from hookscope.flops.rules import FlopFormula, is_floating_op, rule_without_formula
 from hookscope.probes.flop_totals import aggregate_flops
 
 if TYPE_CHECKING:

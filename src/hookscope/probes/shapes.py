@@ -33,7 +33,12 @@ from torch import nn
 from hookscope.core.engine.probe import Probe, register_probe
 from hookscope.core.records.facts import Column, Fact, Field, Unit
 from hookscope.core.records.readonly import ReadOnlyList
-from hookscope.core.records.tensors import call_input_metas, meta_from_fields, metas, shapes_text
+from hookscope.core.records.tensor_paths import (
+    call_input_metas,
+    meta_from_fields,
+    metas,
+    shapes_text,
+)
 from hookscope.core.records.trace import Call
 from hookscope.core.records.value_json import metas_in, metas_out
 from hookscope.core.records.values import TensorMeta

@@ -19,7 +19,7 @@ from torch import nn
 from hookscope.core import torch_private
 from hookscope.core.engine.probe import Probe, register_probe
 from hookscope.core.records.facts import Column, Fact, Field, Unit
-from hookscope.core.records.tensors import iter_call_inputs, iter_tensors
+from hookscope.core.records.tensor_paths import iter_call_inputs, iter_tensors
 from hookscope.core.records.trace import Call, Trace
 from hookscope.core.records.value_json import stats_in, stats_out
 from hookscope.probes.moments import Moments, make_stats, readable, tensor_moments, to_host

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from hookscope.core.records.modules import ModuleInfo
+from hookscope.core.records.module_records import ModuleInfo
 from hookscope.core.records.trace import Call, Trace
 
 if TYPE_CHECKING:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hookscope.core.records.modules import ModuleInfo
-from hookscope.core.records.tensors import shape_text
+from hookscope.core.records.module_records import ModuleInfo
+from hookscope.core.records.tensor_paths import shape_text
 from hookscope.core.records.trace import Call, Trace
 from hookscope.core.records.values import TensorMeta
 from hookscope.render.names import Shorten, distinct_forms, elide

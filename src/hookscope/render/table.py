@@ -50,7 +50,7 @@ from hookscope.render.units import format_bytes, format_count
 
 if TYPE_CHECKING:
     from hookscope.core.model.structure import ModelInfo
-    from hookscope.core.records.modules import ModuleInfo
+    from hookscope.core.records.module_records import ModuleInfo
 
 DEFAULT_WIDTH = 120
 RICH_GAP = GAP

@@ -51,7 +51,7 @@ from hookscope.core import torch_private
 from hookscope.core.engine.grad_hooks import hook_leaves, leaves_of, needing_grad, on_gradients
 from hookscope.core.engine.handles import HandleGroup
 from hookscope.core.engine.node_owners import NodeOwners, OwnEnds, hook_own_nodes
-from hookscope.core.records.tensors import iter_call_inputs, iter_tensors
+from hookscope.core.records.tensor_paths import iter_call_inputs, iter_tensors
 from hookscope.core.records.trace import Call
 from hookscope.core.records.values import ParamGrad
 

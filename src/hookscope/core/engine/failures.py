@@ -21,7 +21,7 @@ from typing import Any
 from torch import nn
 
 from hookscope.core import torch_private
-from hookscope.core.records.tensors import shape_text
+from hookscope.core.records.tensor_paths import shape_text
 from hookscope.core.records.trace import Call, FailureRecord, Trace
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from hookscope.core.records.tensors import iter_tensors
+from hookscope.core.records.tensor_paths import iter_tensors
 from hookscope.errors import SpecError
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ def run_backward(
 def backward_roots(output: Any) -> list[torch.Tensor]:
     """Every tensor of ``output`` a default loss sums: floating or complex, requiring
     grad, anywhere in it (tuples, dicts, dataclasses, a ``torch.distributions`` object's
-    parameters: ``core/records/tensors.py``)."""
+    parameters: ``core/records/tensor_paths.py``)."""
     return [
         t for _, t in iter_tensors(output, "out")
         if t.requires_grad and (t.is_floating_point() or t.is_complex())

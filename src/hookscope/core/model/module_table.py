@@ -18,7 +18,7 @@ from torch import nn
 from torch.nn.parameter import is_lazy
 
 from hookscope.core.model import table_reuse
-from hookscope.core.records.modules import ModelSummary, ModuleInfo
+from hookscope.core.records.module_records import ModelSummary, ModuleInfo
 
 Walk = list[tuple[str, nn.Module]]
 Members = table_reuse.Members  # a Walk, or a reused table's Pairs

@@ -22,8 +22,8 @@ from torch import nn
 from torch.nn.parameter import is_lazy
 
 from hookscope.core.model.module_table import Members, first_paths, module_table
-from hookscope.core.records.modules import ModelSummary, ModuleInfo
-from hookscope.core.records.tensors import device_str, dtype_str
+from hookscope.core.records.module_records import ModelSummary, ModuleInfo
+from hookscope.core.records.tensor_paths import device_str, dtype_str
 from hookscope.errors import SpecError
 
 

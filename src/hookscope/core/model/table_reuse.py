@@ -31,7 +31,7 @@ from typing import Any, overload
 import torch
 from torch import nn
 
-from hookscope.core.records.modules import ModelSummary, ModuleInfo
+from hookscope.core.records.module_records import ModelSummary, ModuleInfo
 
 Members = Sequence[tuple[str, nn.Module]]
 """``(path, module)`` pairs, each module once: a list, or a reused table's :class:`Pairs`."""

@@ -30,7 +30,7 @@ import warnings
 from typing import Any
 
 from hookscope.core.records.facts import REGISTRY, Fact, RawValue
-from hookscope.core.records.modules import ModelSummary, ModuleInfo
+from hookscope.core.records.module_records import ModelSummary, ModuleInfo
 from hookscope.core.records.trace import SCHEMA_VERSION, Call, FailureRecord, StopRecord, Trace
 from hookscope.core.records.value_json import metas_in, metas_out
 from hookscope.core.version import package_version

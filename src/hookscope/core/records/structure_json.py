@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from hookscope.core.model.structure import ModelInfo
-    from hookscope.core.records.modules import ModuleInfo
+    from hookscope.core.records.module_records import ModuleInfo
 
 
 def structure_to_dict(info: ModelInfo) -> dict[str, Any]:

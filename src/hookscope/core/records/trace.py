@@ -10,7 +10,7 @@ Records never hold live tensors or modules, and never format themselves: strings
 made by the renderers in ``hookscope.render``. The value records probes store as facts
 (:class:`TensorMeta`, :class:`TensorStats`, :class:`FlopCount`, :class:`OpRecord`...)
 are ``core/records/values.py``'s, and the records of the model's tree (:class:`ModuleInfo`,
-:class:`ModelSummary`) ``core/records/modules.py``'s.
+:class:`ModelSummary`) ``core/records/module_records.py``'s.
 
 NB: :class:`Call` is mutable because probes fill it while the model runs; treat it as
 read-only once the trace is returned.
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hookscope.core.records.facts import RawValue, reserve
-from hookscope.core.records.modules import ModelSummary, ModuleInfo
+from hookscope.core.records.module_records import ModelSummary, ModuleInfo
 from hookscope.core.records.values import TensorMeta
 
 __all__ = [

@@ -111,12 +111,12 @@ from hookscope.core.torch_private.dispatch import (
 )
 from hookscope.core.torch_private.frames import is_torch_machinery
 from hookscope.core.torch_private.jit import jit_trace_scopes, jit_tracing_paused
-from hookscope.core.torch_private.modules import (
+from hookscope.core.torch_private.module_internals import (
     BatchNormBase,
     global_backward_hooks_are_legacy,
     global_hooks,
 )
-from hookscope.core.torch_private.ops import (
+from hookscope.core.torch_private.operators import (
     HigherOrderOperator,
     OpOverload,
     OpOverloadPacket,
@@ -124,7 +124,7 @@ from hookscope.core.torch_private.ops import (
     custom_op_overload,
     op_schema,
 )
-from hookscope.core.torch_private.tensors import (
+from hookscope.core.torch_private.tensor_internals import (
     foreach_mul_,
     foreach_norm,
     sparse_coo_parts,
