@@ -59,7 +59,8 @@ def lint_example(code: str) -> str:
 
 def lint_rules() -> str:
     """One section per registered lint rule, in code order."""
-    from hookscope.lint.rules import Needs, load_rules
+    from hookscope.lint.catalog import load_rules
+    from hookscope.lint.rules import Needs
 
     needs = {Needs.STATIC: "the model only", Needs.FORWARD: "a forward pass (give inputs)",
              Needs.BACKWARD: "a backward pass (`backward=True`, `--backward`)"}

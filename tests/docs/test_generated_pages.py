@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import hookscope
-from hookscope.lint.rules import load_rules
+from hookscope.lint.catalog import load_rules
 
 pytest.importorskip("mkdocs")  # the docs extra: pip install -e ".[docs]"
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hookscope.lint.rules import load_rules
+from hookscope.lint.catalog import load_rules
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "tools" / "lint_examples"
 

@@ -14,7 +14,7 @@ from torch import nn
 import hookscope
 from helpers import FailsInBackward
 from hookscope.lint import Severity
-from hookscope.lint.rules import load_rules
+from hookscope.lint.catalog import load_rules
 
 RULES = load_rules()
 

@@ -86,7 +86,7 @@ def lint_command(
     target = OutputTarget(output, True, None)
     with failure_boundary(debug=debug):
         if explain is not None:
-            from hookscope.lint.rules import get_rule
+            from hookscope.lint.catalog import get_rule
 
             target.write(Rendered.of_text(get_rule(explain).explain()))
             return 0
@@ -117,7 +117,7 @@ def lint_command(
 
 
 def _check_rule_options(select: list[str] | None, ignore: list[str] | None) -> None:
-    from hookscope.lint.rules import load_rules
+    from hookscope.lint.catalog import load_rules
     from hookscope.lint.suppress import compile_ignore, select_rules
 
     select_rules(load_rules(), select)

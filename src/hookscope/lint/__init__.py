@@ -1,6 +1,7 @@
 """Model-definition lint: the bugs that make a custom model silently wrong.
 
-``hookscope.lint(model, *inputs)`` runs the registered rules (``rules.py``; the
+``hookscope.lint(model, *inputs)`` runs the registered rules (``rules.py``, loaded by
+``catalog.py``; the
 built-in ones in ``checks/``, one module per family) over the model's structure and,
 when inputs are given, over one forward pass, and returns a :class:`LintReport` of
 :class:`Finding` records (``findings.py``). ``runner.py`` drives a run, ``context.py``
@@ -22,8 +23,9 @@ import sys
 import types
 from typing import TYPE_CHECKING, Any
 
+from hookscope.lint.catalog import get_rule, load_rules
 from hookscope.lint.findings import Finding, Hit, LintReport, Severity
-from hookscope.lint.rules import RULES, Needs, Rule, get_rule, load_rules, register_rule
+from hookscope.lint.rules import RULES, Needs, Rule, register_rule
 from hookscope.lint.runner import lint as _lint
 
 __all__ = [

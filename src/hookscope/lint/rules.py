@@ -113,23 +113,3 @@ def register_rule(
 
     return decorate
 
-
-def load_rules() -> dict[str, Rule]:
-    """Every registered rule by code (importing the built-in rule modules first)."""
-    import hookscope.lint.checks  # noqa: F401  (registers the built-in rules)
-
-    return dict(sorted(RULES.items()))
-
-
-def get_rule(code: str) -> Rule:
-    """The rule ``code`` (case-insensitive).
-
-    Raises:
-        SpecError: no rule has that code.
-    """
-    rules = load_rules()
-    rule = rules.get(code.strip().upper())
-    if rule is None:
-        raise SpecError(f"no lint rule {code!r}; the rules are {', '.join(rules)}")
-    return rule
-

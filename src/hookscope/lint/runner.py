@@ -19,10 +19,11 @@ import torch
 from torch import nn
 
 from hookscope.errors import ModelRunError, SpecError
+from hookscope.lint.catalog import load_rules
 from hookscope.lint.context import LintContext
 from hookscope.lint.findings import Finding, Hit, LintReport
 from hookscope.lint.locate import locate
-from hookscope.lint.rules import Needs, Rule, load_rules
+from hookscope.lint.rules import Needs, Rule
 from hookscope.lint.suppress import IgnoreEntry, compile_ignore, select_rules
 
 

@@ -59,7 +59,7 @@ def compile_ignore(ignore: Sequence[IgnoreEntry] | None) -> Callable[[Finding], 
     Raises:
         SpecError: an entry is not a code, a glob or a ``(code, glob)`` pair.
     """
-    from hookscope.lint.rules import load_rules
+    from hookscope.lint.catalog import load_rules
 
     if not ignore:
         return lambda finding: False
