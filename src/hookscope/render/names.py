@@ -91,10 +91,16 @@ def distinct_forms(labels: Sequence[str], width: int) -> tuple[dict[str, str], b
 
 
 def _match(labels: Sequence[str], width: int, *, give_up: bool) -> tuple[dict[str, str], bool]:
-    """:func:`distinct_forms`; with ``give_up``, stop at the first label left without a
-    form of its own (the forms are then incomplete, the answer ``False`` all the same:
-    a label the matching cannot place stays unplaced). A failed search walks every
-    alternating path, so the widths just short of the answer cost most without it."""
+    """:func:`distinct_forms`; with ``give_up``, only whether the labels can be kept
+    apart (the forms are then incomplete).
+
+    The answer does not depend on the matching the search starts from: when a label
+    left free has no augmenting path, no matching places every label (the difference
+    between it and the current one would hold such a path). So ``give_up`` starts from each
+    label's first free form, which leaves few labels to search for, and stops at the
+    first label the search cannot place: a failed search walks every alternating path,
+    so the widths just short of the answer cost most without it.
+    """
     unique = list(dict.fromkeys(labels))
     out = {label: label for label in unique if len(label) <= width}
     fixed = set(out)
@@ -116,9 +122,15 @@ def _match(labels: Sequence[str], width: int, *, give_up: bool) -> tuple[dict[st
                 return True
         return False
 
+    if give_up:
+        for label in rest:
+            free = next((f for f in options[label] if f not in owner), None)
+            if free is not None:
+                owner[free] = label
+    placed = set(owner.values())
     distinct = True
     for label in rest:
-        if not place(label, set()):
+        if label not in placed and not place(label, set()):
             distinct = False
             if give_up:
                 return out, False
