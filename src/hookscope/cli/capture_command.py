@@ -94,7 +94,7 @@ def _check_output(output: Path) -> bool:
     """
     import os
 
-    from hookscope.cli.output import missing_folder
+    from hookscope.cli.output import check_parent
     from hookscope.errors import SpecError
 
     shown = str(output)
@@ -103,12 +103,7 @@ def _check_output(output: Path) -> bool:
             return False
         kind = "a file" if not output.is_dir() else "a directory that is not empty"
         raise SpecError(f"--output {shown!r} is {kind}; give a new directory (or an empty one)")
-    parent = Path(os.path.realpath(output)).parent
-    if not parent.is_dir():
-        raise SpecError(f"--output {shown!r}: {missing_folder(parent)}")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise SpecError(f"--output {shown!r}: directory {str(parent)!r} is not writable; "
-                        "choose another directory")
+    check_parent(Path(os.path.realpath(output)).parent, f"--output {shown!r}")
     return True
 
 

@@ -242,3 +242,22 @@ def missing_folder(folder: Path) -> str:
                 break
             return f"{str(part)!r} is a file, not a directory"
     return f"directory {str(folder)!r} does not exist; create it first"
+
+
+def check_parent(folder: Path, option: str) -> None:
+    """Check that ``folder`` can hold what an option names, before any model is built.
+
+    Args:
+        folder: the directory the file or directory is to be made in.
+        option: how the message names the option's value (``--output 'run'``).
+
+    Raises:
+        SpecError: ``folder`` is missing, is a file, or cannot be written.
+    """
+    from hookscope.errors import SpecError
+
+    if not folder.is_dir():
+        raise SpecError(f"{option}: {missing_folder(folder)}")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise SpecError(f"{option}: directory {str(folder)!r} is not writable; "
+                        "choose another directory")

@@ -124,7 +124,7 @@ def check_output(path: Path | None) -> None:
     import os
     import stat
 
-    from hookscope.cli.output import missing_folder
+    from hookscope.cli.output import check_parent
     from hookscope.errors import SpecError
 
     if path is None or str(path) == "-":
@@ -138,13 +138,7 @@ def check_output(path: Path | None) -> None:
             raise SpecError(f"cannot write output file {shown!r}: permission denied")
         if not stat.S_ISREG(target.stat().st_mode):
             return  # a device or FIFO (-o /dev/stdout): written directly
-    if not target.parent.is_dir():
-        raise SpecError(f"cannot write output file {shown!r}: {missing_folder(target.parent)}")
-    if not os.access(target.parent, os.W_OK | os.X_OK):
-        raise SpecError(
-            f"cannot write output file {shown!r}: directory {str(target.parent)!r} is not "
-            "writable; choose another directory"
-        )
+    check_parent(target.parent, f"cannot write output file {shown!r}")
 
 
 @contextmanager

@@ -16,9 +16,9 @@ lines). ``fold=False`` shows every row.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from hookscope.core.records.module_records import ModuleInfo
 from hookscope.core.records.trace import Call, Trace
@@ -51,6 +51,9 @@ Row = Call | Folded
 
 MIN_REPEATS = 2
 """A run folds when at least this many blocks repeat the first (``h.1 ... h.2 x2``)."""
+
+T = TypeVar("T")
+F = TypeVar("F")
 
 
 def signatures(trace: Trace) -> list[int]:
@@ -92,25 +95,45 @@ def _group(
 ) -> list[Row]:
     if not fold or len(kids) < 2:
         return list(kids)
-    out: list[Row] = []
-    i = 0
-    while i < len(kids):
-        first = kids[i]
-        out.append(first)
-        j = i + 1
-        while (j < len(kids) and kids[j].module_class == first.module_class
-               and sigs[kids[j].index] == sigs[kids[i + 1].index]):
-            j += 1
-        rest = kids[i + 1:j]
+
+    def folded(first: Call, rest: Sequence[Call]) -> Folded | None:
         hidden = sum(sizes[c.index] for c in rest)
-        # NB: from two repeats on: one block folded hides its rows, statistics included,
-        # to save a few lines. Blocks, not leaves, and rows are saved: their rows below,
-        # or (at the depth limit, where a block is one row) the run itself
-        if len(rest) >= MIN_REPEATS and (hidden > len(rest) or bool(rest[0].children)):
-            out.append(Folded(tuple(rest), hidden))
-            i = j
-        else:
+        # NB: from two repeats on: one block folded hides its rows, statistics
+        # included, to save a few lines. Blocks, not leaves, and rows are saved: their
+        # rows below, or (at the depth limit, where a block is one row) the run itself
+        if rest[0].module_class != first.module_class:
+            return None
+        if hidden > len(rest) or bool(rest[0].children):
+            return Folded(tuple(rest), hidden)
+        return None
+
+    return _fold_runs(kids, lambda c: (c.module_class, sigs[c.index]), folded)
+
+
+def _fold_runs(items: Sequence[T], key: Callable[[T], Hashable],
+               fold: Callable[[T, Sequence[T]], F | None]) -> list[T | F]:
+    """``items`` with each run of alike items after an item replaced by one row.
+
+    A run is the items after ``items[i]`` whose ``key`` is that of ``items[i + 1]``:
+    the item before a run is always shown whole (a stack's first block often differs
+    from the rest: its input's shape, a relative-position table). A run of at least
+    :data:`MIN_REPEATS` items becomes ``fold(items[i], run)`` unless that is ``None``,
+    in which case the next item is tried as the first of a run.
+    """
+    out: list[T | F] = []
+    i = 0
+    while i < len(items):
+        out.append(items[i])
+        j = i + 1
+        alike = key(items[j]) if j < len(items) else None
+        while j < len(items) and key(items[j]) == alike:
+            j += 1
+        row = fold(items[i], items[i + 1:j]) if j - i - 1 >= MIN_REPEATS else None
+        if row is None:
             i += 1
+        else:
+            out.append(row)
+            i = j
     return out
 
 
@@ -190,18 +213,10 @@ def structure_rows(info: ModelInfo, *, fold: bool = True) -> list[StructureRow]:
 
 def _fold_modules(info: ModelInfo, kids: list[ModuleInfo], sigs: dict[str, int]
                   ) -> list[StructureRow]:
-    out: list[StructureRow] = []
-    i = 0
-    while i < len(kids):
-        out.append(kids[i])
-        j = i + 1
-        while j < len(kids) and sigs[kids[j].path] == sigs[kids[i + 1].path]:
-            j += 1
-        rest = kids[i + 1:j]
-        if len(rest) >= MIN_REPEATS and rest[0].children:
-            inside = tuple(m for r in rest for m in (r, *info.descendants(r.path)))
-            out.append(FoldedModules(tuple(rest), inside))
-            i = j
-        else:
-            i += 1
-    return out
+    def folded(first: ModuleInfo, rest: Sequence[ModuleInfo]) -> FoldedModules | None:
+        if not rest[0].children:
+            return None
+        inside = tuple(m for r in rest for m in (r, *info.descendants(r.path)))
+        return FoldedModules(tuple(rest), inside)
+
+    return _fold_runs(kids, lambda m: sigs[m.path], folded)

@@ -60,18 +60,47 @@ def distinct_shortener(labels: Sequence[str]) -> Shorten:
 
 def distinct_min(labels: Sequence[str], floor: int) -> int:
     """The narrowest width from ``floor`` on where :func:`distinct_shortener` keeps every
-    label apart (at most the widest label)."""
+    label apart (at most the widest label).
+
+    Being apart is monotonic in the width, so the width is found by bisection: a
+    matching at width ``w`` gives one at ``w + 1`` (each label keeps its head and one
+    more character of its end; two forms equal at ``w + 1`` would be equal at ``w``).
+    That holds only while no label holds an ellipsis itself (else an elided form can
+    equal another label's text, whatever its head); such labels get the plain search.
+    """
     widest = max(map(len, labels), default=0)
-    width = min(floor, widest)
-    while width < widest and not distinct_forms(labels, width)[1]:
-        width += 1
-    return width
+    low, high = min(floor, widest), widest
+    if any(ELLIPSIS in label for label in labels):
+        while low < high and not _match(labels, low, give_up=True)[1]:
+            low += 1
+        return low
+    while low < high:  # apart at ``high`` (every label fits there), not below ``low``
+        middle = (low + high) // 2
+        if _match(labels, middle, give_up=True)[1]:
+            high = middle
+        else:
+            low = middle + 1
+    return low
 
 
 def distinct_forms(labels: Sequence[str], width: int) -> tuple[dict[str, str], bool]:
     """Each label's form in ``width`` characters, and whether they are all distinct:
     labels that fit are themselves; the others get one of their elided forms, matched
     (augmenting paths) so that no two share one where that is possible."""
+    return _match(labels, width, give_up=False)
+
+
+def _match(labels: Sequence[str], width: int, *, give_up: bool) -> tuple[dict[str, str], bool]:
+    """:func:`distinct_forms`; with ``give_up``, only whether the labels can be kept
+    apart (the forms are then incomplete).
+
+    The answer does not depend on the matching the search starts from: when a label
+    left free has no augmenting path, no matching places every label (the difference
+    between it and the current one would hold such a path). So ``give_up`` starts from each
+    label's first free form, which leaves few labels to search for, and stops at the
+    first label the search cannot place: a failed search walks every alternating path,
+    so the widths just short of the answer cost most without it.
+    """
     unique = list(dict.fromkeys(labels))
     out = {label: label for label in unique if len(label) <= width}
     fixed = set(out)
@@ -93,10 +122,18 @@ def distinct_forms(labels: Sequence[str], width: int) -> tuple[dict[str, str], b
                 return True
         return False
 
+    if give_up:
+        for label in rest:
+            free = next((f for f in options[label] if f not in owner), None)
+            if free is not None:
+                owner[free] = label
+    placed = set(owner.values())
     distinct = True
     for label in rest:
-        if not place(label, set()):
+        if label not in placed and not place(label, set()):
             distinct = False
+            if give_up:
+                return out, False
     out.update({label: form for form, label in owner.items()})
     for label in rest:
         out.setdefault(label, elide(label, width, head=default))

@@ -42,8 +42,9 @@ Entries = dict[int, tuple[str, str, int, bool]]
 """``id(module) -> (path, class name, its place in the run's counts, is a fast leaf)``:
 read-only, and kept from run to run for a model traced again (NB: no list per module
 and per run: the garbage collector's young generation fills with what a run
-allocates, and a collection in the middle of a run costs a fraction of a millisecond,
-``benchmarks/README.md``, session 16)."""
+allocates, and a collection in the middle of a run walks cold objects, 0.2-0.4 ms
+on MobileNetV3-Large; ``docs/architecture.md``, "Few objects per run for the garbage
+collector")."""
 
 
 class Plan(NamedTuple):

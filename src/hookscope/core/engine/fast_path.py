@@ -12,9 +12,11 @@ checked per call, and once per process that torch's functions still read so,
 ``forward`` itself, one frame less. Any other module (another model's, another
 thread's) goes straight to torch's ``_call_impl``. Per module call this is one Python
 frame, instead of a global forward pre-hook and an always-call forward hook, which
-also send every module through torch's hooked call path (``benchmarks/README.md``:
-most of what observing a small model cost). A failure is an exception caught around
-the call: no frame inspection.
+also send every module through torch's hooked call path: that path, the floor of any
+hook-based tool (``benchmarks/bench_summary.py``'s no-op hook on every module), is
+most of what observing a small model through hooks costs (``docs/architecture.md``,
+"The fast path of exclusive runs"). A failure is an exception caught around the
+call: no frame inspection.
 
 A module with hooks of its own (which may replace its output) keeps per-module hooks
 (``core/engine/module_hooks.py``), registered last, as do all modules in a ``Tracer`` block,
@@ -85,8 +87,10 @@ def make_traced_call(
     """The stand-in for ``Module._call_impl``: the call-start bookkeeping of
     ``core/engine/module_hooks.py``'s pre-hook, torch's ``_call_impl``, then its post-hook's.
 
-    NB: the bookkeeping is inline on purpose: one more Python call per module call is
-    measurable at batch 1 (``benchmarks/README.md``).
+    NB: the bookkeeping is inline on purpose: between two kernels the interpreter's
+    data is out of the caches (a cold attribute read costs 0.6-2 µs, a warm one
+    0.1 µs), so one more Python call per module call shows at batch 1, where kernels
+    are short (``docs/architecture.md``, "Cold caches decide the cost of the stand-in").
     """
     stack, calls, clocked, origin = run.stack, run.calls, run.clocked, run.origin_ns
     owners, at_start = run.owners, run.overhead_at_start
