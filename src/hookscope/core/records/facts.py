@@ -321,3 +321,13 @@ def probe_facts(probe: str, *, per_trace: bool = False) -> list[Fact]:
     kind = "trace_facts" if per_trace else "facts"
     table = REGISTRY.trace_facts if per_trace else REGISTRY.call_facts
     return [table[n] for n in REGISTRY.by_probe.get(probe, {}).get(kind, [])]
+
+
+def decode_raw(facts: dict[str, Any], name: str, kind: str) -> Any:
+    """``facts[name]``, a ``RawValue``, decoded (and kept so) when its fact is declared
+    now; else the ``RawValue`` itself."""
+    value = facts[name]
+    spec = (REGISTRY.call_facts if kind == "call" else REGISTRY.trace_facts).get(name)
+    if spec is not None and isinstance(value, RawValue):
+        value = facts[name] = spec.from_json(value.raw)
+    return value

@@ -72,16 +72,6 @@ def settle_raw_facts(trace: Trace) -> None:
                     facts[name] = spec.from_json(value.raw)
 
 
-def decode_raw(facts: dict[str, Any], name: str, kind: str) -> Any:
-    """``facts[name]``, a ``RawValue``, decoded (and kept so) when its fact is declared
-    now; else the ``RawValue`` itself."""
-    value = facts[name]
-    spec = (REGISTRY.call_facts if kind == "call" else REGISTRY.trace_facts).get(name)
-    if spec is not None and isinstance(value, RawValue):
-        value = facts[name] = spec.from_json(value.raw)
-    return value
-
-
 def _facts_in(doc: dict[str, Any], table: dict[str, Fact], unknown: set[str]) -> dict[str, Any]:
     facts: dict[str, Any] = {}
     for name, value in doc.items():

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hookscope.core.records.facts import RawValue, reserve
+from hookscope.core.records.facts import RawValue, decode_raw, reserve
 from hookscope.core.records.module_records import ModelSummary, ModuleInfo
 from hookscope.core.records.values import TensorMeta
 
@@ -92,9 +92,7 @@ def _read_fact(facts: dict[str, Any], name: str, kind: str) -> Any:
     else:
         if type(value) is not RawValue:
             return value
-        # read before its probe was defined: decoded once it is (core/records/serialize.py)
-        from hookscope.core.records.serialize import decode_raw
-
+        # read before its probe was defined: decoded once it is
         return decode_raw(facts, name, kind)
     from hookscope.core.records.facts import REGISTRY
 
@@ -237,20 +235,18 @@ class Trace:
             return None
         return sum(t for t in times if t is not None)
 
-    # JSON lives in core; tables and flat exports in ``hookscope.render``, which
-    # registers them here (``PRESENTERS``): core does not import the render layer.
+    # The JSON codec (core/records/serialize.py) builds these records, so it is not
+    # imported here: the records package sets it (``JSON_CODEC``) when it is imported,
+    # before any of its modules can be used. Tables and flat exports are registered
+    # the same way by ``hookscope.render`` (``PRESENTERS``): core does not import it.
     def to_json(self, *, indent: int | None = 2) -> str:
         """The trace as a versioned JSON document that :meth:`from_json` reads back."""
-        from hookscope.core.records.serialize import trace_to_json
-
-        return trace_to_json(self, indent=indent)
+        return JSON_CODEC["to_json"](self, indent=indent)  # type: ignore[no-any-return]
 
     @classmethod
     def from_json(cls, text: str) -> Trace:
         """The trace a :meth:`to_json` document holds (refuses an earlier schema version)."""
-        from hookscope.core.records.serialize import trace_from_json
-
-        return trace_from_json(text)
+        return JSON_CODEC["from_json"](text)  # type: ignore[no-any-return]
 
     def to_csv(self, *, columns: Sequence[str] | None = None) -> str:
         """One CSV row per call (see :func:`hookscope.render.export.trace_to_csv`)."""
@@ -277,6 +273,9 @@ class Trace:
 
 
 PRESENTERS: dict[str, Callable[..., Any]] = {}
+
+JSON_CODEC: dict[str, Callable[..., Any]] = {}
+"""``to_json``/``from_json``: ``core/records/serialize.py``'s, set by ``records/__init__``."""
 """How a trace shows itself (``text``, ``csv``, ``dataframe``), registered by
 ``hookscope.render`` when it is imported (``import hookscope`` does, lazily)."""
 
