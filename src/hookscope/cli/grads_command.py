@@ -161,8 +161,6 @@ def _check_thresholds(**thresholds: float | None) -> None:
     Raises:
         SpecError: one is zero, negative or not a number.
     """
-    import math
-
     from hookscope.errors import SpecError
 
     for name, value in thresholds.items():
