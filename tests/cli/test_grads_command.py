@@ -99,6 +99,16 @@ def test_a_plot_path_that_cannot_be_written_is_refused_before_training(
     assert not (tmp_path / plot).exists()
 
 
+def test_a_plot_path_that_is_a_directory_is_refused_naming_plot(
+    capsys: pytest.CaptureFixture[str], model_file: str, tmp_path: Path,
+) -> None:
+    pytest.importorskip("matplotlib")
+    code, _, err = run_cli(capsys, "grads", model_file, "--input", "3,4", "--steps", "2",
+                           "--plot", str(tmp_path))
+    assert_one_error_line(code, err, "--plot")
+    assert "-o out.txt" not in err and "is a directory" in err
+
+
 def test_trace_backward_shows_the_backward_columns(
     capsys: pytest.CaptureFixture[str], model_file: str
 ) -> None:

@@ -180,7 +180,7 @@ def _check_plot(path: Path) -> None:
     from hookscope.cli.running import check_output
     from hookscope.errors import MissingDependencyError, SpecError
 
-    check_output(path)
+    check_output(path, option="--plot")
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
     except ImportError as e:
