@@ -322,6 +322,40 @@ def test_tensorboard_gets_one_scalar_per_parameter_and_step() -> None:
     assert value == mon.history.column("0.weight")[1]
 
 
+def test_a_writer_opened_from_a_log_directory_is_closed_and_a_passed_one_is_not(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    import hookscope.monitor.history_output as history_output
+
+    class Writer:
+        def __init__(self, logdir: object = None) -> None:
+            self.closed = 0
+
+        def add_scalar(self, tag: str, value: float, step: int) -> None:
+            pass
+
+        def flush(self) -> None:
+            pass
+
+        def close(self) -> None:
+            self.closed += 1
+
+    opened: list[Writer] = []
+    monkeypatch.setattr(history_output, "summary_writer",
+                        lambda logdir: opened.append(Writer(logdir)) or opened[-1])
+    model, passed = mlp(), Writer()
+    with hookscope.GradientMonitor(model, writer=str(tmp_path)) as mon:
+        for x, y in batches(2):
+            model.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            mon.step()
+        assert opened[0].closed == 0  # still logging inside the block
+    mon.to_tensorboard(str(tmp_path))
+    mon.to_tensorboard(passed)
+    assert [w.closed for w in opened] == [1, 1]
+    assert passed.closed == 0
+
+
 @pytest.mark.parametrize("options, match", [
     ({"clip": {"nothing.*": 1.0}}, "matches no watched parameter"),
     ({"clip": {"*": -1}}, "positive"),

@@ -133,9 +133,13 @@ class GradientMonitor:
         )
         self.history = GradHistory(list(self.names))
         self._optimizer, self._scaler = optimizer, scaler
+        opened = open_writer(writer)
+        # NB: a writer opened here from a log directory is closed by close(); one the
+        # user passed stays theirs
+        self._own_writer = opened if opened is not writer else None
         self._recorder = StepRecorder(
             self._params, self.history, checker, flow=flow, clip=clip_by_index,
-            clip_mode=clip_mode, scaler=scaler, writer=open_writer(writer),
+            clip_mode=clip_mode, scaler=scaler, writer=opened,
             log_every=log_every, update_band=band, updates=updates, histograms=every,
             bins=bins,
         )
@@ -191,6 +195,8 @@ class GradientMonitor:
                           f"{type(e).__name__}: {e}", UserWarning, stacklevel=3)
         finally:
             self._handles.remove()
+            if self._own_writer is not None:
+                self._own_writer.close()
 
     # -- steps --------------------------------------------------------------------------
 
@@ -279,11 +285,17 @@ class GradientMonitor:
         plot_flow(self.history, path, step=step)
 
     def to_tensorboard(self, writer: Any) -> None:
-        """Write the whole history to a ``SummaryWriter`` (or a log directory)."""
+        """Write the whole history to a ``SummaryWriter`` (flushed, left open) or a log
+        directory (its writer closed when written)."""
         self.flush()
         w = open_writer(writer)
-        write_history(w, self.history)
-        w.flush()
+        try:
+            write_history(w, self.history)
+        finally:
+            if w is writer:
+                w.flush()
+            else:
+                w.close()
 
     def plot_histograms(self, path: Any, *, of: str = "grad",
                         names: Sequence[str] | None = None) -> None:
