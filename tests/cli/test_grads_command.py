@@ -441,3 +441,35 @@ def test_segmentation_models_train_on_a_per_pixel_cross_entropy(
                               "--input", "2,3,32,32", "--steps", "1", "--width", "200")
     assert code == 0, err
     assert "loss: cross-entropy on random labels per pixel (21 classes)" in text
+
+
+ZERO_BIAS = textwrap.dedent("""
+    import torch
+    from torch import nn
+
+    def build():
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+        nn.init.zeros_(net[2].bias)
+        return net
+""")
+
+
+def test_relative_shows_a_zero_initialised_bias_with_a_gradient_as_inf(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path,
+) -> None:
+    import torch
+
+    path = tmp_path / "zero_bias.py"
+    path.write_text(ZERO_BIAS)
+    # the oracle: the bias gets a gradient at the first step, and its weight is zeros
+    ns: dict[str, object] = {}
+    exec(ZERO_BIAS, ns)
+    net = ns["build"]()  # type: ignore[operator]
+    net(torch.randn(3, 4)).pow(2).sum().backward()
+    assert float(net[2].bias.grad.norm()) > 0 and float(net[2].bias.detach().norm()) == 0
+    code, out, err = run_cli(capsys, "grads", f"{path}:build", "--input", "3,4", "--steps",
+                             "1", "--relative", "--no-color")
+    assert code == 0, err
+    row = next(line for line in out.splitlines() if line.startswith("2.bias"))
+    assert "no gradient" not in row and "inf" in row

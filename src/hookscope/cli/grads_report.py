@@ -27,17 +27,21 @@ FAIL_KINDS = {"exploding": {"explode"}, "vanishing": {"vanish"},
 
 def ratio_history(training: Training) -> GradHistory:
     """Each gradient norm over its weight's norm at that step (absent where the
-    parameter had no gradient, or its weight is all zeros: no ratio there)."""
+    parameter had no gradient; ``inf`` where its weight is all zeros and its gradient
+    is not, NaN where both are)."""
     h = training.monitor.history
-    norms, present = [], []
-    for row, weights, had in zip(h.norms, training.weight_norms,
-                                 (h.had_gradient(r) for r in range(len(h))), strict=True):
-        there = [t and (w > 0 or not math.isfinite(g)) for g, w, t in zip(row, weights, had,
-                                                                          strict=True)]
-        norms.append([g / w if t and w > 0 else (g if t else math.nan)
-                      for g, w, t in zip(row, weights, there, strict=True)])
-        present.append(there)
-    return GradHistory(list(h.names), list(h.steps), norms, present=present)
+    norms = [[_ratio(g, w) for g, w in zip(row, weights, strict=True)]
+             for row, weights in zip(h.norms, training.weight_norms, strict=True)]
+    return GradHistory(list(h.names), list(h.steps), norms,
+                       present=[h.had_gradient(r) for r in range(len(h))])
+
+
+def _ratio(grad: float, weight: float) -> float:
+    """``grad / weight``; a zero-initialised weight (a bias) with a gradient is
+    ``inf``, not "no gradient"; a non-finite gradient norm stays itself."""
+    if weight > 0 or not math.isfinite(grad):
+        return grad / weight if weight > 0 else grad
+    return math.inf if grad > 0 else math.nan
 
 
 def relative_anomalies(history: GradHistory, *, explode_above: float | None,
@@ -89,7 +93,8 @@ def caption(training: Training, anomalies: Sequence[GradAnomaly], *, lr: float, 
              _clip_part(training, clip)]
     if relative:
         parts.append("values: gradient norm / weight norm (weights before the step's "
-                     "update); --explode-above/--vanish-below apply to that ratio")
+                     "update; inf where the weight is all zeros); "
+                     "--explode-above/--vanish-below apply to that ratio")
     total = len(training.monitor.names)
     if shown < total:
         parts.append(f"the {shown} of {total} parameters largest at the last step")
