@@ -473,3 +473,33 @@ def test_relative_shows_a_zero_initialised_bias_with_a_gradient_as_inf(
     assert code == 0, err
     row = next(line for line in out.splitlines() if line.startswith("2.bias"))
     assert "no gradient" not in row and "inf" in row
+
+
+def test_json_writes_a_non_finite_norm_as_every_document_does(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path,
+) -> None:
+    import json
+    import math
+
+    import torch
+
+    from hookscope.core.records.value_json import float_in
+
+    spec = model_spec(tmp_path, PLANTED, "nonfinite")
+    code, out, err = run_cli(capsys, "grads", spec, "--input", "3,4", "--steps", "1",
+                             "--format", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    namespace: dict[str, object] = {}
+    exec(PLANTED, namespace)
+    model = namespace["nonfinite"]()  # type: ignore[operator]
+    g = torch.Generator().manual_seed(0)  # step 0: the batch, then the labels
+    x, y = torch.randn(3, 4, generator=g), torch.randint(0, 2, (3,), generator=g)
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    hand = float(model.first.weight.grad.norm())
+    assert not math.isfinite(hand)  # the oracle: a non-finite gradient, by hand
+    entry = next(p for p in doc["parameters"] if p["path"] == "first.weight")
+    assert entry["grad_norms"] == [{"$float": "nan" if math.isnan(hand) else "inf"}]
+    assert math.isnan(float_in(doc["steps"][0]["total_norm"]) or 0.0) or math.isinf(
+        float_in(doc["steps"][0]["total_norm"]) or 0.0)
+    assert "nan" not in [v for e in doc["parameters"] for v in e["grad_norms"]]

@@ -16,9 +16,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from hookscope.cli.grads_training import Training
+from hookscope.core.records.value_json import float_out
 from hookscope.monitor import GradAnomaly, GradHistory
 
-__all__ = ["caption", "fail_code", "grads_json", "relative_anomalies", "shown_history"]
+__all__ = ["GRADS_SCHEMA_VERSION", "caption", "fail_code", "grads_json", "relative_anomalies",
+           "shown_history"]
+
+GRADS_SCHEMA_VERSION = 2
+"""The version of ``grads --format json``'s document (2: a non-finite number is
+``{"$float": "nan"}``, as in every hookscope document)."""
 
 FAIL_KINDS = {"exploding": {"explode"}, "vanishing": {"vanish"},
               "nonfinite": {"nonfinite"}, "any": {"explode", "vanish", "nonfinite"}}
@@ -160,8 +166,9 @@ def fail_code(anomalies: Sequence[GradAnomaly], fail_on: str | None) -> int:
 def grads_json(training: Training, shown: GradHistory, anomalies: Sequence[GradAnomaly],
                **run: Any) -> str:
     """``--format json``: the run's settings, per step the loss and total norms, per
-    shown parameter its norms (``null`` where it had no gradient; ``"nan"``/``"inf"``
-    for non-finite ones), and the anomalies. ``run``: the settings (lr, seed, ...)."""
+    shown parameter its norms (``null`` where it had no gradient; ``{"$float": "nan"}``
+    for a non-finite one, ``core/records/value_json.float_out``), and the anomalies.
+    ``run``: the settings (lr, seed, ...)."""
     h = training.monitor.history
     full = {name: i for i, name in enumerate(h.names)}
     params = []
@@ -169,32 +176,26 @@ def grads_json(training: Training, shown: GradHistory, anomalies: Sequence[GradA
         i = full[name]
         entry: dict[str, Any] = {"path": name, "grad_norms": _column(h, i)}
         if training.weight_norms:
-            entry["weight_norms"] = [_number(row[i]) for row in training.weight_norms]
+            entry["weight_norms"] = [float_out(row[i]) for row in training.weight_norms]
             entry["ratios"] = _column(shown, shown.names.index(name))
         params.append(entry)
-    steps = [{"step": k, "loss": _number(training.losses[k]),
-              "total_norm": _number(training.total_norms[k]),
-              **({"total_norm_clipped": _number(training.clipped_norms[k])}
+    steps = [{"step": k, "loss": float_out(training.losses[k]),
+              "total_norm": float_out(training.total_norms[k]),
+              **({"total_norm_clipped": float_out(training.clipped_norms[k])}
                  if training.clipped_norms else {})}
              for k in range(len(training.losses))]
-    doc = {"schema_version": 1, "command": "grads", "loss": training.loss.kind,
+    doc = {"schema_version": GRADS_SCHEMA_VERSION, "command": "grads", "loss": training.loss.kind,
            "loss_description": training.loss.description, "optimizer": "SGD", **run,
            "steps": steps, "parameters": params,
            "anomalies": [{"step": a.step, "path": a.path, "kind": a.kind,
-                          "value": _number(a.value), "threshold": a.threshold}
+                          "value": float_out(a.value), "threshold": float_out(a.threshold)}
                          for a in anomalies]}
     return json.dumps(doc, indent=2, sort_keys=True, allow_nan=False)
 
 
 def _column(history: GradHistory, i: int) -> list[Any]:
-    return [_number(row[i]) if history.had_gradient(r)[i] else None
+    return [float_out(row[i]) if history.had_gradient(r)[i] else None
             for r, row in enumerate(history.norms)]
-
-
-def _number(value: float) -> float | str:
-    if math.isfinite(value):
-        return value
-    return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
 
 
 def _g(value: float) -> str:
