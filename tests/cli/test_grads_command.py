@@ -99,6 +99,16 @@ def test_a_plot_path_that_cannot_be_written_is_refused_before_training(
     assert not (tmp_path / plot).exists()
 
 
+def test_a_plot_path_that_is_a_directory_is_refused_naming_plot(
+    capsys: pytest.CaptureFixture[str], model_file: str, tmp_path: Path,
+) -> None:
+    pytest.importorskip("matplotlib")
+    code, _, err = run_cli(capsys, "grads", model_file, "--input", "3,4", "--steps", "2",
+                           "--plot", str(tmp_path))
+    assert_one_error_line(code, err, "--plot")
+    assert "-o out.txt" not in err and "is a directory" in err
+
+
 def test_trace_backward_shows_the_backward_columns(
     capsys: pytest.CaptureFixture[str], model_file: str
 ) -> None:
@@ -431,3 +441,65 @@ def test_segmentation_models_train_on_a_per_pixel_cross_entropy(
                               "--input", "2,3,32,32", "--steps", "1", "--width", "200")
     assert code == 0, err
     assert "loss: cross-entropy on random labels per pixel (21 classes)" in text
+
+
+ZERO_BIAS = textwrap.dedent("""
+    import torch
+    from torch import nn
+
+    def build():
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+        nn.init.zeros_(net[2].bias)
+        return net
+""")
+
+
+def test_relative_shows_a_zero_initialised_bias_with_a_gradient_as_inf(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path,
+) -> None:
+    import torch
+
+    path = tmp_path / "zero_bias.py"
+    path.write_text(ZERO_BIAS)
+    # the oracle: the bias gets a gradient at the first step, and its weight is zeros
+    ns: dict[str, object] = {}
+    exec(ZERO_BIAS, ns)
+    net = ns["build"]()  # type: ignore[operator]
+    net(torch.randn(3, 4)).pow(2).sum().backward()
+    assert float(net[2].bias.grad.norm()) > 0 and float(net[2].bias.detach().norm()) == 0
+    code, out, err = run_cli(capsys, "grads", f"{path}:build", "--input", "3,4", "--steps",
+                             "1", "--relative", "--no-color")
+    assert code == 0, err
+    row = next(line for line in out.splitlines() if line.startswith("2.bias"))
+    assert "no gradient" not in row and "inf" in row
+
+
+def test_json_writes_a_non_finite_norm_as_every_document_does(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path,
+) -> None:
+    import json
+    import math
+
+    import torch
+
+    from hookscope.core.records.value_json import float_in
+
+    spec = model_spec(tmp_path, PLANTED, "nonfinite")
+    code, out, err = run_cli(capsys, "grads", spec, "--input", "3,4", "--steps", "1",
+                             "--format", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    namespace: dict[str, object] = {}
+    exec(PLANTED, namespace)
+    model = namespace["nonfinite"]()  # type: ignore[operator]
+    g = torch.Generator().manual_seed(0)  # step 0: the batch, then the labels
+    x, y = torch.randn(3, 4, generator=g), torch.randint(0, 2, (3,), generator=g)
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    hand = float(model.first.weight.grad.norm())
+    assert not math.isfinite(hand)  # the oracle: a non-finite gradient, by hand
+    entry = next(p for p in doc["parameters"] if p["path"] == "first.weight")
+    assert entry["grad_norms"] == [{"$float": "nan" if math.isnan(hand) else "inf"}]
+    assert math.isnan(float_in(doc["steps"][0]["total_norm"]) or 0.0) or math.isinf(
+        float_in(doc["steps"][0]["total_norm"]) or 0.0)
+    assert "nan" not in [v for e in doc["parameters"] for v in e["grad_norms"]]

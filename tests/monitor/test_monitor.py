@@ -233,6 +233,62 @@ def test_grad_scaler_norms_are_unscaled_and_an_overflow_step_is_marked_skipped()
     assert [a.step for a in mon.anomalies] == [1] and mon.anomalies[0].skipped
 
 
+def _scaled_steps(mon_step: bool, *, micro: int = 1, overflow: bool = True) -> tuple[
+        hookscope.GradientMonitor, list[warnings.WarningMessage], list[float]]:
+    """Two GradScaler steps without (or with) mon.step(), the first overflowing."""
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    scales: list[float] = []
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with hookscope.GradientMonitor(model, optimizer=opt, scaler=scaler,
+                                       on_anomaly=lambda a: None) as mon:
+            for step, (x, y) in enumerate(batches(2)):
+                for _ in range(micro):
+                    loss = nn.functional.mse_loss(model(x), y)
+                    scaler.scale(loss * (math.inf if overflow and step == 0 else 1)).backward()
+                if mon_step:
+                    mon.step()
+                scaler.step(opt)
+                scaler.update()
+                scales.append(scaler.get_scale())
+                opt.zero_grad()
+    return mon, [w for w in seen if "GradScaler skipped" in str(w.message)], scales
+
+
+def test_a_step_the_scaler_skips_without_mon_step_is_warned_about_once() -> None:
+    mon, warned, scales = _scaled_steps(mon_step=False)
+    assert scales[0] < 1024.0  # the oracle: the scaler backed off, it skipped step 0
+    assert mon.history.steps == [0]  # the pre-hook saw one optimizer.step()
+    assert len(warned) == 1 and "call mon.step() before scaler.step" in str(warned[0].message)
+
+
+def test_a_skipped_last_step_is_warned_about_at_close() -> None:
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    x, y = batches(1)[0]
+    with pytest.warns(UserWarning, match="GradScaler skipped a step"), \
+            hookscope.GradientMonitor(model, optimizer=opt, scaler=scaler,
+                                      on_anomaly=lambda a: None):
+        scaler.scale(nn.functional.mse_loss(model(x), y) * math.inf).backward()
+        scaler.step(opt)
+        scaler.update()
+    assert scaler.get_scale() < 1024.0  # the oracle: the scaler skipped it
+
+
+def test_mon_step_records_the_skipped_step_and_nothing_is_warned() -> None:
+    mon, warned, _ = _scaled_steps(mon_step=True)
+    assert mon.history.skipped == [True, False] and warned == []
+
+
+def test_accumulated_micro_batches_under_a_scaler_are_not_taken_for_a_skipped_step() -> None:
+    mon, warned, scales = _scaled_steps(mon_step=False, micro=2, overflow=False)
+    assert scales == [1024.0, 1024.0]  # the oracle: no step skipped
+    assert mon.history.steps == [0, 1] and warned == []
+
+
 def test_resnet18_and_gpt2_training_steps_leave_no_hook_and_train_identically() -> None:
     torchvision = pytest.importorskip("torchvision")
     transformers = pytest.importorskip("transformers")
@@ -320,6 +376,40 @@ def test_tensorboard_gets_one_scalar_per_parameter_and_step() -> None:
     assert tags == {f"grad_norm/{n}" for n in mon.names} | {"grad_norm/total"}
     value = next(v for t, v, s in writer.scalars if t == "grad_norm/0.weight" and s == 1)
     assert value == mon.history.column("0.weight")[1]
+
+
+def test_a_writer_opened_from_a_log_directory_is_closed_and_a_passed_one_is_not(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    import hookscope.monitor.history_output as history_output
+
+    class Writer:
+        def __init__(self, logdir: object = None) -> None:
+            self.closed = 0
+
+        def add_scalar(self, tag: str, value: float, step: int) -> None:
+            pass
+
+        def flush(self) -> None:
+            pass
+
+        def close(self) -> None:
+            self.closed += 1
+
+    opened: list[Writer] = []
+    monkeypatch.setattr(history_output, "summary_writer",
+                        lambda logdir: opened.append(Writer(logdir)) or opened[-1])
+    model, passed = mlp(), Writer()
+    with hookscope.GradientMonitor(model, writer=str(tmp_path)) as mon:
+        for x, y in batches(2):
+            model.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            mon.step()
+        assert opened[0].closed == 0  # still logging inside the block
+    mon.to_tensorboard(str(tmp_path))
+    mon.to_tensorboard(passed)
+    assert [w.closed for w in opened] == [1, 1]
+    assert passed.closed == 0
 
 
 @pytest.mark.parametrize("options, match", [

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 import warnings
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -166,3 +168,44 @@ def test_a_plot_says_which_lines_have_no_gradient_to_draw(
     ax = figures[0].axes[0]  # type: ignore[attr-defined]
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert labels == ["used", "unused (no gradient)"], labels
+
+
+
+def test_every_layer_a_red_label_names_is_drawn_in_colour_and_in_the_legend(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    pytest.importorskip("matplotlib")
+    from matplotlib.colors import to_rgba
+
+    from hookscope.monitor import GradAnomaly, plots
+
+    made: list[Any] = []
+    make = plots._figure
+    monkeypatch.setattr(plots, "_figure", lambda *a: made.append(make(*a)) or made[-1])
+    model = _gpt2()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    ids = torch.randint(0, 100, (2, 16), generator=torch.Generator().manual_seed(1))
+    with hookscope.GradientMonitor(model, optimizer=opt) as mon:
+        for _ in range(3):
+            model(ids, labels=ids).loss.backward()
+            opt.step()
+            opt.zero_grad()
+    # planted: 8 layers with a flagged weight and bias at step 0, and the step's worst
+    # anomaly on a layer with one flagged parameter (transformer.wte)
+    doubles = [n for n, m in model.named_modules() if hasattr(m, "bias")
+               and isinstance(m.bias, nn.Parameter)][:8]
+    assert len(doubles) == 8 and len(dict(model.named_modules())) > 12
+    planted = [GradAnomaly(0, f"{layer}.{p}", "explode", 1.0, 0.5)
+               for layer in doubles for p in ("weight", "bias")]
+    planted.append(GradAnomaly(0, "transformer.wte.weight", "explode", 1e6, 0.5))
+    plots.plot_history(mon.history, planted, tmp_path / "h.png")
+    ax = made[0].axes[0]
+    red = to_rgba("red")
+    labels = [t.get_text() for t in ax.texts if to_rgba(t.get_color()) == red]
+    assert [text.split()[0] for text in labels] == ["transformer.wte.weight"]
+    legend = {t.get_text() for t in ax.get_legend().get_texts()}
+    coloured = {line.get_label() for line in ax.get_lines()
+                if not line.get_label().startswith("_")
+                and to_rgba(line.get_color()) != to_rgba(plots.GREY)}
+    assert "transformer.wte" in legend and "transformer.wte" in coloured
+    assert coloured <= legend

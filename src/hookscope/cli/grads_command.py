@@ -161,8 +161,6 @@ def _check_thresholds(**thresholds: float | None) -> None:
     Raises:
         SpecError: one is zero, negative or not a number.
     """
-    import math
-
     from hookscope.errors import SpecError
 
     for name, value in thresholds.items():
@@ -182,7 +180,7 @@ def _check_plot(path: Path) -> None:
     from hookscope.cli.running import check_output
     from hookscope.errors import MissingDependencyError, SpecError
 
-    check_output(path)
+    check_output(path, option="--plot")
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
     except ImportError as e:

@@ -16,9 +16,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from hookscope.cli.grads_training import Training
+from hookscope.core.records.value_json import float_out
 from hookscope.monitor import GradAnomaly, GradHistory
 
-__all__ = ["caption", "fail_code", "grads_json", "relative_anomalies", "shown_history"]
+__all__ = ["GRADS_SCHEMA_VERSION", "caption", "fail_code", "grads_json", "relative_anomalies",
+           "shown_history"]
+
+GRADS_SCHEMA_VERSION = 2
+"""The version of ``grads --format json``'s document (2: a non-finite number is
+``{"$float": "nan"}``, as in every hookscope document)."""
 
 FAIL_KINDS = {"exploding": {"explode"}, "vanishing": {"vanish"},
               "nonfinite": {"nonfinite"}, "any": {"explode", "vanish", "nonfinite"}}
@@ -27,17 +33,21 @@ FAIL_KINDS = {"exploding": {"explode"}, "vanishing": {"vanish"},
 
 def ratio_history(training: Training) -> GradHistory:
     """Each gradient norm over its weight's norm at that step (absent where the
-    parameter had no gradient, or its weight is all zeros: no ratio there)."""
+    parameter had no gradient; ``inf`` where its weight is all zeros and its gradient
+    is not, NaN where both are)."""
     h = training.monitor.history
-    norms, present = [], []
-    for row, weights, had in zip(h.norms, training.weight_norms,
-                                 (h.had_gradient(r) for r in range(len(h))), strict=True):
-        there = [t and (w > 0 or not math.isfinite(g)) for g, w, t in zip(row, weights, had,
-                                                                          strict=True)]
-        norms.append([g / w if t and w > 0 else (g if t else math.nan)
-                      for g, w, t in zip(row, weights, there, strict=True)])
-        present.append(there)
-    return GradHistory(list(h.names), list(h.steps), norms, present=present)
+    norms = [[_ratio(g, w) for g, w in zip(row, weights, strict=True)]
+             for row, weights in zip(h.norms, training.weight_norms, strict=True)]
+    return GradHistory(list(h.names), list(h.steps), norms,
+                       present=[h.had_gradient(r) for r in range(len(h))])
+
+
+def _ratio(grad: float, weight: float) -> float:
+    """``grad / weight``; a zero-initialised weight (a bias) with a gradient is
+    ``inf``, not "no gradient"; a non-finite gradient norm stays itself."""
+    if weight > 0 or not math.isfinite(grad):
+        return grad / weight if weight > 0 else grad
+    return math.inf if grad > 0 else math.nan
 
 
 def relative_anomalies(history: GradHistory, *, explode_above: float | None,
@@ -89,7 +99,8 @@ def caption(training: Training, anomalies: Sequence[GradAnomaly], *, lr: float, 
              _clip_part(training, clip)]
     if relative:
         parts.append("values: gradient norm / weight norm (weights before the step's "
-                     "update); --explode-above/--vanish-below apply to that ratio")
+                     "update; inf where the weight is all zeros); "
+                     "--explode-above/--vanish-below apply to that ratio")
     total = len(training.monitor.names)
     if shown < total:
         parts.append(f"the {shown} of {total} parameters largest at the last step")
@@ -155,8 +166,9 @@ def fail_code(anomalies: Sequence[GradAnomaly], fail_on: str | None) -> int:
 def grads_json(training: Training, shown: GradHistory, anomalies: Sequence[GradAnomaly],
                **run: Any) -> str:
     """``--format json``: the run's settings, per step the loss and total norms, per
-    shown parameter its norms (``null`` where it had no gradient; ``"nan"``/``"inf"``
-    for non-finite ones), and the anomalies. ``run``: the settings (lr, seed, ...)."""
+    shown parameter its norms (``null`` where it had no gradient; ``{"$float": "nan"}``
+    for a non-finite one, ``core/records/value_json.float_out``), and the anomalies.
+    ``run``: the settings (lr, seed, ...)."""
     h = training.monitor.history
     full = {name: i for i, name in enumerate(h.names)}
     params = []
@@ -164,32 +176,26 @@ def grads_json(training: Training, shown: GradHistory, anomalies: Sequence[GradA
         i = full[name]
         entry: dict[str, Any] = {"path": name, "grad_norms": _column(h, i)}
         if training.weight_norms:
-            entry["weight_norms"] = [_number(row[i]) for row in training.weight_norms]
+            entry["weight_norms"] = [float_out(row[i]) for row in training.weight_norms]
             entry["ratios"] = _column(shown, shown.names.index(name))
         params.append(entry)
-    steps = [{"step": k, "loss": _number(training.losses[k]),
-              "total_norm": _number(training.total_norms[k]),
-              **({"total_norm_clipped": _number(training.clipped_norms[k])}
+    steps = [{"step": k, "loss": float_out(training.losses[k]),
+              "total_norm": float_out(training.total_norms[k]),
+              **({"total_norm_clipped": float_out(training.clipped_norms[k])}
                  if training.clipped_norms else {})}
              for k in range(len(training.losses))]
-    doc = {"schema_version": 1, "command": "grads", "loss": training.loss.kind,
+    doc = {"schema_version": GRADS_SCHEMA_VERSION, "command": "grads", "loss": training.loss.kind,
            "loss_description": training.loss.description, "optimizer": "SGD", **run,
            "steps": steps, "parameters": params,
            "anomalies": [{"step": a.step, "path": a.path, "kind": a.kind,
-                          "value": _number(a.value), "threshold": a.threshold}
+                          "value": float_out(a.value), "threshold": float_out(a.threshold)}
                          for a in anomalies]}
     return json.dumps(doc, indent=2, sort_keys=True, allow_nan=False)
 
 
 def _column(history: GradHistory, i: int) -> list[Any]:
-    return [_number(row[i]) if history.had_gradient(r)[i] else None
+    return [float_out(row[i]) if history.had_gradient(r)[i] else None
             for r, row in enumerate(history.norms)]
-
-
-def _number(value: float) -> float | str:
-    if math.isfinite(value):
-        return value
-    return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
 
 
 def _g(value: float) -> str:

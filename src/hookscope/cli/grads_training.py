@@ -111,8 +111,7 @@ def train(prepared: Any, *, steps: int, lr: float, seed: int, loss: str,
     with hookscope.GradientMonitor(net, on_anomaly=_keep, **thresholds) as monitor:
         named = dict(net.named_parameters())
         watched = [named[n] for n in monitor.names]
-        rows: dict[str, list[torch.Tensor]] = {"loss": [], "total": [], "clipped": [],
-                                               "weights": []}
+        rows: dict[str, list[torch.Tensor]] = {"loss": [], "clipped": [], "weights": []}
         chosen: Loss | None = None
         for step in range(steps):
             args, kwargs, generator = batches.draw()
@@ -125,14 +124,13 @@ def train(prepared: Any, *, steps: int, lr: float, seed: int, loss: str,
             rows["loss"].append(value.detach().float())
             if weight_norms:
                 rows["weights"].append(_norms(watched))
-            rows["total"].append(_total_norm(trainable))
-            if clip is not None:
+            if clip is not None:  # the total before the clip is the monitor's history.total
                 torch.nn.utils.clip_grad_norm_(trainable, clip)
                 rows["clipped"].append(_total_norm(trainable))
             opt.step()
             opt.zero_grad()
     assert chosen is not None  # steps >= 1
-    return Training(monitor, chosen, **_to_host(rows))
+    return Training(monitor, chosen, total_norms=list(monitor.history.total), **_to_host(rows))
 
 
 def _keep(anomaly: Any) -> None:
@@ -153,9 +151,10 @@ def _backward(loss: Any, step: int) -> None:
 
 def _norms(tensors: list[torch.Tensor]) -> torch.Tensor:
     """The norm of each tensor, stacked on the first one's device (no host sync)."""
+    from hookscope.monitor.norms import grad_norms, stack_norms
+
     with torch.no_grad():
-        norms = [torch.linalg.vector_norm(t.detach().float()) for t in tensors]
-        return torch.stack([n.to(norms[0].device) for n in norms])
+        return stack_norms(grad_norms([t.detach() for t in tensors], 2.0))
 
 
 def _total_norm(params: list[torch.Tensor]) -> torch.Tensor:
@@ -171,5 +170,5 @@ def _to_host(rows: dict[str, list[torch.Tensor]]) -> dict[str, Any]:
     def host(key: str) -> list[Any]:
         return torch.stack([t.cpu() for t in rows[key]]).tolist() if rows[key] else []
 
-    return {"losses": host("loss"), "total_norms": host("total"),
-            "clipped_norms": host("clipped"), "weight_norms": host("weights")}
+    return {"losses": host("loss"), "clipped_norms": host("clipped"),
+            "weight_norms": host("weights")}

@@ -114,8 +114,12 @@ def prepare(
     return Prepared(loaded, args, kwargs, tuple(specs), str(on))
 
 
-def check_output(path: Path | None) -> None:
+def check_output(path: Path | None, *, option: str = "-o") -> None:
     """Check that ``-o FILE`` can be written before any model is built.
+
+    Args:
+        path: the file to write (``None`` or ``-``: standard output).
+        option: the option that named it, for the error message.
 
     Raises:
         SpecError: ``path`` is a directory, its directory does not exist, or either
@@ -132,7 +136,9 @@ def check_output(path: Path | None) -> None:
     shown = str(path)
     target = Path(os.path.realpath(path.expanduser()))
     if target.is_dir():
-        raise SpecError(f"output path {shown!r} is a directory; give a file name, e.g. -o out.txt")
+        example = "out.png" if option == "--plot" else "out.txt"
+        raise SpecError(f"{option} {shown!r} is a directory; give a file name, "
+                        f"e.g. {option} {example}")
     if target.exists():
         if stat.S_ISREG(target.stat().st_mode) and not os.access(target, os.W_OK):
             raise SpecError(f"cannot write output file {shown!r}: permission denied")

@@ -15,7 +15,7 @@ accumulation, those of the summed gradient after the last micro-batch. The monit
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 
 import torch
@@ -46,8 +46,10 @@ class BackwardStats:
         flow: also take max |grad| and mean |grad|.
     """
 
-    def __init__(self, params: Sequence[torch.Tensor], *, flow: bool) -> None:
+    def __init__(self, params: Sequence[torch.Tensor], *, flow: bool,
+                 begun: Callable[[], None] | None = None) -> None:
         self._params = list(params)
+        self._begun = begun  # called as a backward pass accumulates its first gradient
         self._flow = flow
         self._noted: list[int] = []  # accumulated in the running backward pass
         self._queued_for: int | None = None  # the graph task whose end is queued
@@ -62,6 +64,8 @@ class BackwardStats:
             handles.add(p.register_post_accumulate_grad_hook(hook))  # type: ignore[no-untyped-call]
 
     def _accumulated(self, i: int, param: torch.Tensor) -> None:
+        if not self._noted and self._begun is not None:
+            self._begun()
         self._noted.append(i)
         task = torch_private.current_graph_task_id()
         # NB: by graph task, not a flag: a pass that raised never runs its end callback
@@ -83,6 +87,11 @@ class BackwardStats:
             stats = grad_stats(grads, flow=self._flow)  # type: ignore[arg-type]
         for k, i in enumerate(index):
             self._latest[i] = [s[k] for s in stats]
+
+    @property
+    def open(self) -> bool:
+        """Whether a backward pass left statistics no step has taken yet."""
+        return bool(self._latest)
 
     def take(self) -> dict[int, list[torch.Tensor]]:
         """The statistics noted since the last call, by parameter index (and forget them)."""

@@ -105,17 +105,19 @@ def _binnable(t: torch.Tensor | None) -> bool:
 
 
 def _take(step: int, tensors: list[torch.Tensor | None], bins: int) -> PendingHistograms:
-    chosen = [t for t in tensors if t is not None and _binnable(t)]
+    # NB: one float copy per tensor (none for float32), shared by its stats and its counts
+    floats = [t.float() if t is not None and _binnable(t) else None for t in tensors]
+    chosen = [f for f in floats if f is not None]
     if not chosen:
         return PendingHistograms(step, [None] * len(tensors), None)
     device = chosen[0].device
-    stats = [torch.stack([t.min().float(), t.max().float(), t.float().sum(),
-                          t.float().pow(2).sum()]).to(device) for t in chosen]
+    stats = [torch.stack([f.min(), f.max(), f.sum(), f.pow(2).sum()]).to(device)
+             for f in chosen]
     host = iter(rows_to_host([torch.cat(stats)])[0][k:k + 4] for k in range(0, 4 * len(chosen), 4))
     ranges: list[list[float] | None] = []
     counts = []
-    for t in tensors:
-        if t is None or not _binnable(t):
+    for t in floats:
+        if t is None:
             ranges.append(None)
             continue
         low, high, total_sum, squares = next(host)
@@ -125,7 +127,7 @@ def _take(step: int, tensors: list[torch.Tensor | None], bins: int) -> PendingHi
         if low == high:  # one value: a bin around it
             low, high = low - 0.5, high + 0.5
         ranges.append([low, high, float(t.numel()), total_sum, squares])
-        counts.append(torch.histc(t.float(), bins, low, high).to(device))
+        counts.append(torch.histc(t, bins, low, high).to(device))
     return PendingHistograms(step, ranges, torch.cat(counts) if counts else None)
 
 

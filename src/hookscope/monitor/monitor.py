@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from hookscope.core import torch_private
 from hookscope.core.engine.handles import HandleGroup
 from hookscope.core.model.selectors import Selector
 from hookscope.core.options import check_flags
@@ -69,6 +70,9 @@ class GradientMonitor:
         scaler: the ``torch.amp.GradScaler`` of the loop; call ``mon.step()`` before
             ``scaler.step(optimizer)``: it unscales first, so norms are unscaled, and a
             step whose gradients overflowed is marked skipped. Needs ``optimizer``.
+            Without ``mon.step()`` a skipped step is not recorded (``scaler.step``
+            skips ``optimizer.step()`` and its hook): the monitor warns once when the
+            scaler's ``update()`` ran with a backward's gradients unrecorded.
         select: watch only parameters whose path matches (glob, list, function).
         explode_above: a norm above it (as backward made it) is an anomaly; with
             ``relative=True`` a factor of the parameter's running median over the last
@@ -133,13 +137,20 @@ class GradientMonitor:
         )
         self.history = GradHistory(list(self.names))
         self._optimizer, self._scaler = optimizer, scaler
+        opened = open_writer(writer)
+        # NB: a writer opened here from a log directory is closed by close(); one the
+        # user passed stays theirs
+        self._own_writer = opened if opened is not writer else None
         self._recorder = StepRecorder(
             self._params, self.history, checker, flow=flow, clip=clip_by_index,
-            clip_mode=clip_mode, scaler=scaler, writer=open_writer(writer),
+            clip_mode=clip_mode, scaler=scaler, writer=opened,
             log_every=log_every, update_band=band, updates=updates, histograms=every,
-            bins=bins,
+            bins=bins, begun=self._backward_begun if scaler is not None else None,
         )
         self._manual = False
+        self._by_hand = False  # mon.step() was called: every step is recorded
+        self._scaler_marker: object | None = None
+        self._warned_skip = False
         self._closed = False
         self._in_block = False
         self._handles = HandleGroup()
@@ -180,6 +191,8 @@ class GradientMonitor:
         if self._closed:
             return
         self._closed = True
+        if not quiet:
+            self._warn_if_skipped()  # the last step
         try:
             if flush:
                 self._recorder.flush(quiet=quiet)
@@ -191,6 +204,8 @@ class GradientMonitor:
                           f"{type(e).__name__}: {e}", UserWarning, stacklevel=3)
         finally:
             self._handles.remove()
+            if self._own_writer is not None:
+                self._own_writer.close()
 
     # -- steps --------------------------------------------------------------------------
 
@@ -216,6 +231,29 @@ class GradientMonitor:
             raise HookscopeError("this GradientMonitor is closed; create a new one")
         self._record(unscale(self._scaler, self._optimizer))
         self._manual = self._optimizer is not None
+        self._by_hand = True
+
+    def _backward_begun(self) -> None:
+        # NB: scaler.step() skips optimizer.step(), and with it the step pre-hook, when
+        # the gradients overflowed; a backward that finds the last one's statistics
+        # untaken after the scaler's update() ran (not a second micro-batch) follows
+        # such a step, which only mon.step() could have recorded
+        self._warn_if_skipped()
+        self._scaler_marker = torch_private.scaler_update_marker(self._scaler)
+
+    def _warn_if_skipped(self) -> None:
+        marker = torch_private.scaler_update_marker(self._scaler)
+        seen = self._scaler_marker
+        if (self._scaler is None or self._by_hand or self._warned_skip or marker is None
+                or seen is None or marker is seen or not self._recorder.backward.open):
+            return
+        self._warned_skip = True
+        warnings.warn(
+            "hookscope: the GradScaler skipped a step (its gradients overflowed) that "
+            "GradientMonitor could not record: scaler.step() then skips "
+            "optimizer.step() and the monitor's hook with it; call mon.step() before "
+            "scaler.step(optimizer) to record every step, skipped ones marked",
+            UserWarning, stacklevel=2)
 
     def _pre_step(self, optimizer: Any, args: Any, kwargs: Any) -> Any:
         self._recorder.before_optimizer_step(optimizer)
@@ -279,11 +317,17 @@ class GradientMonitor:
         plot_flow(self.history, path, step=step)
 
     def to_tensorboard(self, writer: Any) -> None:
-        """Write the whole history to a ``SummaryWriter`` (or a log directory)."""
+        """Write the whole history to a ``SummaryWriter`` (flushed, left open) or a log
+        directory (its writer closed when written)."""
         self.flush()
         w = open_writer(writer)
-        write_history(w, self.history)
-        w.flush()
+        try:
+            write_history(w, self.history)
+        finally:
+            if w is writer:
+                w.flush()
+            else:
+                w.close()
 
     def plot_histograms(self, path: Any, *, of: str = "grad",
                         names: Sequence[str] | None = None) -> None:

@@ -5,8 +5,8 @@ matplotlib (``hookscope[plot]``) is optional: it is imported only when a picture
 asked for, and a missing one is a :class:`~hookscope.errors.MissingDependencyError`
 naming the extra. The figures are drawn on a ``matplotlib.figure.Figure`` with the Agg
 canvas, never through ``pyplot``: no global figure state, no display needed. With more
-than 12 lines, the worst ones (:func:`worst_series`) are drawn in colour and named,
-the rest in grey.
+than 12 lines, the worst ones (:func:`worst_series`) and each one a red label names
+are drawn in colour and named, the rest in grey.
 """
 
 from __future__ import annotations
@@ -51,12 +51,20 @@ def plot_history(
 ) -> None:
     """Gradient norm over steps, one line per layer, log scale; anomalies as red marks
     at their step (at the top of the axes when the value is not finite), each step's
-    worst named. With more than 12 lines the 8 worst are named, the rest grey."""
+    worst named. With more than 12 lines the 8 worst and every line a red label names
+    are drawn in colour and named, the rest grey."""
     series = _series(history, by)
     fig = _figure(9, 5)
     ax = fig.add_subplot()
     ranked = worst_series(series, anomalies, by=by)
-    named = ranked[:_NAMED] if len(series) > _LEGEND_MAX else list(series)
+    named = list(series)
+    if len(series) > _LEGEND_MAX:
+        # NB: a line a red label names is drawn in colour and in the legend, whatever
+        # its rank: the label would otherwise point at a grey line nobody can name
+        labelled = {_key(a, by) for a, _ in _step_worst(anomalies).values()} & set(series)
+        first = [n for n in ranked if n in labelled] + [n for n in ranked if n not in labelled]
+        chosen = set(first[:max(_NAMED, len(labelled))])
+        named = [n for n in ranked if n in chosen]
     for name in series:  # the grey ones first: beneath, in the model's order
         if name not in named:
             _line(ax, history.steps, series[name], colour=GREY, label=None, zorder=2)
@@ -120,10 +128,12 @@ def worst_series(series: dict[str, list[float]], anomalies: Sequence[GradAnomaly
                  by: str) -> list[str]:
     """The names of ``series`` from the worst: those with an anomaly first (the most
     first), then by their largest jump (the highest norm over the series' median)."""
-    count: dict[str, int] = {}
+    # NB: steps, not anomalies: a layer whose weight and bias are both flagged at a
+    # step is not twice as bad as one whose weight alone is
+    steps: dict[str, set[int]] = {}
     for a in anomalies:
-        key = a.path if by == "parameter" else (a.path.rpartition(".")[0] or "(root)")
-        count[key] = count.get(key, 0) + 1
+        steps.setdefault(_key(a, by), set()).add(a.step)
+    count = {key: len(found) for key, found in steps.items()}
 
     def jump(values: list[float]) -> float:
         finite = [v for v in values if math.isfinite(v) and v > 0]
@@ -132,6 +142,23 @@ def worst_series(series: dict[str, list[float]], anomalies: Sequence[GradAnomaly
         return max(finite) / statistics.median(finite) if finite else 0.0
 
     return sorted(series, key=lambda n: (count.get(n, 0), jump(series[n])), reverse=True)
+
+
+def _key(anomaly: GradAnomaly, by: str) -> str:
+    """The line ``anomaly`` is on: its parameter, or its parameter's module."""
+    if by == "parameter":
+        return anomaly.path
+    return anomaly.path.rpartition(".")[0] or "(root)"
+
+
+def _step_worst(anomalies: Sequence[GradAnomaly]) -> dict[int, tuple[GradAnomaly, int]]:
+    """Per step, its worst anomaly (the one its red label names) and how many it has."""
+    from hookscope.monitor.thresholds import worst_first
+
+    by_step: dict[int, list[GradAnomaly]] = {}
+    for a in anomalies:
+        by_step.setdefault(a.step, []).append(a)
+    return {step: (worst_first(found)[0], len(found)) for step, found in by_step.items()}
 
 
 def _isolated(ys: Sequence[float]) -> list[int]:
@@ -147,8 +174,6 @@ def _mark_anomalies(ax: Any, anomalies: Sequence[GradAnomaly]) -> None:
     """Red marks at the anomalies; each step's worst one named beside its mark."""
     if not anomalies:
         return
-    from hookscope.monitor.thresholds import worst_first
-
     finite = [a for a in anomalies if math.isfinite(a.value) and a.value > 0]
     other = [a for a in anomalies if a not in finite]
     top = ax.get_ylim()[1]
@@ -158,13 +183,9 @@ def _mark_anomalies(ax: Any, anomalies: Sequence[GradAnomaly]) -> None:
     if other:
         ax.scatter([a.step for a in other], [top] * len(other), marker="v", color="red",
                    zorder=5, label=f"non-finite ({len(other)})")
-    by_step: dict[int, list[GradAnomaly]] = {}
-    for a in anomalies:
-        by_step.setdefault(a.step, []).append(a)
-    for step, found in by_step.items():
-        worst = worst_first(found)[0]
+    for step, (worst, found) in _step_worst(anomalies).items():
         y = worst.value if worst in finite else top
-        more = f" (+{len(found) - 1})" if len(found) > 1 else ""
+        more = f" (+{found - 1})" if found > 1 else ""
         ax.annotate(f"{worst.path} {worst.kind}{more}", (step, y), xytext=(4, 4),
                     textcoords="offset points", fontsize=7, color="red", zorder=6)
 

@@ -12,7 +12,7 @@ appends it to the :class:`~hookscope.monitor.GradHistory`, logs it and checks it
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -38,13 +38,13 @@ class StepRecorder:
         self, params: Sequence[torch.Tensor], history: GradHistory, checker: AnomalyChecker, *,
         flow: bool, clip: dict[int, float], clip_mode: str, scaler: Any, writer: Any,
         log_every: int, update_band: tuple[float, float] | None, updates: bool,
-        histograms: int, bins: int,
+        histograms: int, bins: int, begun: Callable[[], None] | None = None,
     ) -> None:
         self._params, self.history, self.checker = list(params), history, checker
         self._flow, self._clip, self._clip_mode = flow, clip, clip_mode
         self._scaler, self._writer, self._log_every = scaler, writer, log_every
         self._band = update_band
-        self.backward = BackwardStats(params, flow=flow)
+        self.backward = BackwardStats(params, flow=flow, begun=begun)
         self.updates = UpdateTracker(params) if updates else None
         self.histograms = HistogramTaker(params, every=histograms, bins=bins)
         self.pending: list[PendingStep] = []  # recorded, not yet on the host

@@ -88,6 +88,7 @@ from hookscope.core.torch_private.autograd import (
     saved_tensor_default_hooks,
     scaler_found_inf,
     scaler_scale,
+    scaler_update_marker,
 )
 from hookscope.core.torch_private.call_impl import (
     call_impl_replaceable,
@@ -176,6 +177,7 @@ __all__ = [
     "saved_tensor_default_hooks",
     "scaler_found_inf",
     "scaler_scale",
+    "scaler_update_marker",
     "set_versions",
     "sparse_coo_parts",
     "stand_in_call_impl",

@@ -162,6 +162,13 @@ def scaler_found_inf(scaler: Any, optimizer: Any) -> list[torch.Tensor] | None:
     return flags
 
 
+def scaler_update_marker(scaler: Any) -> object | None:
+    """An object that a ``GradScaler`` replaces each time its ``update()`` runs (its
+    per-optimizer state table, ``_per_optimizer_states``, private), compared by
+    identity; ``None`` where this torch keeps none."""
+    return getattr(scaler, "_per_optimizer_states", None)
+
+
 _NO_SCALE = object()
 
 
