@@ -210,6 +210,10 @@ def setup(namespace: dict[str, object]) -> None:
     os.environ["COLUMNS"] = "120"  # tables as a pipe gets them, whatever runs the tests
     os.environ["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(ROOT / "src"), workdir, os.environ.get("PYTHONPATH")]))
+    # `hookscope` and `python` in a console block are this interpreter's, also when
+    # the tests run as `venv/bin/python -m pytest` without the environment activated
+    os.environ["PATH"] = os.pathsep.join(
+        filter(None, [os.path.dirname(sys.executable), os.environ.get("PATH")]))
     torch.manual_seed(0)
 
 
