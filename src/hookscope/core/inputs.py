@@ -65,7 +65,7 @@ def parse_device(device: str | torch.device | None) -> torch.device | None:
 
 def _normalize_sizes(input_size: InputSize) -> list[tuple[int, ...]]:
     if isinstance(input_size, (dict, str, bytes)) or not isinstance(input_size, Sequence):
-        # NB: list() of a dict is its keys: {3: 'a', 4: 'b'} would read as the shape (3, 4)
+        # list() of a dict is its keys: {3: 'a', 4: 'b'} would read as the shape (3, 4)
         raise SpecError(
             f"input_size must be a shape like (1, 3, 224, 224) or a list of shapes, got "
             f"{type(input_size).__name__} {input_size!r}; for keyword inputs pass tensors "

@@ -33,7 +33,7 @@ class _SharedState(threading.local):
 
     def __init__(self) -> None:
         super().__init__()
-        # NB: a one-item list, which the fast path holds for its thread and reads on
+        # a one-item list, which the fast path holds for its thread and reads on
         # every module call: a ``threading.local`` attribute costs several µs to read
         # with cold caches
         self.watchers = [0]
@@ -64,7 +64,7 @@ def outside_hookscope() -> int:
     points at the user's call of hookscope (``summary``, ``capture``, ``lint``, the end
     of a ``Tracer`` block), however deep inside hookscope it is raised."""
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    here = inspect.currentframe()  # NB: our own frames, not torch's
+    here = inspect.currentframe()  # our own frames, not torch's
     frame, level = (here.f_back if here is not None else None), 1
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
         frame, level = frame.f_back, level + 1

@@ -62,7 +62,7 @@ def _all_modules(model: nn.Module) -> list[nn.Module]:
             continue
         found[id(module)] = module
         for value in vars(module).values():
-            # NB: ``type() in`` first: most values are hook tables, empty, or not
+            # ``type() in`` first: most values are hook tables, empty, or not
             # containers (``not value`` of a tensor would raise)
             if type(value) in _MAPPINGS or isinstance(value, dict):
                 if value:  # a hook table may hold a module used as a hook
@@ -84,7 +84,7 @@ def _module_tensors(model: nn.Module) -> Iterator[torch.Tensor]:
 
 
 def _first_parameter(model: nn.Module) -> torch.Tensor | None:
-    """``next(iter(model.parameters()), None)``, without its generators (NB: ``trace()``
+    """``next(iter(model.parameters()), None)``, without its generators (``trace()``
     asks on every run: for a real model the answer is a few dict reads away)."""
     todo: list[nn.Module | None] = [model]
     seen = set()
@@ -164,7 +164,7 @@ def inputs_to_meta(value: Any) -> Any:
     """``value`` with every tensor in it replaced by a meta tensor of the same kind."""
 
     def convert(leaf: Any) -> Any:
-        if isinstance(leaf, PackedSequence):  # NB: its batch_sizes must stay on the CPU
+        if isinstance(leaf, PackedSequence):  # its batch_sizes must stay on the CPU
             return leaf._replace(**{
                 k: convert(getattr(leaf, k)) for k in ("data", "sorted_indices", "unsorted_indices")
             })

@@ -14,7 +14,7 @@ import functools
 def package_version() -> str:
     """The installed hookscope's version (``"0.0.0+unknown"`` when it is not installed,
     as in a source checkout put on ``sys.path``)."""
-    # NB: imported here, not at the top: most runs never ask, and the import costs
+    # imported here, not at the top: most runs never ask, and the import costs
     from importlib.metadata import PackageNotFoundError, version
 
     try:

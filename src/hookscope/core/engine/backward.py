@@ -216,7 +216,7 @@ class BackwardWatch:
             (self._enter if entering else self._exit)(call, grads)
 
         def spend(handles: list[Any]) -> None:
-            self._spent += handles  # NB: the attribute, rebound by _end
+            self._spent += handles  # the attribute, not a local: _end rebinds it
 
         arm = hook_leaves(leaves, deliver, spend, self._handles)
         if not entering:
@@ -261,7 +261,7 @@ class BackwardWatch:
     def _grad_hook(self, path: str, p: torch.Tensor) -> Callable[[torch.Tensor], None]:
         def hook(grad: torch.Tensor) -> None:
             task = self._queue_end()
-            # NB: a gradient kept here costs autograd a copy when it accumulates it (it
+            # a gradient kept here costs autograd a copy when it accumulates it (it
             # steals only a gradient nobody else holds): delivered now when no
             # accumulation follows (``torch.autograd.grad``), in backward order as the
             # accumulated ones are; kept for the end of the pass when torch cannot tell
@@ -285,7 +285,7 @@ class BackwardWatch:
     def _queue_end(self) -> int | None:
         """Queue :meth:`_end` once per backward pass; the pass running now.
 
-        NB: by the pass's id, not a flag: a pass may run inside another (the backward of
+        By the pass's id, not a flag: a pass may run inside another (the backward of
         a ``use_reentrant=True`` checkpoint runs its own), and each ends on its own.
         Autograd runs queued callbacks only when a pass succeeds: what a pass that raised
         left is dropped when the next forward runs (:meth:`_forget_failed_passes`)."""
@@ -320,7 +320,7 @@ class BackwardWatch:
             for call in sorted(still_open, key=lambda c: -c.index):
                 self._dispatch("on_backward_exit", call, ())
         finally:
-            ends = self._own_ends  # NB: in place: the node hooks hold this dict
+            ends = self._own_ends  # in place: the node hooks hold this dict
             with self._ends_lock:  # nodes that finished after their call's exit
                 for i in [i for i, e in ends.items() if e[0] in ended]:
                     del ends[i]

@@ -40,7 +40,7 @@ def kind_of(cls: type) -> Kind:
 
 Entries = dict[int, tuple[str, str, int, bool]]
 """``id(module) -> (path, class name, its place in the run's counts, is a fast leaf)``:
-read-only, and kept from run to run for a model traced again (NB: no list per module
+read-only, and kept from run to run for a model traced again (no list per module
 and per run: the garbage collector's young generation fills with what a run
 allocates, and a collection in the middle of a run walks cold objects, 0.2-0.4 ms
 on MobileNetV3-Large; ``docs/architecture.md``, "Few objects per run for the garbage
@@ -80,7 +80,7 @@ def plan_calls(
     (``scan.plain``), the same ``forward`` patched on the same instances, no class
     with a ``_call_impl`` of its own since.
 
-    NB: one loop over every module, every run: per-class facts looked up once per
+    One loop over every module, every run: per-class facts looked up once per
     class, the per-module checks inline.
     """
     again = scan is not None and fast and matches is None and scan.plain
@@ -116,11 +116,11 @@ def plan_calls(
                 entries[id(module)] = (
                     path, facts[2], len(entries),
                     leaves_fast and kind is torch_nn and not module._modules
-                    and "forward" not in own,  # NB: a forward patched on the instance
+                    and "forward" not in own,  # no forward patched on the instance
                 )
                 continue
         hooked.append((path, module))
-    # the stand-in goes to the classes of the modules it observes (NB: and to a class
+    # the stand-in goes to the classes of the modules it observes (and to a class
     # whose every module is hooked: harmless, they go on to torch's); never to one with
     # a _call_impl of its own or of a base's, which it would shadow
     observed = tuple(

@@ -58,7 +58,7 @@ class DispatchPlan:
 
 
 def plan_dispatch(probes: Sequence[Probe]) -> DispatchPlan:
-    """The dispatch of ``probes``. NB: one loop over the probes (a tracer is made on
+    """The dispatch of ``probes``, in one loop over the probes (a tracer is made on
     every run)."""
     enter_replacers: list[Callable[..., Any]] = []
     exit_replacers: list[Callable[..., Any]] = []

@@ -153,7 +153,7 @@ def describe_failure(trace: Trace) -> str:
     if inputs is None:  # the shapes probe did not run: the inputs are not known
         received = ""
     else:
-        # NB: with the dtype when it is not float32, as the tables write it: a wrong
+        # with the dtype when it is not float32, as the tables write it: a wrong
         # dtype (int64 images, float token ids) is as often the cause as a shape
         shapes = ", ".join(f"{m.path}={shape_text(m)}" for m in inputs) or "no tensor inputs"
         received = f" with inputs {shapes}"

@@ -87,7 +87,7 @@ def make_traced_call(
     """The stand-in for ``Module._call_impl``: the call-start bookkeeping of
     ``core/engine/module_hooks.py``'s pre-hook, torch's ``_call_impl``, then its post-hook's.
 
-    NB: the bookkeeping is inline on purpose: between two kernels the interpreter's
+    The bookkeeping is inline on purpose: between two kernels the interpreter's
     data is out of the caches (a cold attribute read costs 0.6-2 µs, a warm one
     0.1 µs), so one more Python call per module call shows at batch 1, where kernels
     are short (``docs/architecture.md``, "Cold caches decide the cost of the stand-in").
@@ -104,7 +104,7 @@ def make_traced_call(
         shortcut = ({0: None},) * 4  # never empty: always torch's _call_impl
     g_pre, g_post, g_back_pre, g_back = shortcut
     jit = torch_private.jit_trace_scopes()  # torch.jit.trace recording scopes: torch's path
-    # NB: the exit event inline, as Run.dispatch_exit does it when nothing replaces
+    # the exit event inline, as Run.dispatch_exit does it when nothing replaces
     # values nor watches a call's backward (never on this path), unless probe work must
     # be marked as internal: one Python frame less per call (``watching``: this thread's
     # count of ops-watching tracers, the only thread whose calls the stand-in records)
@@ -129,7 +129,7 @@ def make_traced_call(
         start = perf_counter_ns()
         if clocked:
             run.chain_start_ns = start
-        # NB: the Call made inline, not by its dataclass constructor (a Python call
+        # the Call made inline, not by its dataclass constructor (a Python call
         # costs a few hundred ns between two kernels), one field a statement (a tuple
         # assignment builds a tuple): every field is set here (tests/core/
         # test_records.py), as the per-module hooks record it (test_leaf_fast_path.py)
@@ -147,7 +147,7 @@ def make_traced_call(
         call.path = path
         call.module_class = cls
         call.call_index = count
-        # NB: a leaf has no children, ever: one shared empty list, read-only (one object
+        # a leaf has no children, ever: one shared empty list, read-only (one object
         # less per call for the garbage collector's young generation)
         call.children = _NO_CHILDREN if leaf else []
         call.start_ns = start - origin
@@ -162,7 +162,7 @@ def make_traced_call(
                 stack.append(frame)
                 if owners is not None:
                     owners.mark(index)
-                if dispatch_enter is not None:  # NB: never for a leaf (no start event)
+                if dispatch_enter is not None:  # never for a leaf (no start event)
                     dispatch_enter(call, module, args, kwargs)
             if clocked:
                 run.overhead_ns += perf_counter_ns() - start
@@ -192,7 +192,7 @@ def make_traced_call(
                     owners.mark(call.parent)
             else:
                 _pop(stack, frame, owners, call)
-        # the exit event (NB: inline, as above)
+        # the exit event, inline as above
         if watching[0]:
             dispatch_exit(call, module, args, kwargs, output, False)
         else:

@@ -27,13 +27,14 @@ from hookscope.core.engine.handles import HandleGroup
 def needing_grad(tensors: Iterable[tuple[str, torch.Tensor]]) -> list[torch.Tensor]:
     """Tensors that require grad and were computed (have a ``grad_fn``).
 
-    NB: leaves are left out: ``register_multi_grad_hook`` cannot watch a leaf while
+    Leaves are left out: ``register_multi_grad_hook`` cannot watch a leaf while
     ``torch.autograd.grad`` runs (torch raises). A call whose inputs needing grad are all
     leaves (the model's own input with ``requires_grad=True``) is watched by a tensor
     hook on each instead (:func:`hook_leaves`).
 
     Each tensor once: one passed or returned several times (``mha(x, x, x)``) gets the
-    whole gradient in each of its hooks, and the norm of them all was sqrt(k) too large.
+    whole gradient in each of its hooks: counted k times, the norm of them all would
+    be sqrt(k) too large.
     """
     return once([t for _, t in tensors if t.requires_grad and t.grad_fn is not None])
 
@@ -44,7 +45,7 @@ def leaves_of(tensors: Iterable[tuple[str, torch.Tensor]]) -> list[torch.Tensor]
 
 def once(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     """``tensors`` without repeats (by identity, in order)."""
-    return list({id(t): t for t in tensors}.values())  # NB: a dict keeps the first order
+    return list({id(t): t for t in tensors}.values())  # a dict keeps the first order
 
 
 def on_gradients(
@@ -54,11 +55,11 @@ def on_gradients(
     the non-leaf ``tensors`` this pass computes are known (``None`` for the others);
     their handles.
 
-    NB: not ``register_multi_grad_hook``, which never fires for the tensor a backward
+    Not ``register_multi_grad_hook``, which never fires for the tensor a backward
     starts from (``out.backward(g)``, a model that returns its loss): it counts the
     gradients to wait for with ``torch._C._will_engine_execute_node``, False for the
     node a pass starts from; with the loss and the logits (a transformers model's
-    output), it fired twice, once for each. Here the tensor whose hook fires first
+    output) it fires twice, once for each. Here the tensor whose hook fires first
     counts as computed, and a pass delivers once. One tensor gets a plain hook."""
     if len(tensors) == 1:
         return [tensors[0].register_hook(  # type: ignore[no-untyped-call]
@@ -108,7 +109,7 @@ def hook_leaves(
     (registered earlier) then run first, and the inner call ends first, as it should.
     NB: hooked again as each call is entered, the outer call's hook comes first in that
     pass, and it ends a moment before the inner one."""
-    # NB: a parameter (the model's own, alive as long as it) is held as it is: a weak
+    # a parameter (the model's own, alive as long as it) is held as it is: a weak
     # reference would make torch.utils.swap_tensors refuse it (``Module._apply``)
     refs = [t if isinstance(t, torch.nn.Parameter) else weakref.ref(t) for t in leaves]
     count = len(leaves)

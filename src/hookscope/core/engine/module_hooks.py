@@ -39,7 +39,7 @@ def make_module_pre_hook(run: Run, path: str, cls: str, post_id: int) -> Callabl
         run.enters or run.enter_replacers or run.watches_calls
     ) else None
     count = 0  # calls of this module so far (a module is registered once)
-    # NB: a tracer that only replaces values (a patch) runs before every recording
+    # a tracer that only replaces values (a patch) runs before every recording
     # tracer's hooks; one that replaces and records, after every other hook (a user's
     # may replace the output) but before other recording tracers': they all record
     # what the caller receives

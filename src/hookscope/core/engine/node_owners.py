@@ -80,7 +80,7 @@ def hook_own_nodes(
     call enclosing it (``ancestry``: call index -> it, its parent, ...), written to
     ``own.ends`` (what ``BackwardWatch.own_end`` reads).
 
-    NB: one walk and one hook per node, when the forward is over: every node exists
+    One walk and one hook per node, when the forward is over: every node exists
     then. A node is never kept alive here (that would keep its saved tensors).
     Sequence numbers count per thread: a forward that made part of its graph on
     another thread (``torch.jit.fork``, threaded replicas) may have its nodes
@@ -91,7 +91,7 @@ def hook_own_nodes(
         def finished(grad_inputs: Any, grad_outputs: Any) -> None:
             now, current = perf_counter_ns(), task()
             overhead = clock(now)
-            with lock:  # NB: the latest time wins, not the last thread to write
+            with lock:  # the latest time wins, not the last thread to write
                 for index in calls:
                     last = ends.get(index)
                     if last is None or last[0] != current or last[1] < now:

@@ -220,7 +220,7 @@ def probe_flags(builtin: dict[str, bool], options: dict[str, Any]) -> dict[str, 
     """The probes a tracer switches on by name: the built-in ones' flags (``builtin``),
     and ``NAME=True`` options naming registered probes.
 
-    NB: the built-in probes register themselves when ``hookscope.probes`` is imported,
+    The built-in probes register themselves when ``hookscope.probes`` is imported,
     which ``hookscope.api.tracing`` (behind ``hookscope.Tracer`` and ``hookscope.trace``) does:
     the engine never imports the layer above it.
 

@@ -11,7 +11,7 @@ recompute handling (``core/engine/recompute.py``) replaces values again through
 :meth:`Run.failed`; the backward watch (``core/engine/backward.py``) delivers its events to
 :meth:`Run.dispatch_backward`.
 
-NB: the hot paths read the run's attributes once, when their hook or stand-in is
+The hot paths read the run's attributes once, when their hook or stand-in is
 made, and keep them in local variables (a run's lists are never replaced, only
 filled); the attributes they change per call are the clock's (``chain_start_ns``,
 ``overhead_ns``).
@@ -125,7 +125,7 @@ class Run:
         :attr:`calls` and a child of the call on top of the stack (not pushed)."""
         stack, calls = self.stack, self.calls
         index = len(calls)
-        # NB: every argument positional: the dataclass constructor is quickest so
+        # every argument positional: the dataclass constructor is quickest so
         if stack:
             parent = stack[-1][0]
             parent.children.append(index)
@@ -279,7 +279,7 @@ class Run:
             shared.backward_event = outer
             if outer is None or outer[0] is not self:  # else counted with the outer one
                 spent = perf_counter_ns() - start
-                with self._backward_lock:  # NB: ``+=`` is a read and a write
+                with self._backward_lock:  # ``+=`` is a read and a write
                     self.backward_overhead_ns += spent
 
     def failed(self, error: Exception, fn: Any, event: str, call: Call | None) -> Exception:

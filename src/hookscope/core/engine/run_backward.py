@@ -56,7 +56,7 @@ def run_backward(
         )
     targets = _grad_targets(model, args, kw)
     with tracer.internal_work():
-        # NB: the sum of the outputs, not the outputs as roots with seeds of ones (the
+        # the sum of the outputs, not the outputs as roots with seeds of ones (the
         # same gradients): autograd runs no tensor hook on a graph root, so the model's
         # outputs would get no backward event
         loss = torch.stack(
@@ -94,7 +94,7 @@ def _grad_targets(
     model: nn.Module, args: tuple[Any, ...], kw: dict[str, Any]
 ) -> list[torch.Tensor]:
     targets: list[torch.Tensor] = [p for p in model.parameters() if p.requires_grad]
-    # NB: also inputs that are not leaves (``x = w * 2``): the backward stops there
+    # also inputs that are not leaves (``x = w * 2``): the backward stops there
     targets += [t for _, t in iter_tensors((args, kw), "in") if t.requires_grad]
     if not targets:
         raise SpecError(

@@ -35,7 +35,7 @@ def run_facts(table: ModuleTable) -> dict[str, Any]:
         # first path -> elements: what counting a selection's parameters once needs
         facts["tied_numel"] = dict(table.tied_numel)
     first = table.parameters[0] if table.parameters else None
-    # NB: a CPU tensor's device without making a device object and its string
+    # a CPU tensor's device without making a device object and its string
     facts["device"] = "cpu" if first is None or first.is_cpu else str(first.device)
     dist = _distributed()
     if dist is not None and dist.is_initialized():

@@ -55,7 +55,7 @@ def first_paths(
 
 def param_numel(t: torch.Tensor) -> int:
     """``t.numel()``; 0 for a lazy module's parameter before its first forward."""
-    if is_lazy(t):  # NB: no shape until materialised
+    if is_lazy(t):  # no shape until materialised
         return 0
     return t.numel()
 
@@ -73,7 +73,7 @@ def _subtree_counts(model: nn.Module) -> dict[int, tuple[int, int]]:
     def visit(module: nn.Module) -> set[int]:
         found = sets.get(id(module))
         if found is None:
-            found = sets[id(module)] = set()  # NB: before the children, for a cycle
+            found = sets[id(module)] = set()  # before the children, for a cycle
             for _, p in module._parameters.items():
                 if p is not None:
                     sizes[id(p)] = (param_numel(p), p.requires_grad)
@@ -159,7 +159,7 @@ def _walk(model: nn.Module) -> Walk:
         out.append((path, module))
         key = id(module)
         if key in seen and _encloses(above, module):
-            continue  # NB: asked only for a module met before: shared modules are rare
+            continue  # asked only for a module met before: shared modules are rare
         seen.add(key)
         subs = module._modules
         if subs:
@@ -257,7 +257,7 @@ def module_table(model: nn.Module, *, extra_repr: bool = True) -> ModuleTable:
     module registered under several paths is one module, at its first path. With
     ``extra_repr=False`` (what a tracer records), ``ModuleInfo.extra_repr`` is ``None``.
 
-    NB: a tracer makes this on every run, in the time budget of one forward pass: one
+    A tracer makes this on every run, in the time budget of one forward pass: one
     walk, plain sums when nothing is shared, positional record construction.
     """
     if not extra_repr:
@@ -306,7 +306,7 @@ def module_table(model: nn.Module, *, extra_repr: bool = True) -> ModuleTable:
             deepest = depth
         children: tuple[str, ...] = ()
         subs = module._modules
-        if subs:  # NB: a child registered under two names is listed once
+        if subs:  # a child registered under two names is listed once
             unique = dict.fromkeys(subs.values()) if aliases else subs.values()
             children = tuple([canonical[id(c)] for c in unique if c is not None])
         modules[path] = ModuleInfo(

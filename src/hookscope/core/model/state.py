@@ -73,7 +73,7 @@ class ModelState:
         self.buffers: list[SavedBuffer] = []
         # the plain tensor attributes of modules with forward pre-hooks, which such a
         # hook may set anew on every forward (``nn.utils.spectral_norm``'s ``weight``,
-        # weight norm's): put back by identity (NB: a scan without hooks has none)
+        # weight norm's): put back by identity (a scan without hooks has none)
         # (only for a forward run for the caller, as the buffers: a user's own loop in
         # a Tracer block keeps what it did, weight_u and weight alike)
         self.attributes: list[tuple[dict[str, Any], str, torch.Tensor]] = [] \
@@ -97,7 +97,7 @@ class ModelState:
         if not buffers:
             return
         # what a forward registers (a cache or a counter made on the first call, a layer
-        # built then): the state_dict gains keys (NB: counted, in one C-level pass, read
+        # built then): the state_dict gains keys (counted, in one C-level pass, read
         # with the table's check when it is reused; the new entries come last)
         if scan is not None:
             self._tables, self._sizes = scan.tables, scan.sizes
@@ -113,7 +113,7 @@ class ModelState:
             if isinstance(m, _RENORMS) and getattr(m, "max_norm", None) is not None
             and isinstance(w := m._parameters.get("weight"), torch.Tensor) and has_values(w)
         ] if any(issubclass(t, _RENORMS) for t in types) else []
-        # NB: per class, and C-level passes: an eval model without observers (what
+        # per class, and C-level passes: an eval model without observers (what
         # summary() mostly sees) pays no loop over its modules
         recorders = {cls for cls in types if records_statistics(cls)}
         if recorders or any(self.training):
@@ -127,7 +127,7 @@ class ModelState:
     def restore(self) -> None:
         for lazy in self.lazy:
             lazy.restore()
-        # NB: most forwards change neither: C-level passes tell (read cold, after the
+        # most forwards change neither: C-level passes tell (read cold, after the
         # forward, each costs about what the loop would), the loops only then
         # (by identity: a forward that set ``training = 1`` is put back to ``True``)
         if self._dicts is None or not _identical(_flags(self._dicts), self.training):
@@ -155,7 +155,7 @@ class ModelState:
 
 
     def _remove_new_entries(self) -> None:
-        modules = self.modules * 3  # NB: the order of the tables: see ``ModelScan``
+        modules = self.modules * 3  # the order of the tables: see ``ModelScan``
         for module, table, size in zip(modules, self._tables, self._sizes, strict=True):
             for name in list(table)[size:]:
                 del table[name]
@@ -207,7 +207,7 @@ def _rng_states(parameters: Sequence[torch.Tensor]) -> list[_RngState]:
 
 
 def _versions(tensors: Sequence[torch.Tensor]) -> list[int]:
-    """Each tensor's version counter, -1 for an inference tensor (NB: one C-level pass
+    """Each tensor's version counter, -1 for an inference tensor (one C-level pass
     where there is none)."""
     try:
         return list(map(_version_of, tensors))

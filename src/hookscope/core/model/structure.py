@@ -182,7 +182,7 @@ class ModelInfo:
         return str(present(self)) if present is not None else repr(self)
 
     def __str__(self) -> str:
-        # NB: the table is a renderer's, registered by ``hookscope.render`` when it is
+        # the table is a renderer's, registered by ``hookscope.render`` when it is
         # imported (``hookscope.inspect`` does): core does not import the render layer.
         present = PRESENTERS.get("text")
         if present is not None:

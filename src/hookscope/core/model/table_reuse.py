@@ -3,8 +3,8 @@ traced again is most often the same model.
 
 :func:`remember` keeps what :func:`~hookscope.core.model.module_table.module_table` made, and
 the model's fingerprint; :func:`reuse` gives it back when the fingerprint is what it
-was. The check is made of C-level ``map`` loops (NB: the fixed cost of every run, most
-of which was the Python walk and counts it replaces). Nothing of the model is held
+was. The check is made of C-level ``map`` loops: it is the fixed cost of every run, cheaper
+than the Python walk and counts it replaces. Nothing of the model is held
 strongly, and no tensor at all: a weak reference to a tensor would make
 ``torch.utils.swap_tensors`` (``load_state_dict`` and ``Module._apply`` with
 ``torch.__future__.set_swap_module_params_on_conversion(True)``, DTensor) refuse it.
@@ -38,7 +38,7 @@ Members = Sequence[tuple[str, nn.Module]]
 
 
 class Pairs(Sequence[tuple[str, nn.Module]]):
-    """The ``(path, module)`` pairs of a reused table, made as they are read (NB: a
+    """The ``(path, module)`` pairs of a reused table, made as they are read (a
     list of them would be one more object per module and per run for the garbage
     collector's young generation, whose collections in the middle of a run cost a
     fraction of a millisecond each: ``docs/architecture.md``)."""
@@ -168,9 +168,9 @@ class _Made:
         """The table again, if ``model`` is the one it was made of and its fingerprint
         is what it was."""
         walked: list[nn.Module] = list(map(_deref, self.walked))  # type: ignore[arg-type]
-        if walked[0] is not model:  # NB: a model's own __eq__/__hash__ may match others
+        if walked[0] is not model:  # a model's own __eq__/__hash__ may match others
             return None
-        # NB: by id: ``None in`` would call the modules' own __eq__
+        # by id: ``None in`` would call the modules' own __eq__
         if _NONE in map(id, walked):
             return None  # one of them is gone: the model let go of it
         now = _fingerprint(walked)
@@ -217,7 +217,7 @@ def _fingerprint(
     fingerprint named (alive: no other object has its ``id``), and ``==`` would call a
     module's own ``__eq__``. Of a tensor entry only whether it is ``None`` counts (none
     is held, nor its ``id``: a replaced one may even have a freed one's): the table
-    depends on the tensors' counts, dtypes and flags alone, which are compared. NB:
+    depends on the tensors' counts, dtypes and flags alone, which are compared.
     C-level ``map`` loops only, the fixed cost of every run (each module's ``__dict__``
     read once; no list of ``id``s where no entry is ``None``: 3 % of a summary's
     instructions beyond the forward on MobileNetV3). ``None``
@@ -225,11 +225,11 @@ def _fingerprint(
     """
     dicts = list(map(vars, walked))
     try:
-        # NB: one pass per entry, not a tuple of them per module (once the tuple free
+        # one pass per entry, not a tuple of them per module (once the tuple free
         # list is empty, each new tuple counts towards a garbage collection)
         subs, params, bufs, training, hooks, pre_hooks = (
             list(map(get, dicts)) for get in _TABLES)
-        # NB: each table's entries read once, then kept (``dict.values`` raises for a
+        # each table's entries read once, then kept (``dict.values`` raises for a
         # table that is not a dict: a TorchScript module's, or something a user put there)
         children = list(_chain(map(dict.values, subs)))
         param_entries = list(_chain(map(dict.values, params)))
@@ -245,7 +245,7 @@ def _fingerprint(
     fingerprint = (
         types, sizes[0], list(_chain(subs)), list(map(id, children)),
         # where the None entries are (which module's tensor a count belongs to), when
-        # there are any (NB: no list, no comparison, when there are none)
+        # there are any (no list, no comparison, when there are none)
         sizes[1], _none_places(param_entries, parameters),
         sizes[2], _none_places(buffer_entries, buffers),
         list(map(numel, parameters)), dtypes, grads,

@@ -224,7 +224,7 @@ def _add(kind: str, table: dict[str, Any], item: Any, owner: str) -> None:
                        for f in REGISTRY.fields.values()
                        if f.column == item.name and REGISTRY.owners.get(
                            ("fields", f.name)) != owner), None)
-    # NB: columns= of the table and of the exports take one vocabulary: a column may not
+    # columns= of the table and of the exports take one vocabulary: a column may not
     # be named like another probe's field, nor a field like another probe's column
     other = {"columns": "fields", "fields": "columns"}.get(kind)
     if holder is None and other is not None:

@@ -30,7 +30,7 @@ class ModuleInfo:
             which does not record it (it costs a user method call per module on
             every trace, and no view of a trace shows it).
 
-    NB: not frozen, like :class:`Call`: a trace makes one per module on every run, and
+    Not frozen, like :class:`Call`: a trace makes one per module on every run, and
     a frozen dataclass is five times slower to make. Treat it as read-only.
     """
 

@@ -60,7 +60,7 @@ def _facts_out(facts: dict[str, Any], table: dict[str, Fact]) -> dict[str, Any]:
 def settle_raw_facts(trace: Trace) -> None:
     """Decode the facts of ``trace`` read before their probe was defined (a
     ``RawValue``), now that it is: its module imported after the document was read, as
-    in a notebook. NB: one pass of type checks over the calls' facts (tens of µs for a
+    in a notebook. One pass of type checks over the calls' facts (tens of µs for a
     few hundred calls), when a table or an export is made."""
     raw = RawValue
     for facts, table in [*((c.facts, REGISTRY.call_facts) for c in trace.calls),
@@ -275,7 +275,7 @@ def trace_to_json(trace: Trace, *, indent: int | None = 2) -> str:
 def _unwritable(doc: dict[str, Any], trace: Trace) -> str | None:
     """Which fact of ``doc`` JSON cannot hold, said with its probe and call."""
     places = [("the trace", doc.get("facts") or {})]
-    places += [(f"call {c.get('path') or '<root>'!r}", c)  # NB: its facts are its keys
+    places += [(f"call {c.get('path') or '<root>'!r}", c)  # its facts are its keys
                for c in doc.get("calls") or []]
     for where, facts in places:
         for name, value in facts.items():

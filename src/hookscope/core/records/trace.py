@@ -12,7 +12,7 @@ made by the renderers in ``hookscope.render``. The value records probes store as
 are ``core/records/values.py``'s, and the records of the model's tree (:class:`ModuleInfo`,
 :class:`ModelSummary`) ``core/records/module_records.py``'s.
 
-NB: :class:`Call` is mutable because probes fill it while the model runs; treat it as
+:class:`Call` is mutable because probes fill it while the model runs; treat it as
 read-only once the trace is returned.
 """
 
@@ -73,7 +73,7 @@ class Call:
     facts: dict[str, Any] = field(default_factory=dict)
 
     def __getattr__(self, name: str) -> Any:
-        # NB: only reached for names that are not fields: the facts of probes
+        # only reached for names that are not fields: the facts of probes
         if name.startswith("__") or name == "facts":
             raise AttributeError(name)
         return _read_fact(self.facts, name, "call")

@@ -24,8 +24,8 @@ from hookscope.core.records.values import (
     TensorStats,
 )
 
-_FLOAT = "$float"  # NB: a key no Python identifier (a fact's own dict keys) looks like
-# NB: NaN is read back as the one ``math.nan`` object, which a probe whose fact is a
+_FLOAT = "$float"  # a key no Python identifier (a fact's own dict keys) looks like
+# NaN is read back as the one ``math.nan`` object, which a probe whose fact is a
 # plain float, list or dict writes too (``probes/grad_values.py``): ``Call.facts`` and
 # lists compare identical objects as equal, so such a fact equals its JSON round trip.
 # A record's float fields need no such care: ``values.NanEqualRecord`` compares any NaN

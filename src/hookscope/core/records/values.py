@@ -90,7 +90,7 @@ class NanEqualRecord:
 
     A NaN statistic is a fact about the tensor (it held NaNs), so a record equals its
     JSON round trip and the same statistics of another run, whichever NaN object each
-    holds. NB: the equality a dataclass writes relies on Python's identity shortcut
+    holds. The equality a dataclass writes relies on Python's identity shortcut
     for NaN, which holds for tuples of fields up to 3.12 but not for the field-by-field
     comparison of 3.13; the hash is of the same key, so equal records hash equal.
     """

@@ -191,7 +191,7 @@ _will_run: Callable[[Any], bool] | None = getattr(torch._C, "_will_engine_execut
 
 def node_runs_function() -> Callable[[Any], bool] | None:
     """``runs(node)``, read in a tensor hook during a backward pass: whether this pass
-    runs ``node`` (a non-leaf tensor's ``grad_fn``). NB: False for the node a pass
+    runs ``node`` (a non-leaf tensor's ``grad_fn``). It is False for the node a pass
     starts from when nothing else reaches it (``out.backward(g)``: torch's own
     ``register_multi_grad_hook`` then waits for a gradient that never comes); ``None``
     where this torch cannot tell (the caller falls back on torch's multi-grad hook)."""

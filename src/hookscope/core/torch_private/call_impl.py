@@ -42,7 +42,7 @@ def raised_in_call_of(tb: TracebackType | None) -> tuple[nn.Module, CodeType | N
     and the code of the frame it called that the exception left (``None``: it was
     raised there); ``None`` when no module call is on it.
 
-    NB: reads torch's frames: ``_call_impl``'s code (as torch defines it; a stand-in
+    It reads torch's frames: ``_call_impl``'s code (as torch defines it; a stand-in
     calls it too) and its ``self``."""
     found: tuple[nn.Module, CodeType | None] | None = None
     while tb is not None:
@@ -64,7 +64,7 @@ def replace_call_impl(expected: Callable[..., Any], new: Callable[..., Any]) -> 
     whether it was. ``nn.Module.__call__`` (``_wrapped_call_impl``) looks it up on the
     module for every call that is not compiled.
 
-    NB: ``torch._dynamo.utils`` keeps the ``_call_impl`` it finds when first imported
+    ``torch._dynamo.utils`` keeps the ``_call_impl`` it finds when first imported
     (``unpatched_nn_module_call_impl``); an import during a run (transformers imports
     dynamo lazily) would keep the stand-in for good, so it is put back here too."""
     with _call_impl_lock:
@@ -182,7 +182,7 @@ def call_impl_replaceable() -> bool:
     if _replaceable is not None:
         return _replaceable
     seen: list[Any] = []
-    # NB: the marker is no tensor: this runs inside the first run, where the ops probe's
+    # the marker is no tensor: this runs inside the first run, where the ops probe's
     # dispatch mode would record making one as an op of the model
     probe, marker, thread = nn.Identity(), object(), threading.get_ident()
 
@@ -207,7 +207,7 @@ def call_impl_replaceable() -> bool:
 HookDicts = tuple[dict[int, Any], dict[int, Any], dict[int, Any], dict[int, Any]]
 _GLOBAL_HOOK_NAMES = ("_global_forward_pre_hooks", "_global_forward_hooks",
                       "_global_backward_pre_hooks", "_global_backward_hooks")
-# NB: the start of torch's ``_call_impl``, whitespace removed: with no hook anywhere it
+# the start of torch's ``_call_impl``, whitespace removed: with no hook anywhere it
 # calls ``forward`` (``_slow_forward`` under ``torch.jit.trace``) and does nothing else
 _CALL_IMPL_SHORTCUT = (
     "forward_call=(self._slow_forwardiftorch._C._get_tracing_state()elseself.forward)"

@@ -102,7 +102,7 @@ def dispatch_off() -> AbstractContextManager[None]:
     For a probe's own check of a plain ``torch.Tensor`` while a dispatch mode is
     active: without it each of the check's ops comes back through the mode's Python
     ``__torch_dispatch__``, only to be recognised as hookscope's work and skipped.
-    NB: never around work on tensor subclasses, whose ops need their dispatch.
+    Never around work on tensor subclasses, whose ops need their dispatch.
     """
     if _disable_dispatch is None:
         _warn_once("the speed of finiteness checks", "has no _DisableTorchDispatch")

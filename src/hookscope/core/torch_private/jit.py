@@ -20,7 +20,7 @@ from hookscope.core.torch_private._warnings import _warn_once
 
 # -- torch.jit.trace -----------------------------------------------------------------------
 
-# NB: torch's ``_slow_forward``, comments and whitespace removed: unless
+# torch's ``_slow_forward``, comments and whitespace removed: unless
 # ``torch.jit.trace`` records module scopes, it calls ``forward`` and nothing else
 _SLOW_FORWARD = (
     "tracing_state=torch._C._get_tracing_state()"
@@ -69,7 +69,7 @@ def jit_trace_scopes() -> Any:
     ``_call_impl`` would call ``_slow_forward`` to some effect: while ``torch.jit.trace``
     records module scopes (``torch.jit._trace`` itself; without scopes to record,
     ``_slow_forward`` only calls ``forward``). The fast path reads it on every module
-    call. NB: a module attribute read instead of ``torch._C._get_tracing_state()``, a
+    call. It is a module attribute read instead of ``torch._C._get_tracing_state()``, a
     pybind11 call that costs several µs with cold caches, between two kernels. Where
     ``_slow_forward`` reads differently (checked once per process, from its source),
     an object whose ``_trace_module_map`` is the tracing state, with a warning."""
