@@ -118,7 +118,7 @@ def _fast_norm(flat: torch.Tensor, repeat: int) -> torch.Tensor | None:
     ``repeat`` elements) from float32 rows; ``None`` where float32 is not exact enough
     (see :data:`_TINY`) or it is not finite."""
     norm = _rows_norm(flat)
-    if not _TINY <= norm.item() < math.inf:  # NB: of the stored values; also a NaN
+    if not _TINY <= norm.item() < math.inf:  # of the stored values; a NaN fails it too
         return None
     return norm * math.sqrt(repeat) if repeat != 1 else norm
 

@@ -31,7 +31,7 @@ def _joint_norm(grads: tuple[Any, ...]) -> torch.Tensor | None:
         if isinstance(g, torch.Tensor) and (g.is_floating_point() or g.is_complex())
         and not g.is_meta
     ]
-    if any(map(torch_private.batched, found)):  # NB: before detach, which they refuse
+    if any(map(torch_private.batched, found)):  # before detach, which they refuse
         _skipped_batched()
         return None
     if not found:

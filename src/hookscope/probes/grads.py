@@ -102,7 +102,7 @@ class GradsProbe(Probe):
     columns = (
         Column("grad_out", "|grad out|", _fact("grad_output_norm"), Unit.STAT),
         Column("grad_in", "|grad in|", _fact("grad_input_norm"), Unit.STAT),
-        # NB: none on the meta device (nothing runs there): not shown by default then
+        # none on the meta device (nothing runs there): not shown by default then
         Column("bwd_time", "Bwd time", _fact("backward_ns"), Unit.TIME_NS, when_present=True),
         Column("bwd_self_time", "Bwd self", _fact("backward_self_ns"), Unit.TIME_NS,
                when_present=True),
@@ -152,8 +152,8 @@ class GradsProbe(Probe):
         output: Any, failed: bool,
     ) -> None:
         # the outermost calls: the model's root, or with select= each outermost selected
-        # call (NB: one walk for all of them, each node visited once: a walk below each
-        # from scratch was quadratic)
+        # call (one walk for all of them, each node visited once: a walk below each
+        # from scratch would be quadratic)
         if call.parent is None and not failed and torch.is_grad_enabled():
             roots = [t.grad_fn if t.grad_fn is not None else t for t in backward_roots(output)]
             if roots:
@@ -180,7 +180,7 @@ class GradsProbe(Probe):
         assert tracer is not None
         end = tracer.backward_end(call)  # the call's own last node, when known
         if opened is not None:
-            # NB: every probe's work in backward events meanwhile is hookscope's
+            # every probe's work in backward events meanwhile is hookscope's
             if end is None:
                 overhead = tracer.backward_overhead_now(now) - opened[1]
             else:
@@ -196,7 +196,7 @@ class GradsProbe(Probe):
         self._accumulated = self._accumulated or grad.accumulated
         slot = self._params.get(id(grad.param))
         if slot is not None and isinstance(grad.grad, torch.Tensor):
-            # NB: a gradient on the meta device has a shape but no values to measure, and
+            # a gradient on the meta device has a shape but no values to measure, and
             # a batched one (is_grads_batched) a batch of them
             if torch_private.batched(grad.grad):  # a batch of gradients: no numbers,
                 _skipped_batched()  # nor does it erase those of a real one before it
@@ -266,10 +266,10 @@ def _set_self_times(trace: Trace) -> None:
 
     NB: a child's backward is part of its parent's, but a parent that returns its
     child's output unchanged gets the gradient from the same tensor, through a hook
-    that runs after the child's: its start was read later, by the child's hook work
-    (about 20 µs), and its time came out below its child's."""
+    that runs after the child's: its start is read later, by the child's hook work
+    (about 20 µs), and its time would come out below its child's."""
     calls = trace.calls
-    for call in reversed(calls):  # NB: children start after their parent: done first
+    for call in reversed(calls):  # children start after their parent: done first
         total = call.facts.get("backward_ns")
         if total is None or not call.children:
             continue

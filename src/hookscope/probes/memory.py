@@ -152,7 +152,7 @@ class MemoryProbe(Probe):
         Column("saved_bytes", "Saved", _memory("saved_bytes"), Unit.BYTES, when_present=True),
         Column("alloc_delta", "Alloc Δ", _memory("allocated_delta"), Unit.BYTES,
                when_present=True),
-        # NB: a peak of one call: a fold of blocks does not add them up
+        # a peak of one call: a fold of blocks does not add them up
         Column("peak", "Peak", _memory("peak_bytes"), Unit.BYTES, when_present=True,
                summed=False),
     )
@@ -240,7 +240,7 @@ class MemoryProbe(Probe):
             return (t.detach(), torch_private.version_counter(t)) if keep else None
         start = perf_counter_ns()
         try:
-            # NB: a tensor another probe's work saves (a norm taken with grad on) is not
+            # a tensor another probe's work saves (a norm taken with grad on) is not
             # the model's (the tracer marks probe work: watches_tensor_work)
             probe_work = is_internal()
             with internal_work():  # detach() is an aten op, not the model's

@@ -211,7 +211,7 @@ def _cpu_std(x: torch.Tensor, total: float, squares: float, lo: float, hi: float
         return 0.0
     spread = squares - total * total / n  # (n - 1) * variance
     if not math.isfinite(squares) or total * total / n > 16.0 * spread:
-        return x.std().item()  # NB: ill-conditioned for the one-pass formula
+        return x.std().item()  # ill-conditioned for the one-pass formula
     return math.sqrt(max(spread, 0.0) / (n - 1))
 
 
@@ -251,7 +251,7 @@ def _int_moments(x: torch.Tensor, on_cpu: bool) -> Moments:
         std, mean = torch.std_mean(xd)
     else:
         mean = std = xd.mean()
-    # NB: count_nonzero has no kernel for uint16/32/64; their float64 copy has the zeros
+    # count_nonzero has no kernel for uint16/32/64; their float64 copy has the zeros
     zeros = n - torch.count_nonzero(x if x.dtype in _EXACT_INTS else xd)
     if on_cpu:
         return [mean.item(), std.item(), lo.item(), hi.item(), zeros.item(), 0, 0]

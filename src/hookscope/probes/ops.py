@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from hookscope.core.engine.handles import Removable
     from hookscope.core.engine.tracer import Tracer
 
-#: NB: not recorded. ``detach`` is a free alias that autograd itself dispatches while
+#: Not recorded: ``detach`` is a free alias that autograd itself dispatches while
 #: saving tensors for backward, more or fewer times depending on whether saved-tensor
 #: hooks (the memory probe's, or the user's ``save_on_cpu``) are active: recording it
 #: would make the op log depend on which probes ran.

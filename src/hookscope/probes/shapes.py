@@ -15,10 +15,10 @@ two facts up by them: identical facts are shared (within a trace and between tra
 records are read-only, and the lists are :class:`~hookscope.core.records.readonly.ReadOnlyList`),
 so a model traced again makes none, and a call's facts get both in one
 ``dict.update``, which copies the template's table: two list allocations and two
-insertions less per call (about 0.3 ms of MobileNetV3-Large's 255 calls). NB: the
+insertions less per call (about 0.3 ms of MobileNetV3-Large's 255 calls). The
 lookup is made in the hook, while what it reads is in the cache; leaving the fields
 for ``finalize`` to look up costs more, as a second visit of every call after the
-forward finds nothing cached. NB: one key for both tensors, one lookup; the fields
+forward finds nothing cached. One key for both tensors, one lookup; the fields
 are read as attributes in bytecode, which the interpreter specialises (an
 ``attrgetter`` of the five executes more instructions).
 """
@@ -54,8 +54,8 @@ _Tensor = torch.Tensor
 
 #: The facts of a call with one input tensor and one output tensor, by their fields,
 #: seen so far in every trace: ``{"inputs": [meta], "outputs": [meta]}``, the lists
-#: read-only and shared by every call with those fields (NB: making them was most of
-#: this probe's time per run). Cleared, when a run starts, once it has grown too large.
+#: read-only and shared by every call with those fields (making them would be most
+#: of this probe's time per run). Cleared, when a run starts, once it has grown too large.
 _FACTS: dict[_Fields, dict[str, ReadOnlyList[TensorMeta]]] = {}
 _MAX_FACTS = 4096
 
@@ -108,7 +108,7 @@ class ShapeProbe(Probe):
     ) -> None:
         t = args[0] if len(args) == 1 and not kwargs else None
         o = output
-        # NB: ``type() is``: a subclass (Parameter, a tensor subclass) may override its
+        # ``type() is``: a subclass (Parameter, a tensor subclass) may override its
         # attributes
         if type(t) is _Tensor and type(o) is _Tensor and not failed:
             try:

@@ -57,7 +57,7 @@ def _count(call: Call, attr: str) -> int | None:
 
 def _stat_column(name: str, header: str, attr: str, *, default: bool = True) -> Column:
     unit = Unit.PERCENT if attr == "zero_fraction" else Unit.STAT
-    # NB: a fraction of one output: a fold of blocks does not add them up
+    # a fraction of one output: a fold of blocks does not add them up
     return Column(name, header, lambda c, t: _first(c, attr), unit, default=default,
                   summed=False)
 

@@ -17,8 +17,8 @@ synchronisation per layer.
 
 ``self_time_ns`` is a call's inclusive time minus the inclusive times of its direct
 children (clamped at 0): on the CPU in ``on_exit``, where the children's times were
-just written (NB: a pass over every call in ``finalize``, after the forward has left
-the caches cold, cost more), with CUDA events in ``finalize``.
+just written (a pass over every call in ``finalize``, after the forward has left
+the caches cold, costs more), with CUDA events in ``finalize``.
 """
 
 from __future__ import annotations
