@@ -29,7 +29,7 @@ import torch
 from hookscope.core import torch_private
 from hookscope.core.records.values import FlopRule
 
-# NB: the formulas are re-exported (``X as X``) for the modules and tests that import
+# the formulas are re-exported (``X as X``) for the modules and tests that import
 # them from here
 from hookscope.flops.formulas import HOOKSCOPE_FORMULAS as HOOKSCOPE_FORMULAS
 from hookscope.flops.formulas import HOOKSCOPE_OVERRIDES as HOOKSCOPE_OVERRIDES
