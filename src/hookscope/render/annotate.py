@@ -67,7 +67,7 @@ def module_notes(trace: Trace, fields: Sequence[str]) -> dict[str, str]:
         else:
             note = _note(view, columns, calls.get(path, []))
         notes.update(dict.fromkeys((path, *info.aliases), note))
-    for path, path_calls in calls.items():  # NB: a trace without a module table
+    for path, path_calls in calls.items():  # paths the module table lacks (a trace without one)
         notes.setdefault(path, _note(view, columns, path_calls))
     return notes
 

@@ -201,7 +201,7 @@ def _params_total(trace: Trace) -> int:
                 holders.setdefault(first, set()).add(owner)
     total -= sum((len(t) - 1) * int(sizes.get(f, 0)) for f, t in holders.items())
     # a module registered at several paths (one Linear in every block): counted in each
-    # top-level row that holds it, once in the total (NB: not again for one inside it)
+    # top-level row that holds it, once in the total (not again for one inside it)
     shared = [(p, info) for p, info in trace.modules.items() if info.aliases]
     for path, info in shared:
         if any(path.startswith(f"{outer}.") for outer, _ in shared):

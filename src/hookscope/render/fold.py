@@ -60,7 +60,7 @@ def signatures(trace: Trace) -> list[int]:
     """A hash per call of what makes two blocks the same (see the module docstring)."""
     calls = trace.calls
     sigs = [0] * len(calls)
-    for call in reversed(calls):  # NB: a child starts after its parent
+    for call in reversed(calls):  # a child starts after its parent
         info = trace.modules.get(call.path)
         params = info.total_params if info is not None else None
         kids = tuple((calls[i].path.rpartition(".")[2], sigs[i]) for i in call.children)
@@ -98,7 +98,7 @@ def _group(
 
     def folded(first: Call, rest: Sequence[Call]) -> Folded | None:
         hidden = sum(sizes[c.index] for c in rest)
-        # NB: from two repeats on: one block folded hides its rows, statistics
+        # from two repeats on: one block folded hides its rows, statistics
         # included, to save a few lines. Blocks, not leaves, and rows are saved: their
         # rows below, or (at the depth limit, where a block is one row) the run itself
         if rest[0].module_class != first.module_class:
@@ -153,7 +153,7 @@ def auto_depth(trace: Trace, *, fold: bool = True, max_rows: int = DEFAULT_MAX_R
     if len(tree_rows(trace, fold=fold)) <= max_rows:
         return None
     best = 0
-    for d in range(1, deepest):  # NB: not monotonic: a fold may hide more rows deeper
+    for d in range(1, deepest):  # not monotonic: a fold may hide more rows deeper
         if len(tree_rows(trace, depth=d, fold=fold)) <= max_rows:
             best = d
     return best
@@ -196,7 +196,7 @@ def structure_rows(info: ModelInfo, *, fold: bool = True) -> list[StructureRow]:
     if not fold or not mods:
         return list(mods.values())
     sigs: dict[str, int] = {}
-    for m in reversed(mods.values()):  # NB: a child is registered after its parent
+    for m in reversed(mods.values()):  # a child is registered after its parent
         kids = tuple((p.rpartition(".")[2], sigs.get(p, 0)) for p in m.children)
         sigs[m.path] = hash((m.class_name, m.extra_repr, m.total_params, m.trainable_params,
                              m.own_buffers, len(m.aliases), kids))

@@ -64,7 +64,7 @@ def grads_table(history: Any, anomalies: Sequence[Any], *, ascii: bool = False,
         columns = [
             GridColumn("parameter", "Parameter", names, numeric=False, priority=KEEP,
                        shorten=distinct_shortener(names), min_width=distinct_min(names, LABEL_MIN)),
-            # NB: "-", not "nan", where the parameter had no gradient: a NaN gradient
+            # "-", not "nan", where the parameter had no gradient: a NaN gradient
             # shows "nan" (and is flagged non-finite)
             GridColumn("last", "Last", [c if not n else "-" for c, n in zip(
                 format_stats([r[0] for r in rows]), none, strict=True)], priority=90),

@@ -34,7 +34,7 @@ import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-# NB: re-exported: the renderers take their layout from this module
+# re-exported: the renderers take their layout from this module
 from hookscope.render.names import ELLIPSIS as ELLIPSIS
 from hookscope.render.names import LABEL_MIN as LABEL_MIN
 from hookscope.render.names import Shorten as Shorten

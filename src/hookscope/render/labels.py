@@ -110,7 +110,7 @@ def shared_here(trace: Trace, call: Call) -> list[str]:
 
 def _shared_modules(trace: Trace) -> list[tuple[str, tuple[str, ...]]]:
     """``(first path, other paths)`` of each module registered at several paths, once
-    per module table (NB: asked for every row of a table)."""
+    per module table (asked for every row of a table)."""
     modules = trace.modules
     kept = _SHARED.get(id(modules))
     if kept is not None and kept[0] is modules:

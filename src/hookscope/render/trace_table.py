@@ -100,13 +100,13 @@ def trace_table(
         if order is not None:
             calls = [c for c in trace.calls if depth is None or c.depth <= depth]
             rows = list(sort_calls(view, calls, order))
-            # NB: e.g. CUDA memory on the CPU, saved bytes without grad: say so, or the
+            # e.g. CUDA memory on the CPU, saved bytes without grad: say so, or the
             # rows look sorted when they are in call order
             unsorted = all(sort_key(order, view, c) is None for c in calls)
         else:
             rows = tree_rows(trace, depth=depth, fold=fold)
         shown = rows if top is None else rows[:top]
-        # NB: columns the caller chose are dropped only when they cannot fit: the way
+        # columns the caller chose are dropped only when they cannot fit: the way
         # out is the width alone
         grid = Grid([_grid_column(col, view, shown) for col in chosen],
                     pickable=columns is None)
@@ -213,7 +213,7 @@ def _caption(
     n = len(trace.calls)
     noun = "call" if n == 1 else "calls"
     rows = f"{len(shown):,} of {len(total):,} rows" if len(shown) != len(total) else ""
-    # NB: every call of the run is counted; those ``depth`` leaves out are said so
+    # every call of the run is counted; those ``depth`` leaves out are said so
     within = f", {calls:,} to depth {depth}" if calls < n else ""
     rows = f"{n:,} {noun}{within}" + (f", {rows}" if rows else "")
     if order is not None and unsorted:

@@ -63,7 +63,7 @@ def format_stats(values: Sequence[float | None], *, digits: int = 4) -> list[str
     scientific notation (``1.235e-01``, ``3.049e+05``); ``None`` is empty, NaN and
     infinities are spelled out."""
     finite = [abs(v) for v in values if v is not None and math.isfinite(v) and v != 0]
-    top = 10 ** digits - 0.5  # NB: .4g writes 9999.6 as 1e+04
+    top = 10 ** digits - 0.5  # .4g writes 9999.6 as 1e+04
     fixed = all(1e-4 <= v < top for v in finite)
     out = []
     for v in values:
