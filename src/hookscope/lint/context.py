@@ -111,7 +111,7 @@ class ForwardFacts:
 def modules_by_id(module: nn.Module) -> list[nn.Module]:
     """``module`` and the modules in it, each once, in ``module.modules()``'s order.
 
-    NB: tracked by ``id``: ``modules()`` puts them in a set, and a module class that
+    Tracked by ``id``: ``modules()`` puts them in a set, and a module class that
     defines ``__eq__`` (without ``__hash__``) is not hashable.
     """
     found: dict[int, nn.Module] = {}

@@ -16,7 +16,7 @@ left as it was. The forward runs with grad enabled only for ``backward=True``, a
 gradients are taken with ``torch.autograd.grad``: no ``.grad`` is touched. The rules
 that read the result are in ``lint/checks/dynamic.py``.
 
-NB: while the pass runs, every module of the process goes through torch's hooked call
+While the pass runs, every module of the process goes through torch's hooked call
 path, as with any global module hook.
 """
 

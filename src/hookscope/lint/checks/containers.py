@@ -66,7 +66,7 @@ def module_in_plain_container(ctx: LintContext) -> Iterator[Hit]:
                 if isinstance(m, nn.Module) and id(m) not in ctx.module_ids}
         if not lost:
             continue
-        # NB: what a wrapper holds that the model registers (a view
+        # what a wrapper holds that the model registers (a view
         # ``nn.Sequential(self.conv, self.bn)``) is trained, saved, moved and switched
         inner = {id(m): m for top in lost.values() for m in modules_by_id(top)}
         unregistered = [m for key, m in inner.items() if key not in first]
@@ -76,7 +76,7 @@ def module_in_plain_container(ctx: LintContext) -> Iterator[Hit]:
         buffers = {id(b): b.numel() for m in unregistered for b in m.buffers(recurse=False)
                    if id(b) not in ctx.tensor_ids}
         classes = sorted({type(m).__name__ for m in lost.values()})
-        # NB: a class that reads ``training`` (Dropout, BatchNorm) misses .eval()
+        # a class that reads ``training`` (Dropout, BatchNorm) misses .eval()
         reads = {type(m): reads_training(type(m)) for m in unregistered}
         modal = sorted({cls.__name__ for cls, used in reads.items() if used})
         unread = sorted({cls.__name__ for cls, used in reads.items() if used is None})
@@ -100,7 +100,7 @@ def module_in_plain_container(ctx: LintContext) -> Iterator[Hit]:
                 f"{', '.join(unread)} reads its training flag (which .train()/.eval() do "
                 "not reach) could not be read from its source"), Severity.WARNING)
         elif not name.startswith("_"):  # ReLU, Tanh: nothing to train, save or switch
-            # (NB: under a private name, a deliberate choice: kernels' ``_kernel_funcs``)
+            # (under a private name, a deliberate choice: kernels' ``_kernel_funcs``)
             own = (f"the modules they wrap are registered ({', '.join(wrapped)}), they have "
                    "no other parameters or buffers" if wrapped
                    else "they have no parameters or buffers")

@@ -37,7 +37,7 @@ def _readable(t: torch.Tensor) -> bool:
 def non_finite_parameter(ctx: LintContext) -> Iterator[Hit]:
     for tensor_path, p in ctx.tensors(buffers=False):
         if not _readable(p) or all(map(math.isfinite, ctx.extremes(p))):
-            continue  # NB: min and max are finite only when every value is
+            continue  # min and max are finite only when every value is
         values = p.detach()
         bad = int((~torch.isfinite(values)).sum())
         nan = int(torch.isnan(values).sum())
@@ -66,7 +66,7 @@ def constant_weight(ctx: LintContext) -> Iterator[Hit]:
     matrices = [(path, p) for path, p in ctx.tensors(buffers=False)
                 if p.requires_grad and _readable(p) and sum(d > 1 for d in p.shape) >= 2]
     constant = [(path, p, ctx.extremes(p)[0]) for path, p in matrices
-                if ctx.extremes(p)[0] == ctx.extremes(p)[1]]  # NB: never for NaN (HS301)
+                if ctx.extremes(p)[0] == ctx.extremes(p)[1]]  # never for NaN (HS301)
     zeros = sum(value == 0 for _, _, value in constant)
     zeros_matter = 2 * zeros > len(matrices)
     for tensor_path, p, value in constant:

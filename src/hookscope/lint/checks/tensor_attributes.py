@@ -37,7 +37,7 @@ from hookscope.lint.rules import register_rule
 def plain_tensor_attribute(ctx: LintContext) -> Iterator[Hit]:
     for path, module, name, value in ctx.plain_attributes():
         if not isinstance(value, torch.Tensor) or isinstance(value, torch.nn.Parameter):
-            continue  # NB: an unregistered Parameter is HS102's
+            continue  # an unregistered Parameter is HS102's
         if id(value) in ctx.tensor_ids:
             continue  # a second name of a registered parameter or buffer
         if name in _recomputed(module):
