@@ -45,7 +45,7 @@ def replace_with(source: Any) -> PatchFn:
         ...     patched = model(x_corrupt)
     """
     captured = isinstance(source, (Activations, CapturedActivations))
-    # NB: every value of a capture has the form its ``what`` gave: the first one tells
+    # every value of a capture has the form its ``what`` gave: the first one tells
     # (read from disk for a capture there: one call's tensors, memory-mapped)
     if isinstance(next(iter(source.values()), None) if captured else source, ModuleInputs):
         raise SpecError(
@@ -101,7 +101,7 @@ def _like(value: Any, output: Any, name: str) -> Any:
     model returns now (a repr: the model's own object of this call), so the caller
     gets what the model returns, as with a capture in memory.
 
-    NB: a copy on every call: the model may write into what a call returned (``out +=
+    A copy on every call: the model may write into what a call returned (``out +=
     identity``, ``ReLU(inplace=True)``), which must not change the stored value."""
     if isinstance(value, torch.Tensor):
         if not isinstance(output, torch.Tensor):
@@ -116,12 +116,12 @@ def _like(value: Any, output: Any, name: str) -> Any:
         return value.to(device=output.device, dtype=output.dtype, copy=True)
     if isinstance(value, _Unrestorable) and not isinstance(output, str):
         return output  # its repr only was saved: the model's own object
-    # NB: not a dataclass that is a mapping too (a ModelOutput): set field by field
-    # past its own __setattr__, its items (out[0], out["logits"]) kept the model's
+    # not a dataclass that is a mapping too (a ModelOutput): set field by field
+    # past its own __setattr__, its items (out[0], out["logits"]) would keep the model's
     # tensors; the mapping branch below makes it anew from its class
     if _is_instance_of_dataclass(output) and not isinstance(output, Mapping) and (
             isinstance(value, Fields) or _is_instance_of_dataclass(value)):
-        new = copy.copy(output)  # NB: from memory as from disk, each field checked
+        new = copy.copy(output)  # from memory as from disk, each field checked
         for f in dataclasses.fields(output):
             if hasattr(value, f.name):
                 object.__setattr__(new, f.name, _like(getattr(value, f.name),

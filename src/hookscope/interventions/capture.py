@@ -266,7 +266,7 @@ def capture(
         raise
     except Exception as e:
         trace = getattr(cap, "trace", None)
-        # NB: an error the model did not raise (writing the capture: a full disk) is
+        # an error the model did not raise (writing the capture: a full disk) is
         # raised as it is, not as "the model raised"
         if not started or trace is None or trace.error is None:
             raise

@@ -21,7 +21,7 @@ class _GradTransform(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
         ctx.fn = fn
-        # NB: a copy, not ``x`` itself: autograd forbids modifying a custom Function's
+        # a copy, not ``x`` itself: autograd forbids modifying a custom Function's
         # view output in place, and the next module may (``ReLU(inplace=True)``).
         return x.clone()
 

@@ -142,7 +142,7 @@ class PatchHandle:
     ``with`` block."""
 
     def __init__(self, model: nn.Module, probe: Probe, paths: set[str]) -> None:
-        # NB: the root is observed too (it passes through): an error that leaves it is
+        # the root is observed too (it passes through): an error that leaves it is
         # in the block's hands, which may handle it (core/engine/tracer.py: undelivered errors)
         self._tracer: Tracer | None = Tracer(
             model, shapes=False, probes=[probe], select=lambda path: path in paths or not path

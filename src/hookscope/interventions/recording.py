@@ -66,7 +66,7 @@ class _OutputCapture(Probe):
         under_vmap = torch_private.vmap_running()
 
         def copy(t: torch.Tensor) -> torch.Tensor:
-            # NB: inside torch.func.vmap a module's tensors are vmap's wrappers of one
+            # inside torch.func.vmap a module's tensors are vmap's wrappers of one
             # sample (shape [4] of a batch [3, 4]), whose copy means nothing once the
             # transform ends (no op takes it, safetensors cannot save it): refused, not
             # unwrapped (functorch's private API, and the batch dimension may be any)
@@ -78,7 +78,7 @@ class _OutputCapture(Probe):
                 )
             return t.detach().to(t.device if device is None else device, copy=True)
 
-        return map_tensors(copy, value)  # NB: also into dataclasses, which pytree leaves whole
+        return map_tensors(copy, value)  # also into dataclasses, which pytree leaves whole
 
 
 class _InputCapture(_OutputCapture):

@@ -44,11 +44,11 @@ def _safetensors() -> Any:
 def encode_tree(value: Any, key: str, tensors: dict[str, torch.Tensor]) -> Any:
     """JSON for ``value``; its tensors go into ``tensors`` under keys from ``key``.
 
-    NB: a step into a container (or a dataclass's field) is written ``[0]`` or
-    ``["name"]``, never ``.0``: a dotted step made the key of a tuple's element the key
-    of a child module's call (``layers.0`` returning a tuple, and ``layers.0.0``), and
-    one overwrote the other.
-    (The keys are read back from the structure, so any earlier scheme still reads.)"""
+    A step into a container (or a dataclass's field) is written ``[0]`` or
+    ``["name"]``, never ``.0``: a dotted step would make the key of a tuple's element the
+    key of a child module's call (``layers.0`` returning a tuple, and ``layers.0.0``),
+    and one would overwrite the other. The reader takes the keys from the structure,
+    not from this scheme."""
     if isinstance(value, torch.Tensor):
         if value.is_nested:  # safetensors holds dense tensors only: its components
             return {"nested": _encode_nested(value, key, tensors)}
@@ -56,7 +56,7 @@ def encode_tree(value: Any, key: str, tensors: dict[str, torch.Tensor]) -> Any:
             value = value.to_dense()  # sparse: safetensors holds dense tensors only
         if value.is_quantized:  # safetensors holds no quantized dtype: its float values
             value = value.dequantize()
-        if key in tensors:  # NB: distinct keys that read alike (two NaN keys of a dict)
+        if key in tensors:  # distinct keys that read alike (two NaN keys of a dict)
             raise SpecError(
                 f"save_to: two tensors of one call's value would be saved as {key!r} (a "
                 "dict with two NaN keys?); give them distinct keys, or capture without "
@@ -137,8 +137,8 @@ def _plain_key(key: Any) -> bool:
 def _step(key: Any) -> str:
     """The text of a step into a dict by ``key``: JSON for a scalar, the repr of a tuple.
 
-    NB: a tuple's repr unquoted, so that ``(1, 2)`` and the string ``"(1, 2)"`` (JSON:
-    quoted) are two steps: as one, the second value overwrote the first on disk."""
+    A tuple's repr unquoted, so that ``(1, 2)`` and the string ``"(1, 2)"`` (JSON:
+    quoted) are two steps: as one, the second value would overwrite the first on disk."""
     return repr(key) if isinstance(key, tuple) else json.dumps(key)
 
 

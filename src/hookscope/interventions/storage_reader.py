@@ -57,8 +57,8 @@ class Activations(Mapping[str, Any]):
         return {k: v for k, v in self._index[name].items() if k not in ("structure", "shard")}
 
     def calls_of(self, path: str) -> list[Any]:
-        """The values of every call of the module at ``path``, in call order (NB: by
-        ``call_index``: an index written by an earlier hookscope sorted them by name)."""
+        """The values of every call of the module at ``path``, in call order (by
+        ``call_index``: the order of the index's entries is not relied on)."""
         found = [(e.get("call_index", 0), k) for k, e in self._index.items()
                  if e.get("path") == path]
         return [self[k] for _, k in sorted(found, key=lambda f: f[0])]

@@ -29,7 +29,7 @@ from hookscope.interventions.storage_format import (
 def _write_atomically(path: Path, write: Any, *, mode: int) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     write(tmp)
-    # NB: safetensors writes its file owner-only (0600) whatever the umask, while
+    # safetensors writes its file owner-only (0600) whatever the umask, while
     # index.json gets the umask's; every file of a capture gets the umask's ``mode``
     os.chmod(tmp, mode)
     os.replace(tmp, path)
@@ -87,7 +87,7 @@ class ShardWriter:
         tensors: dict[str, torch.Tensor] = {}
         structure = encode_tree(value, name, tensors)
         if name in self._entries or name in self.index or not tensors.keys().isdisjoint(
-                self._tensors):  # NB: a call name is unique, and so is every key from it
+                self._tensors):  # a call name is unique, and so is every key from it
             raise RuntimeError(f"hookscope: capture key clash for call {name!r}")
         self._tensors.update(tensors)
         self._entries[name] = {"structure": structure, **info}
@@ -100,7 +100,7 @@ class ShardWriter:
         if not self._entries:
             return
         name = f"shard-{len(self.shards):05d}.safetensors"
-        # NB: the queue is emptied first: a shard that failed to write (a full disk) is
+        # the queue is emptied first: a shard that failed to write (a full disk) is
         # not tried again when the capture closes, which would hide the first error
         tensors, entries, size = self._tensors, self._entries, self._bytes
         self._tensors, self._entries, self._bytes = {}, {}, 0
@@ -142,6 +142,6 @@ class ShardWriter:
             "entries": dict(sorted(self.index.items(),
                                    key=lambda kv: kv[1].get("call", 0))),
         }
-        text = json.dumps(doc, indent=1)  # NB: not sort_keys: the entries are in call order
+        text = json.dumps(doc, indent=1)  # not sort_keys: the entries are in call order
         _write_atomically(self.directory / INDEX, lambda tmp: tmp.write_text(text),
                           mode=self._mode)

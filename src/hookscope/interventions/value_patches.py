@@ -81,7 +81,7 @@ def _check_number(value: Any, what: str, *, nonnegative: bool = False,
     ``> 0`` with ``positive``), or a tensor (used as it is)."""
     if isinstance(value, torch.Tensor):
         return
-    # NB: int, float and numpy's numbers (a Fraction is a Real tensors cannot take)
+    # int, float and numpy's numbers (a Fraction is a Real tensors cannot take)
     numeric = isinstance(value, (int, float)) or (
         isinstance(value, numbers.Real) and type(value).__module__ == "numpy")
     if isinstance(value, bool) or not numeric or math.isnan(float(value)) \
@@ -105,7 +105,7 @@ def zero(index: Index = None, *, dim: int = 1) -> PatchFn:
         mask = _mask(t, indices, dim)
         if mask is None:  # every element: a mask that broadcasts
             mask = torch.ones((), dtype=torch.bool, device=t.device)
-        # NB: a fill, not ``t * 0``, which is NaN where ``t`` is +-inf or NaN (a causal
+        # a fill, not ``t * 0``, which is NaN where ``t`` is +-inf or NaN (a causal
         # mask's scores); like ``t * 0`` it stays in the graph, a zero gradient flowing
         # back through every zeroed position
         return t.masked_fill(mask, 0.0)
@@ -146,7 +146,7 @@ def clamp(lower: Bound = None, upper: Bound = None) -> PatchFn:
         return _on_floats(lambda t: torch.clamp(t, lower, upper))
 
     def apply(t: torch.Tensor) -> torch.Tensor:
-        # NB: both bounds as tensors of the output's dtype and device: torch.clamp takes
+        # both bounds as tensors of the output's dtype and device: torch.clamp takes
         # two numbers or two tensors, and a float32 bound would make a bfloat16 output
         # float32
         return torch.clamp(t, _bound_like(lower, t), _bound_like(upper, t))
