@@ -60,7 +60,7 @@ class BackwardStats:
         """Register the hooks, each handle into ``handles`` as soon as it is made."""
         for i, p in enumerate(self._params):
             hook = partial(self._accumulated, i)
-            # NB: torch leaves this method unannotated
+            # torch leaves this method unannotated
             handles.add(p.register_post_accumulate_grad_hook(hook))  # type: ignore[no-untyped-call]
 
     def _accumulated(self, i: int, param: torch.Tensor) -> None:
@@ -68,7 +68,7 @@ class BackwardStats:
             self._begun()
         self._noted.append(i)
         task = torch_private.current_graph_task_id()
-        # NB: by graph task, not a flag: a pass that raised never runs its end callback
+        # by graph task, not a flag: a pass that raised never runs its end callback
         if task is not None and task == self._queued_for:
             return
         if task is not None and torch_private.queue_end_of_backward(self._backward_ended):

@@ -43,7 +43,7 @@ def clip_grads(limits: dict[int, float], index: list[int], grads: list[torch.Ten
         return
     targets = [grads[j] for j, _ in chosen]
     if mode == "value":
-        # NB: every one checked before any is clamped: a refusal changes no .grad
+        # every one checked before any is clamped: a refusal changes no .grad
         for g, (j, _) in zip(targets, chosen, strict=True):
             if g.layout != torch.strided:  # torch has no clamp_ of a sparse tensor
                 raise SpecError(

@@ -105,7 +105,7 @@ def _binnable(t: torch.Tensor | None) -> bool:
 
 
 def _take(step: int, tensors: list[torch.Tensor | None], bins: int) -> PendingHistograms:
-    # NB: one float copy per tensor (none for float32), shared by its stats and its counts
+    # one float copy per tensor (none for float32), shared by its stats and its counts
     floats = [t.float() if t is not None and _binnable(t) else None for t in tensors]
     chosen = [f for f in floats if f is not None]
     if not chosen:

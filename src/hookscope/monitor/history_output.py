@@ -40,7 +40,7 @@ def write_scalars(writer: Any, history: GradHistory, row: int) -> None:
     ``grad_norm/total`` (the joint norm), at the row's step."""
     step, values = history.steps[row], history.norms[row]
     total = 0.0
-    # NB: a NaN norm of a gradient that was there is written (and makes the total NaN):
+    # a NaN norm of a gradient that was there is written (and makes the total NaN):
     # only a parameter without a gradient that step is left out
     for name, v, had in zip(history.names, values, history.had_gradient(row), strict=True):
         if had:

@@ -138,7 +138,7 @@ class GradientMonitor:
         self.history = GradHistory(list(self.names))
         self._optimizer, self._scaler = optimizer, scaler
         opened = open_writer(writer)
-        # NB: a writer opened here from a log directory is closed by close(); one the
+        # a writer opened here from a log directory is closed by close(); one the
         # user passed stays theirs
         self._own_writer = opened if opened is not writer else None
         self._recorder = StepRecorder(
@@ -167,7 +167,7 @@ class GradientMonitor:
     # -- lifecycle ----------------------------------------------------------------------
 
     def __enter__(self) -> GradientMonitor:
-        # NB: a monitor watches from when it is made until it is closed: a second block
+        # a monitor watches from when it is made until it is closed: a second block
         # would close it under the first, and a closed one watches nothing any more
         if self._closed:
             raise HookscopeError("this GradientMonitor is closed (its with block ended, "
@@ -180,7 +180,7 @@ class GradientMonitor:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        # NB: when the loop raised, its last steps are still recorded (the NaN that made
+        # when the loop raised, its last steps are still recorded (the NaN that made
         # it raise is in the history), but no anomaly is raised over its exception
         self._in_block = False
         self.close(quiet=exc is not None)
@@ -199,7 +199,7 @@ class GradientMonitor:
         except Exception as e:
             if not quiet:
                 raise
-            # NB: the loop's own exception is the one to see: this one only said so
+            # the loop's own exception is the one to see: this one only said so
             warnings.warn(f"hookscope: could not record the monitor's last steps: "
                           f"{type(e).__name__}: {e}", UserWarning, stacklevel=3)
         finally:
@@ -234,7 +234,7 @@ class GradientMonitor:
         self._by_hand = True
 
     def _backward_begun(self) -> None:
-        # NB: scaler.step() skips optimizer.step(), and with it the step pre-hook, when
+        # scaler.step() skips optimizer.step(), and with it the step pre-hook, when
         # the gradients overflowed; a backward that finds the last one's statistics
         # untaken after the scaler's update() ran (not a second micro-batch) follows
         # such a step, which only mon.step() could have recorded
@@ -260,7 +260,7 @@ class GradientMonitor:
         if self._manual:  # mon.step() already recorded this step
             self._manual = False
             return None
-        # NB: torch hands the hook step()'s arguments with the optimizer first
+        # torch hands the hook step()'s arguments with the optimizer first
         at = 1 if args and args[0] is optimizer else 0
         closure = args[at] if len(args) > at else kwargs.get("closure")
         if not callable(closure):

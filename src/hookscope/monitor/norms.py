@@ -60,7 +60,7 @@ _NORM_DTYPE = {
 
 
 def stack_norms(values: list[torch.Tensor]) -> torch.Tensor:
-    """One float64 tensor per step (per device) from 0-d norms (NB: float64, not
+    """One float64 tensor per step (per device) from 0-d norms (float64, not
     float32: a float64 gradient's norm keeps its digits and its range)."""
     devices = {v.device for v in values}
     if len(devices) > 1:

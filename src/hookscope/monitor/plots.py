@@ -59,7 +59,7 @@ def plot_history(
     ranked = worst_series(series, anomalies, by=by)
     named = list(series)
     if len(series) > _LEGEND_MAX:
-        # NB: a line a red label names is drawn in colour and in the legend, whatever
+        # a line a red label names is drawn in colour and in the legend, whatever
         # its rank: the label would otherwise point at a grey line nobody can name
         labelled = {_key(a, by) for a, _ in _step_worst(anomalies).values()} & set(series)
         first = [n for n in ranked if n in labelled] + [n for n in ranked if n not in labelled]
@@ -110,7 +110,7 @@ def _decorate(ax: Any, history: GradHistory, *, by: str, lines: int, grey: int) 
 
     ax.set_xlabel("step")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    if len(set(history.steps)) == 1:  # NB: around one point the locator ticks fractions
+    if len(set(history.steps)) == 1:  # around one point the locator ticks fractions
         ax.set_xticks(list(history.steps))
     ax.set_ylabel("gradient L2 norm" + (" (per module)" if by == "module" else ""))
     steps = f"{len(history)} step{'' if len(history) == 1 else 's'}"
@@ -128,7 +128,7 @@ def worst_series(series: dict[str, list[float]], anomalies: Sequence[GradAnomaly
                  by: str) -> list[str]:
     """The names of ``series`` from the worst: those with an anomaly first (the most
     first), then by their largest jump (the highest norm over the series' median)."""
-    # NB: steps, not anomalies: a layer whose weight and bias are both flagged at a
+    # steps, not anomalies: a layer whose weight and bias are both flagged at a
     # step is not twice as bad as one whose weight alone is
     steps: dict[str, set[int]] = {}
     for a in anomalies:

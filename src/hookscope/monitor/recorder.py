@@ -96,7 +96,7 @@ class StepRecorder:
                             + [t for u in updates for t in u.rows]
                             + [h.counts for h in histograms if h.counts is not None])
         steps = []
-        offset = 0  # NB: a step without any gradient made no rows
+        offset = 0  # a step without any gradient makes no rows
         for p in pending:
             steps.append(host_step(p, host[offset:offset + len(p.rows)], flow=self._flow))
             offset += len(p.rows)
@@ -133,7 +133,7 @@ class StepRecorder:
 
     def _check(self, steps: list[HostStep], updates: list[tuple[PendingUpdate, list[float]]],
                *, quiet: bool) -> None:
-        # NB: every step recorded before any check may raise, and every one checked
+        # every step recorded before any check may raise, and every one checked
         first: Exception | None = None
         checks: list[Any] = [lambda s=s: self.checker.check(s) for s in steps]
         if self._band is not None:

@@ -51,14 +51,14 @@ class UpdateTracker:
 
     def before_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Copy the weights before ``optimizer`` steps (the pre-hook)."""
-        # NB: a parameter outside the optimizer's groups (an optimizer over the head
+        # a parameter outside the optimizer's groups (an optimizer over the head
         # only) never moves: its ratio would be a 0 that says nothing about learning
         held = {id(p) for group in optimizer.param_groups for p in group["params"]}
         self._held = [id(p) in held for p in self._params]
         with torch.no_grad():
             self._before = [p.detach().clone() for p in self._params]
             self._weight_norms = stack_norms(grad_norms(self._before, 2))
-        # NB: only weights of two dimensions or more, that had a gradient: the usual
+        # only weights of two dimensions or more, that had a gradient: the usual
         # 1e-3 is of weight matrices; a bias or a norm's scale starts at 0 or 1 and
         # moves relatively more in a healthy run
         self._checked = [h and p.grad is not None and p.dim() >= 2
