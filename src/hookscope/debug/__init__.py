@@ -8,7 +8,7 @@ the value; ``hookscope.breakpoint``
 on the engine (``hookscope.core.engine.tracer``); the report's text and JSON are in
 ``hookscope.render.anomaly_report``.
 
-NB: a package named ``debug``, not a module ``hookscope/breakpoint.py``: importing a
+A package named ``debug``, not a module ``hookscope/breakpoint.py``: importing a
 submodule binds its name on the parent package, which would replace the function
 ``hookscope.breakpoint`` by the module.
 """

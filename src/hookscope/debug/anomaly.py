@@ -58,7 +58,7 @@ def find_anomaly(
             finite gradients (``SqrtBackward0``), the module call whose forward made
             that node, the forward op, the line of the model's code that called it,
             and the statistics of the gradients the node received and computed.
-            NB: the forward then runs with anomaly mode on, which records a stack per
+            The forward then runs with anomaly mode on, which records a stack per
             autograd node (slower).
         loss: ``loss(output) -> Tensor``: the scalar to differentiate, as for
             :func:`hookscope.trace` (default: the sum of every floating output); a

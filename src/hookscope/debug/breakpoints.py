@@ -162,7 +162,7 @@ class _BackwardBreak(_BreakProbe):
 
     def on_exit(self, call: Call, module: nn.Module, args: tuple[Any, ...],
                 kwargs: dict[str, Any], output: Any, failed: bool) -> None:
-        # NB: a call whose outputs need no gradient (torch.no_grad(), evaluation inside
+        # a call whose outputs need no gradient (torch.no_grad(), evaluation inside
         # the block) never reaches a backward: its values are let go at once, not kept
         # for the rest of the block
         if failed or not _needs_grad(output):
@@ -236,7 +236,7 @@ def breakpoint(
             with the model's inputs stops nowhere then); in the others, the first call
             where it holds. ``None`` and a callable ``when`` stop at every call.
 
-    NB: in the backward phase the call's inputs, kwargs and output are kept alive
+    In the backward phase the call's inputs, kwargs and output are kept alive
     until its backward runs (or the block ends).
 
     Raises:

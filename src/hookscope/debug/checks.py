@@ -41,7 +41,7 @@ def checkable(t: torch.Tensor) -> bool:
 def all_finite(t: torch.Tensor) -> bool:
     """Whether every element of ``t`` is finite (``True`` for a tensor not checkable).
 
-    NB: reading the result synchronises a CUDA device once per check: an anomaly hunt
+    Reading the result synchronises a CUDA device once per check: an anomaly hunt
     must stop at the first non-finite value, so it cannot defer the reads.
     """
     if not checkable(t):
@@ -58,7 +58,7 @@ def all_finite(t: torch.Tensor) -> bool:
 
 def _finite(t: torch.Tensor) -> bool:
     total = (t.sum(dtype=torch.float32) if t.dtype in _REDUCED else t.sum()).item()
-    # NB: in Python: ``Tensor.isfinite`` of the 0-dim sum is a chain of ops (~40 us)
+    # in Python: ``Tensor.isfinite`` of the 0-dim sum is a chain of ops (~40 us)
     if cmath.isfinite(total) if isinstance(total, complex) else math.isfinite(total):
         return True
     return bool(torch.isfinite(t).all())

@@ -19,7 +19,7 @@ it makes (``torch_private.node_forward_stack``); the innermost frame outside tor
 hookscope is the model's line. Which module call made it is the tracer's
 ``node_owner`` (sequence numbers, ``core/engine/node_owners.py``).
 
-NB: anomaly mode is turned off again before the backward: with it on, autograd prints
+Anomaly mode is turned off again before the backward: with it on, autograd prints
 the forward stack of the node whose hook raised. A user who had it on keeps it on.
 """
 

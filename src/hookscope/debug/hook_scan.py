@@ -195,7 +195,7 @@ def describe_function(fn: Any) -> tuple[str, str | None, str | None, int | None]
     by its class's ``__call__``.
     """
     partial = False
-    for _ in range(32):  # NB: a bound; an object's __getattr__ may invent __wrapped__
+    for _ in range(32):  # a bound: an object's __getattr__ may invent __wrapped__
         if isinstance(fn, functools.partial):
             partial, fn = True, fn.func
         elif inspect.ismethod(fn):

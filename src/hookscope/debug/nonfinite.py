@@ -12,7 +12,7 @@ model does not run and the caller gets the partial trace. With ``backward=True``
 them (``debug/grad_probe.py``). The entry points that run them are
 ``debug/anomaly.py``'s.
 
-NB: the op check runs during the forward itself, never by re-running a module, so
+The op check runs during the forward itself, never by re-running a module, so
 what it reports is what the model computed, with the model's own RNG draws, buffers
 and in-place writes. The input statistics of the anomalous call are read when the
 call ends: an input the call wrote into shows what it holds then (the record says so,
