@@ -55,7 +55,7 @@ def capture_command(
     from hookscope.core.model.selectors import compile_selector, require_match
 
     with failure_boundary(debug=debug):
-        output = output.expanduser()  # NB: the shell leaves the ~ of --output=~/acts alone
+        output = output.expanduser()  # the shell leaves the ~ of --output=~/acts alone
         made = _check_output(output)
         globs = [g.strip() for g in select.split(",") if g.strip()]
         with model_prints_to_stderr():
@@ -85,7 +85,7 @@ def _check_output(output: Path) -> bool:
     """Check, before the model is built, that ``output`` is a new directory in an
     existing, writable one, or an empty directory; return whether it is new.
 
-    NB: like every other command's ``-o``, the directory that holds it is not made:
+    Like every other command's ``-o``, the directory that holds it is not made:
     a mistyped parent would otherwise scatter activations in a tree of its own.
 
     Raises:

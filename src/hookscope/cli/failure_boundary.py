@@ -130,7 +130,7 @@ def report_usage_error(error: Any) -> int:
     if type(error).__name__ == "NoArgsIsHelpError" and ctx is not None:
         sys.stdout.write(ctx.get_help() + "\n")
         return EXIT_OK
-    # NB: typer >= 0.20 validates with pydantic, which prefixes "Value error, ".
+    # typer >= 0.20 validates with pydantic, which prefixes "Value error, ".
     message = one_line(error.format_message()).replace("Value error, ", "")
     if ctx is not None:
         message += f" (see '{ctx.command_path} --help')"
@@ -171,7 +171,7 @@ def partial_on_failure(
     try:
         yield
     except ModelRunError as e:
-        # NB: a bad --columns, a closed stdout or an unwritable file must not hide the
+        # a bad --columns, a closed stdout or an unwritable file must not hide the
         # model's own error.
         try:
             with contextlib.suppress(HookscopeError):

@@ -186,7 +186,7 @@ def _check_plot(path: Path) -> None:
     except ImportError as e:
         raise MissingDependencyError("matplotlib", "plot", needed_for="plots") from e
     suffix = path.suffix.lstrip(".").lower()
-    # NB: matplotlib's own list, less the formats that need an outside program (pgf: LaTeX)
+    # matplotlib's own list, less the formats that need an outside program (pgf: LaTeX)
     formats = set(FigureCanvasAgg.get_supported_filetypes()) - {"pgf"}
     if suffix and suffix not in formats:
         raise SpecError(f"--plot {str(path)!r}: .{suffix} is not an image format matplotlib "

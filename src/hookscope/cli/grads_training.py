@@ -93,7 +93,7 @@ def train(prepared: Any, *, steps: int, lr: float, seed: int, loss: str,
     import hookscope
 
     net = prepared.loaded.model
-    net.train()  # NB: before the check: a model may fail in training mode alone
+    net.train()  # before the check: a model may fail in training mode alone
     # one observed forward first, in the mode the steps run in: inputs that do not fit
     # fail with the module's path and its input shapes (a ModelRunError), not inside
     # the training loop
@@ -106,7 +106,7 @@ def train(prepared: Any, *, steps: int, lr: float, seed: int, loss: str,
             "requires grad (none, or all frozen); for its forward use hookscope trace")
     batches = Batches(prepared.specs, prepared.device, prepared.loaded.vocab_size, seed)
     opt = torch.optim.SGD(trainable, lr=lr)
-    # NB: every anomaly stays in monitor.anomalies, which the caption and --fail-on read;
+    # every anomaly stays in monitor.anomalies, which the caption and --fail-on read;
     # no warning per parameter on stderr besides
     with hookscope.GradientMonitor(net, on_anomaly=_keep, **thresholds) as monitor:
         named = dict(net.named_parameters())

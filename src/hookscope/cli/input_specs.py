@@ -288,7 +288,7 @@ def _make_tensor(
     integer = not (spec.dtype.is_floating_point or spec.dtype.is_complex)
     is_mask = spec.name is not None and spec.name.endswith("mask")
     if is_mask and integer and spec.dtype != torch.bool and device.type != "meta":
-        # NB: all ones: a random mask could hide every token
+        # all ones: a random mask could hide every token
         return torch.ones(spec.shape, dtype=spec.dtype, device=device)
     name = spec.name or ""
     if integer and spec.dtype != torch.bool and name.endswith("position_ids") and spec.shape:

@@ -76,7 +76,7 @@ class OutputTarget:
             SpecError: the output file cannot be written (nothing is left behind).
         """
         if self.path is not None and str(self.path) != "-":
-            # NB: the shell leaves the ~ of --output=~/x.json alone
+            # the shell leaves the ~ of --output=~/x.json alone
             write_atomically(self.path.expanduser(), self._as_text(rendered))
             return
         from hookscope.errors import SpecError
@@ -107,7 +107,7 @@ class OutputTarget:
 
         assert rendered.tables is not None
         console = make_console(width=self.width, color=color_choice(self.no_color))
-        # NB: rich's own reaction to a closed pipe is SystemExit(1), which would hide the
+        # rich's own reaction to a closed pipe is SystemExit(1), which would hide the
         # model's error after a partial table; raise what writing text raises instead.
         console.on_broken_pipe = _broken_pipe  # type: ignore[method-assign]
         renderables = rendered.tables(self.no_color or not console.is_terminal)

@@ -122,7 +122,7 @@ def _construct(make: Callable[[], nn.Module], device: torch.device | None) -> nn
     except (NotImplementedError, RuntimeError) as e:
         if device.type != "meta" or "meta" not in str(e):
             raise
-        # NB: the code computed with tensors while building (torchvision's regnet calls
+        # the code computes with tensors while building (torchvision's regnet calls
         # .tolist()), which meta tensors cannot do: build on the CPU, parameters on meta.
         with _parameters_on_meta():
             model = make()

@@ -49,7 +49,7 @@ def import_file(path_text: str, spec: str) -> ModuleType:
     sys.modules[name] = module
     argv = sys.argv
     try:
-        # NB: the file sees itself as the program, as under `python file.py`: a script
+        # the file sees itself as the program, as under `python file.py`: a script
         # that parses its arguments when imported must not read hookscope's.
         sys.argv = [str(path)]
         with _on_sys_path(str(path.resolve().parent)):

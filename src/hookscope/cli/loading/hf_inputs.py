@@ -120,7 +120,7 @@ _POSITION_ATTRS = ("max_position_embeddings", "n_positions", "n_ctx", "max_seq_l
 def position_limit(model: nn.Module, config: Any) -> PositionLimit | None:
     """The most tokens ``model`` takes, ``None`` when it has no table of positions.
 
-    NB: a config's count is a hard limit only where the model looks positions up in a
+    A config's count is a hard limit only where the model looks positions up in a
     table of that many rows (BERT, GPT-2; two more in BART and OPT); rotary and
     relative positions (Llama, T5) are computed for any length, which the config's
     count does not bound.

@@ -45,7 +45,7 @@ def _torchvision_kwargs(models: ModuleType, name: str) -> dict[str, object]:
     if "weights_backbone" in inspect.signature(models.get_model_builder(name)).parameters:
         kwargs["weights_backbone"] = None  # its default would download ImageNet weights
     if name.endswith(("googlenet", "inception_v3")):
-        # NB: the weights are random either way; this skips the slow scipy init and
+        # the weights are random either way; this skips the slow scipy init and
         # torchvision's FutureWarning about it.
         kwargs["init_weights"] = False
     return kwargs
@@ -59,7 +59,7 @@ def _torchvision_inputs(models: ModuleType, name: str, model: nn.Module) -> tupl
     image = InputSpec((1, 3, size, size))
     if name in models.list_models(module=models.optical_flow):
         return (image, image)
-    # NB: detection models take a list of images; a batched tensor iterates as one.
+    # detection models take a list of images; a batched tensor iterates as one.
     return (image,)
 
 
