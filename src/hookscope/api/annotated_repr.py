@@ -64,7 +64,7 @@ def annotated_repr(
             f"annotated_repr(model, trace) takes the trace of the model second, got "
             f"{type(trace).__name__}; pass hookscope.trace(model, x)"
         )
-    notes = module_notes(trace, fields)  # NB: raises before the model is touched
+    notes = module_notes(trace, fields)  # raises before the model is touched
     saved: list[tuple[nn.Module, object]] = []
     try:
         for path, module in model.named_modules():
