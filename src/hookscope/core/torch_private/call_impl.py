@@ -22,6 +22,7 @@ from typing import Any
 from torch import nn
 from torch.nn.modules import module as _torch_module
 
+from hookscope.core.torch_private._source import source_body
 from hookscope.core.torch_private._warnings import _warn_once
 
 # -- Module._call_impl -------------------------------------------------------------------
@@ -228,15 +229,7 @@ def call_impl_shortcut() -> HookDicts | None:
     (with a warning) when this torch's ``_call_impl`` reads differently. Checked once
     per process, from its source."""
     if not _shortcut:
-        import inspect
-
-        try:
-            source = inspect.getsource(_TORCH_CALL_IMPL)
-        except (OSError, TypeError):
-            source = ""
-        body = "".join(
-            line.split("#", 1)[0].strip() for line in source.splitlines()[1:]
-        ).replace(" ", "")
+        body = source_body(_TORCH_CALL_IMPL)
         dicts = tuple(getattr(_torch_module, name, None) for name in _GLOBAL_HOOK_NAMES)
         if body.startswith(_CALL_IMPL_SHORTCUT) and all(isinstance(d, dict) for d in dicts):
             _shortcut.append(dicts)  # type: ignore[arg-type]

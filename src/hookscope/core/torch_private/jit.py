@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from hookscope.core.torch_private._source import source_body
 from hookscope.core.torch_private._warnings import _warn_once
 
 # -- torch.jit.trace -----------------------------------------------------------------------
@@ -74,21 +75,13 @@ def jit_trace_scopes() -> Any:
     ``_slow_forward`` reads differently (checked once per process, from its source),
     an object whose ``_trace_module_map`` is the tracing state, with a warning."""
     if not _jit_scopes:
-        import inspect
-
         trace_module = getattr(torch.jit, "_trace", None)
-        try:
-            source = inspect.getsource(nn.Module._slow_forward)
-        except (OSError, TypeError, AttributeError):
-            source = ""
-        body = "".join(
-            line.split("#", 1)[0].strip() for line in source.splitlines()[1:]
-        ).replace(" ", "")
+        body = source_body(getattr(nn.Module, "_slow_forward", None))
         if body == _SLOW_FORWARD and hasattr(trace_module, "_trace_module_map"):
             _jit_scopes.append(trace_module)
         else:
             _jit_scopes.append(_TracingStateAsMap())
             _warn_once("the speed of trace() and summary()",
                        "changed how Module._slow_forward records torch.jit.trace scopes"
-                       if source else "has no readable source for Module._slow_forward")
+                       if body else "has no readable source for Module._slow_forward")
     return _jit_scopes[0]
