@@ -18,7 +18,7 @@ from hookscope.core.records.module_records import ModuleInfo
 from hookscope.core.records.tensor_paths import shape_text
 from hookscope.core.records.trace import Call, Trace
 from hookscope.core.records.values import TensorMeta
-from hookscope.render.names import Shorten, distinct_forms, elide
+from hookscope.render.names import Shorten, distinct_forms, elide, shortener_by_width
 
 ROOT = "<root>"
 """How the root module's path is written in captions and messages."""
@@ -236,15 +236,7 @@ def tree_shortener(cells: Sequence[str]) -> Shorten:
     ``sort=``, differ in the middle, where the layer index is: ``encoder.layer.0.
     attention.self.query``), their names get other elisions, matched so that no two
     rows look the same where the width allows (``render/grid.distinct_shortener``)."""
-    chosen: dict[int, dict[str, str]] = {}
-
-    def shorten(cell: str, width: int) -> str:
-        forms = chosen.get(width)
-        if forms is None:
-            forms = chosen[width] = _tree_forms(cells, width)
-        return forms.get(cell) or shorten_tree(cell, width)
-
-    return shorten
+    return shortener_by_width(lambda width: _tree_forms(cells, width), shorten_tree)
 
 
 def _tree_forms(cells: Sequence[str], width: int) -> dict[str, str]:

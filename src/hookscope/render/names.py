@@ -47,13 +47,19 @@ def distinct_shortener(labels: Sequence[str]) -> Shorten:
     same while distinct forms of the width exist (:func:`distinct_min` finds the
     narrowest width where they do).
     """
+    return shortener_by_width(lambda width: distinct_forms(labels, width)[0], elide)
+
+
+def shortener_by_width(forms: Callable[[int], dict[str, str]], fallback: Shorten) -> Shorten:
+    """A :data:`Shorten` that gives a cell its form in ``forms(width)`` (a matching over
+    every label of the table, made once per width), else ``fallback(cell, width)``."""
     chosen: dict[int, dict[str, str]] = {}
 
     def shorten(cell: str, width: int) -> str:
-        forms = chosen.get(width)
-        if forms is None:
-            forms = chosen[width] = distinct_forms(labels, width)[0]
-        return forms.get(cell) or elide(cell, width)
+        found = chosen.get(width)
+        if found is None:
+            found = chosen[width] = forms(width)
+        return found.get(cell) or fallback(cell, width)
 
     return shorten
 
