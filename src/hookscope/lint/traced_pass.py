@@ -43,7 +43,8 @@ from hookscope.lint.context import (
     modules_by_id,
 )
 from hookscope.lint.locate import caller_location
-from hookscope.lint.source import Location, reads_training
+from hookscope.lint.reads import reads_training
+from hookscope.lint.source import Location
 
 
 class _Registrations:

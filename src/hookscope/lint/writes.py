@@ -16,13 +16,11 @@ NB: only writes through ``self`` are seen: ``for p in self.fc.parameters(): ...`
 from __future__ import annotations
 
 import ast
-import inspect
-import textwrap
 import weakref
 
 from torch import nn
 
-from hookscope.lint.source import Location, _methods
+from hookscope.lint.source import Location, class_methods, once_per_class, parse_class
 
 # (line, col, kind, self.<chain> written); kind is "freeze" or "values"
 _Write = tuple[int, int, str, str]
@@ -38,9 +36,7 @@ def find_write(cls: type, chain: str, *, freeze: bool) -> Location | None:
     for klass in cls.__mro__:
         if klass is nn.Module or not issubclass(klass, nn.Module):
             continue
-        if klass not in _WRITES:
-            _WRITES[klass] = _writes(klass)
-        file, writes = _WRITES[klass]
+        file, writes = once_per_class(_WRITES, klass, _writes)
         found = [(line, col) for line, col, k, reached in writes
                  if k == kind and _related(reached, chain)]
         if found:
@@ -56,26 +52,19 @@ def _related(reached: str, chain: str) -> bool:
 
 
 def _writes(cls: type) -> tuple[str, list[_Write]]:
-    try:
-        lines, first = inspect.getsourcelines(cls)
-        file = inspect.getsourcefile(cls)
-        source = "".join(lines)
-        tree = ast.parse(textwrap.dedent(source))
-    except (OSError, TypeError, SyntaxError):
+    parsed = parse_class(cls)
+    if parsed is None:
         return "", []
-    if file is None:
-        return "", []
-    indent = len(source) - len(source.lstrip())
     found: list[_Write] = []
-    for fn in _methods(tree):
+    for fn in class_methods(parsed.tree):
         if fn.name == "forward" or not fn.args.args:
             continue
         owner = fn.args.args[0].arg
         for node in ast.walk(fn):
             if isinstance(node, (ast.stmt, ast.expr)):
-                found += [(first + node.lineno - 1, node.col_offset + 1 + indent, kind,
-                           reached) for kind, reached in _written(node, owner)]
-    return file, found
+                _, line, col = parsed.location(node.lineno, node.col_offset)
+                found += [(line, col, kind, reached) for kind, reached in _written(node, owner)]
+    return parsed.file, found
 
 
 def _written(node: ast.AST, owner: str) -> list[tuple[str, str]]:

@@ -20,8 +20,8 @@ from torch import nn
 
 from hookscope.lint.context import LintContext, modules_by_id
 from hookscope.lint.findings import Hit, Severity
+from hookscope.lint.reads import reads_training
 from hookscope.lint.rules import register_rule
-from hookscope.lint.source import reads_training
 
 PLAIN = (list, tuple, dict, set, frozenset)
 MAX_DEPTH = 4  # NB: deeper nesting is not searched

@@ -18,8 +18,8 @@ from hookscope.core.torch_private import BatchNormBase
 from hookscope.lint.context import CONTAINERS, LintContext
 from hookscope.lint.findings import Hit, Severity
 from hookscope.lint.locate import locate
+from hookscope.lint.reads import reads_training, uses_attribute
 from hookscope.lint.rules import Needs, register_rule
-from hookscope.lint.source import reads_training, uses_attribute
 
 
 @register_rule(
