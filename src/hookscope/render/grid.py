@@ -22,6 +22,8 @@ stay whole:
 5. the caption's parts go on one line when they fit, else one per line, a long part
    wrapped between words only (a number stays with its unit).
 
+The line breaking of rules 2 and 5 is in :mod:`hookscope.render.wrap`.
+
 :mod:`hookscope.render.plain` draws a fitted grid as plain text (pipes, files,
 ``str()``), :func:`to_rich` as a rich table (terminals), and
 :mod:`hookscope.render.notebook` as HTML (Jupyter).
@@ -29,8 +31,6 @@ stay whole:
 
 from __future__ import annotations
 
-import re
-import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -43,11 +43,13 @@ from hookscope.render.names import distinct_min as distinct_min
 from hookscope.render.names import distinct_shortener as distinct_shortener
 from hookscope.render.names import elide as elide
 from hookscope.render.names import shorten_plain as shorten_plain
+from hookscope.render.wrap import shapes_min as shapes_min
+from hookscope.render.wrap import wrap_caption, wrap_notes
+from hookscope.render.wrap import wrap_header as wrap_header
+from hookscope.render.wrap import wrap_shapes as wrap_shapes
 
 KEEP = 1000
 """A column with this priority or more is never left out (the layer column)."""
-INDENT = "  "
-"""How a wrapped shape's continuation lines are indented under their first line."""
 
 
 @dataclass(frozen=True)
@@ -269,74 +271,3 @@ def left_out_text(grid: Grid, dropped: Sequence[str], width: int, fits_at: int,
     if grid.pickable:
         how += f", {wording.pick}"
     return f"not shown at width {width}: {names}; {how}"
-
-
-_KEEP_TOGETHER = re.compile(r"(?<=[\d)]) (?=[A-Za-zµ%]+\b)")
-
-
-def _wrap(text: str, width: int) -> list[str]:
-    if len(text) <= width:
-        return [text]
-    glued = _KEEP_TOGETHER.sub("\u00a0", text)
-    lines = textwrap.wrap(glued, width, break_long_words=False, break_on_hyphens=False,
-                          subsequent_indent="  ")
-    return [line.replace("\u00a0", " ") for line in lines] or [text]
-
-
-def wrap_caption(parts: Sequence[str], width: int, *, sep: str = " | ") -> list[str]:
-    """The caption parts on one line when they fit, else one per line (each wrapped
-    between words, a number kept with its unit)."""
-    parts = [p for p in parts if p]
-    if not parts:
-        return []
-    joined = sep.join(parts)
-    if len(joined) <= width:
-        return [joined]
-    out: list[str] = []
-    for part in parts:
-        out.extend(_wrap(part, width))
-    return out
-
-
-def wrap_notes(notes: Sequence[str], width: int) -> list[str]:
-    out: list[str] = []
-    for note in notes:
-        for line in note.split("\n"):
-            out.extend(_wrap(line, width))
-    return out
-
-
-def wrap_header(header: str, width: int) -> list[str]:
-    if len(header) <= width:
-        return [header]
-    return textwrap.wrap(header, width, break_long_words=False) or [header]
-
-
-# -- wrapping shapes, nothing cut --------------------------------------------------
-
-
-def wrap_shapes(cell: str, width: int) -> str:
-    """Each line of a shape cell in ``width`` characters where it can, nothing cut: a
-    line that is too long puts its ``path:`` label on a line of its own and the shape
-    below it, indented. A shape itself is never broken (``[1, 64, 56, 56]`` on four
-    lines reads worse than a column left out)."""
-    out: list[str] = []
-    for line in cell.split("\n"):
-        label, colon, value = line.partition(": ")
-        if len(line) <= width or not colon:
-            out.append(line)
-        else:
-            out.extend((label + ":", INDENT + value))
-    return "\n".join(out)
-
-
-def shapes_min(cells: Sequence[str]) -> int:
-    """The narrowest :func:`wrap_shapes` can make these cells: each label whole with its
-    colon, each shape whole after its indentation."""
-    widest = 0
-    for cell in cells:
-        for line in cell.split("\n"):
-            label, colon, value = line.partition(": ")
-            need = max(len(label) + 1, len(INDENT) + len(value)) if colon else len(line)
-            widest = max(widest, min(len(line), need))
-    return widest
