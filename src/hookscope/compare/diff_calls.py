@@ -59,6 +59,11 @@ class CallDiff:
         return f"{self.path}#{self.call_index}" if self.call_index else self.path
 
     @property
+    def depth(self) -> int:
+        """How deep the module is in its tree (0: the root), by its path."""
+        return self.path.count(".") + 1 if self.path else 0
+
+    @property
     def structural(self) -> bool:
         """Added, removed, replaced, or its parameter count changed."""
         return self.status in STRUCTURAL or "params" in self.changes

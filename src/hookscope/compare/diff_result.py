@@ -180,7 +180,8 @@ def diff(
     rows = [diff_call(facts, ca, a, cb, b) for ca, cb in matching.pairs]
     rows += [one_side(facts, c, a, side="a") for c in matching.only_a]
     rows += [one_side(facts, c, b, side="b") for c in matching.only_b]
-    # calls of one side and replaced modules, then other parameter counts, then numbers
-    rows.sort(key=lambda r: (r.status in STRUCTURAL, r.structural, r.score(sort)),
+    # calls of one side and replaced modules, then other parameter counts, then numbers;
+    # of equal changes the deeper call first (where a change starts, not its callers)
+    rows.sort(key=lambda r: (r.status in STRUCTURAL, r.structural, r.score(sort), r.depth),
               reverse=True)
     return TraceDiff(a, b, matching, facts, rows, sort)

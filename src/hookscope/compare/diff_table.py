@@ -184,7 +184,7 @@ def answer(result: TraceDiff, *, ascii: bool = False) -> str:
     structural changes (calls of one side only, replaced modules, parameters)."""
     arrow = _arrow(ascii)
     matched = [r for r in result.rows if r.path_a is not None and r.path_b is not None]
-    top = max(matched, key=lambda r: r.score(result.sort), default=None)
+    top = max(matched, key=lambda r: (r.score(result.sort), r.depth), default=None)
     fact = None if top is None else (
         top.facts.get(result.sort) if result.sort else top.largest())
     if top is None or fact is None or not fact.changed:
