@@ -189,7 +189,10 @@ def match_calls(
         found = _pair(a, paths_a, mapped, b, paths_b)
         score = _score(found, a, b)
         if best is None or score > best[0]:  # ties keep the fewer removals
-            best = (score, found, ("a",) * unwrap_a + ("b",) * unwrap_b)
+            # a side counts as unwrapped when a path of its own had a wrapper segment
+            sides = (("a",) if unwrap_a and any(_unwrap(c.path) != c.path for c in a) else ()) \
+                + (("b",) if unwrap_b and any(_unwrap(p) != p for p in raw_b) else ())
+            best = (score, found, sides)
     assert best is not None
     _, pairs, unwrapped = best
     paired_a, paired_b = {i for i, _ in pairs}, {j for _, j in pairs}
