@@ -320,3 +320,18 @@ def test_a_ddp_wrapped_trace_diffs_through_the_prefix() -> None:
     assert {(r.path_a, r.path_b) for r in d.rows if r.status != "added"} == {
         ("", "module"), ("0", "module.0"), ("1", "module.1"), ("2", "module.2")}
     assert "wrapper prefixes removed on side B" in str(d.table(ascii=True).to_text(width=200))
+
+
+class BrokenField(Probe):
+    """A user's probe whose export field raises: the diff names it."""
+
+    name = "test_diff_broken_field"
+    fields = (Field("broken_field", lambda call, trace: 1 / 0),)
+
+
+def test_a_raising_field_is_named() -> None:
+    model_a, _, x = _two_mlps()
+    trace = hookscope.trace(model_a, x, probes=[BrokenField()], time=False)
+    with pytest.raises(hookscope.RenderError, match="fact 'broken_field' of probe "
+                       "'test_diff_broken_field' raised ZeroDivisionError"):
+        hookscope.diff(trace, trace)

@@ -139,6 +139,7 @@ def test_a_mapping_into_a_wrapped_side() -> None:
                          ("encoder.0", "module.backbone.0"),
                          ("encoder.1", "module.backbone.1"), ("fc", "module.head")]
     assert [c.path for c in m.only_b] == [""]
+    assert m.unwrapped == ("b",)  # A's own paths had no wrapper segment
 
 
 def test_repeated_calls_pair_by_call_index() -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from hookscope.compare.diff_facts import AMOUNTS, FactChange, FactSpec, is_number
 from hookscope.core.records.trace import Call, Trace
+from hookscope.errors import RenderError
 
 __all__ = ["STRUCTURAL", "CallDiff", "diff_call", "one_side"]
 
@@ -85,14 +86,29 @@ class CallDiff:
         return -1.0 if rel is None or math.isnan(rel) else abs(rel)
 
 
+def _read(spec: FactSpec, call: Call | None, trace: Trace) -> Any:
+    """``spec``'s value of ``call`` (``None``: no call).
+
+    Raises:
+        RenderError: the declaration's own function raised (a probe's bug, named).
+    """
+    if call is None:
+        return None
+    try:
+        return spec.value(call, trace)
+    except Exception as e:
+        owner = f" of probe {spec.probe!r}" if spec.probe else ""
+        raise RenderError(f"fact {spec.name!r}{owner} raised {type(e).__name__} for call "
+                          f"{call.name or '<root>'!r}: {e}") from e
+
+
 def _facts(specs: Sequence[FactSpec], call_a: Call | None, trace_a: Trace,
            call_b: Call | None, trace_b: Trace,
            ) -> tuple[dict[str, FactChange], dict[str, tuple[Any, Any]]]:
     numbers: dict[str, FactChange] = {}
     others: dict[str, tuple[Any, Any]] = {}
     for spec in specs:
-        va = spec.value(call_a, trace_a) if call_a is not None else None
-        vb = spec.value(call_b, trace_b) if call_b is not None else None
+        va, vb = _read(spec, call_a, trace_a), _read(spec, call_b, trace_b)
         if va is None and vb is None:
             continue
         if spec.numeric and (va is None or is_number(va)) and (vb is None or is_number(vb)):
