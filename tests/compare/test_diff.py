@@ -335,3 +335,26 @@ def test_a_raising_field_is_named() -> None:
     with pytest.raises(hookscope.RenderError, match="fact 'broken_field' of probe "
                        "'test_diff_broken_field' raised ZeroDivisionError"):
         hookscope.diff(trace, trace)
+
+
+def test_a_fact_no_probe_here_declares_is_diffed_from_files(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A trace file written where a probe of one's own ran, read where it is not
+    defined: its numeric facts are still compared."""
+    model_a, _, x = _two_mlps()
+    doc = json.loads(hookscope.trace(model_a, x, time=False).to_json())
+    docs = []
+    for value in (2.0, 5.0):
+        planted = json.loads(json.dumps(doc))
+        planted["calls"][1]["undeclared_metric"] = value  # call "0"
+        docs.append(planted)
+    pa, pb = tmp_path / "a.json", tmp_path / "b.json"
+    pa.write_text(json.dumps(docs[0]))
+    pb.write_text(json.dumps(docs[1]))
+    code, out, _ = run_cli(capsys, "diff", str(pa), str(pb), "-f", "json",
+                           "--sort", "undeclared_metric")
+    rows = json.loads(out)["rows"]
+    assert code == 0 and rows[0]["path_a"] == "0"
+    assert rows[0]["facts"]["undeclared_metric"] == {"a": 2.0, "b": 5.0, "delta": 3.0,
+                                                     "relative": 1.5}
+    assert all("undeclared_metric" not in r["facts"] for r in rows[1:])
