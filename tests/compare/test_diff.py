@@ -151,13 +151,13 @@ class OutputL1(Probe):
     """A user's probe: the L1 norm of each call's output tensor."""
 
     name = "test_diff_output_l1"
-    facts = (Fact("out_l1", "sum of |output|"), Fact("out_numel", "elements of the output"))
-    fields = (Field("out_l1", lambda call, trace: call.facts.get("out_l1")),)
+    facts = (Fact("out_abs_sum", "sum of |output|"), Fact("out_numel", "elements of the output"))
+    fields = (Field("out_abs_sum", lambda call, trace: call.facts.get("out_abs_sum")),)
 
     def on_exit(self, call: Any, module: Any, args: Any, kwargs: Any, output: Any,
                 failed: bool) -> None:
         if isinstance(output, torch.Tensor):
-            call.facts["out_l1"] = float(output.detach().abs().sum())
+            call.facts["out_abs_sum"] = float(output.detach().abs().sum())
             call.facts["out_numel"] = output.numel()  # a fact with no field nor column
 
 
@@ -196,14 +196,14 @@ def test_a_user_probe_fact_is_diffed() -> None:
     d = hookscope.diff(ta, tb)
     la, lb = _l1_by_hooks(model_a, x), _l1_by_hooks(model_b, x)
     for row in d.rows:
-        f = row.facts["out_l1"]
+        f = row.facts["out_abs_sum"]
         assert f.a == pytest.approx(la[row.path]) and f.b == pytest.approx(lb[row.path])
         assert row.facts["out_numel"].changed is False  # the undeclared-column fact too
-    assert not d.rows[0].facts["out_l1"].changed or d.rows[0].path in ("2", "")
+    assert not d.rows[0].facts["out_abs_sum"].changed or d.rows[0].path in ("2", "")
     assert {r.path for r in d.changed} == {"2", ""}
-    assert d.rows[0].facts["out_l1"].relative == pytest.approx((lb["2"] - la["2"]) / la["2"])
+    assert d.rows[0].facts["out_abs_sum"].relative == pytest.approx((lb["2"] - la["2"]) / la["2"])
     assert "test_diff_output_l1" in d.a.probes
-    assert "out_l1" in d.table(ascii=True).to_text(width=200)
+    assert "out_abs_sum" in d.table(ascii=True).to_text(width=200)
 
 
 def _saved(tmp_path: Path, *, time: bool = True,
@@ -221,13 +221,13 @@ def test_json_and_csv_parse(tmp_path: Path) -> None:
     doc = json.loads(d.to_json())
     assert doc["answer"] == d.answer and len(doc["rows"]) == 4
     for row in doc["rows"]:
-        fact = row["facts"]["out_l1"]
+        fact = row["facts"]["out_abs_sum"]
         assert fact["a"] == pytest.approx(la[row["path_a"]])
         assert fact["b"] == pytest.approx(lb[row["path_a"]])
     rows = list(csv.DictReader(io.StringIO(d.to_csv())))
     assert [r["path_a"] for r in rows] == [r.path_a for r in d.rows]
     for r in rows:
-        assert float(r["out_l1_b"]) == pytest.approx(lb[r["path_a"]])
+        assert float(r["out_abs_sum_b"]) == pytest.approx(lb[r["path_a"]])
         assert int(r["time_ns_a"]) == d.a.find(r["path_a"]).time_ns
     html = d._repr_html_()
     assert "<table" in html and escape(d.answer.split(",")[0]) in html
@@ -258,7 +258,7 @@ def test_the_command_prints_table_json_and_csv(tmp_path: Path,
     code, out, _ = run_cli(capsys, "diff", str(pa), str(pb), "-f", "csv")
     rows = list(csv.DictReader(io.StringIO(out)))
     assert code == 0 and {r["path_a"] for r in rows} == {"", "0", "1", "2"}
-    assert float(next(r for r in rows if r["path_a"] == "2")["out_l1_a"]) == \
+    assert float(next(r for r in rows if r["path_a"] == "2")["out_abs_sum_a"]) == \
         pytest.approx(la["2"])
 
 
