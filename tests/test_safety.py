@@ -363,6 +363,7 @@ NOT_MODEL_ENTRY_POINTS = {
     "load_activations", "plot_feature_maps", "patches",
     "GradAnomaly", "GradientAnomalyError",  # the gradient monitor's record and error
     "AnomalyReport", "NonFiniteError",  # find_anomaly's report and detect_anomaly's error
+    "diff", "TraceDiff",  # two finished traces compared: no model
 }
 
 

@@ -12,6 +12,7 @@ if _typing.TYPE_CHECKING:
     from hookscope.api.aggregate import median_times
     from hookscope.api.annotated_repr import annotated_repr
     from hookscope.api.tracing import summary, trace
+    from hookscope.compare import TraceDiff, diff
     from hookscope.core.engine.probe import Probe, register_probe
     from hookscope.core.engine.tracer import Tracer
     from hookscope.core.model.selectors import Selector
@@ -60,6 +61,8 @@ _EXPORTS: dict[str, str] = {
     "annotated_repr": "hookscope.api.annotated_repr",
     "summary": "hookscope.api.tracing",
     "trace": "hookscope.api.tracing",
+    "TraceDiff": "hookscope.compare",
+    "diff": "hookscope.compare",
     "Call": "hookscope.core.records.trace",
     "FlopCount": "hookscope.core.records.values",
     "FlopRule": "hookscope.core.records.values",
@@ -145,6 +148,7 @@ __all__ = [
     "TensorMeta",
     "TensorStats",
     "Trace",
+    "TraceDiff",
     "Tracer",
     "Unit",
     "__version__",
@@ -152,6 +156,7 @@ __all__ = [
     "breakpoint",
     "capture",
     "detect_anomaly",
+    "diff",
     "find_anomaly",
     "hooks",
     "inspect",

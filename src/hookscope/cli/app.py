@@ -25,6 +25,7 @@ import typer
 
 from hookscope.cli.capture_command import capture_command
 from hookscope.cli.debug_options import BreakAtOpt, BreakOnOpt, FindAnomalyOpt
+from hookscope.cli.diff_command import diff_command
 from hookscope.cli.failure_boundary import (
     CLICK_ERROR,
     EXIT_INTERRUPTED,
@@ -275,6 +276,7 @@ def demo_command(
 
 # The commands of their own modules, registered after this module's in help order.
 app.command("capture")(capture_command)
+app.command("diff")(diff_command)
 app.command("grads")(grads_command)
 app.command("hooks")(hooks_command)
 app.command("lint")(lint_command)
