@@ -114,6 +114,29 @@ def prepare(
     return Prepared(loaded, args, kwargs, tuple(specs), str(on))
 
 
+def check_timeline(path: Path | None, *, time: bool, find_anomaly: bool) -> None:
+    """Check ``--timeline FILE`` before any model is built: the file can be written and
+    the run will be timed (a timeline is made of the calls' times).
+
+    Raises:
+        SpecError: the file cannot be written, or the run is not timed.
+    """
+    from hookscope.errors import SpecError
+
+    if path is None:
+        return
+    if str(path) == "-":
+        raise SpecError("--timeline needs a file name (the JSON is not written to stdout), "
+                        "e.g. --timeline timeline.json")
+    if not time:
+        raise SpecError("--timeline needs the calls' times: drop --no-time (and "
+                        "--break-at/--break-on, whose pauses are not the model's time)")
+    if find_anomaly:
+        raise SpecError("--timeline and --find-anomaly do not go together: the anomaly "
+                        "search makes no timed trace; run them one at a time")
+    check_output(path, option="--timeline")
+
+
 def check_output(path: Path | None, *, option: str = "-o") -> None:
     """Check that ``-o FILE`` can be written before any model is built.
 
@@ -136,7 +159,7 @@ def check_output(path: Path | None, *, option: str = "-o") -> None:
     shown = str(path)
     target = Path(os.path.realpath(path.expanduser()))
     if target.is_dir():
-        example = "out.png" if option == "--plot" else "out.txt"
+        example = {"--plot": "out.png", "--timeline": "timeline.json"}.get(option, "out.txt")
         raise SpecError(f"{option} {shown!r} is a directory; give a file name, "
                         f"e.g. {option} {example}")
     if target.exists():
