@@ -1,0 +1,43 @@
+"""``hookscope trace --timeline FILE``: the file a consumer loads, and its one-line errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from helpers import assert_one_error_line, run_cli
+from timeline_checks import check_all
+
+CNN = "hookscope.examples:small_cnn"
+
+
+def test_timeline_is_written_beside_the_table(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "timeline.json"
+    code, out, err = run_cli(capsys, "trace", CNN, "-i", "1,3,32,32", "--backward",
+                             "--ops", "--timeline", str(path))
+    assert code == 0, err
+    assert "conv" in out.lower()  # the table still goes to stdout
+    events = check_all(path)
+    phases = {e["ph"] for e in events}
+    assert {"X", "M", "C", "i", "s", "f"} <= phases
+    assert {e["tid"] for e in events if e["ph"] == "X"} == {1, 2}
+
+
+@pytest.mark.parametrize(("where", "extra", "fragment"), [
+    ("missing/t.json", (), "does not exist"),
+    (".", (), "is a directory"),
+    ("t.json", ("--no-time",), "drop --no-time"),
+    ("-", (), "needs a file name"),
+])
+def test_bad_timeline_is_one_line_and_nothing_is_written(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, where: str, extra: tuple[str, ...],
+    fragment: str,
+) -> None:
+    target = where if where == "-" else str(tmp_path / where)
+    code, _, err = run_cli(capsys, "trace", CNN, "-i", "1,3,32,32", *extra,
+                           "--timeline", target)
+    assert_one_error_line(code, err, fragment)
+    assert not list(tmp_path.iterdir())
