@@ -80,6 +80,22 @@ def check_nesting(events: list[dict[str, Any]]) -> None:
             stack.append(event)
 
 
+def check_truncated_nesting(events: list[dict[str, Any]]) -> None:
+    """The same nesting in whole nanoseconds, converted as Perfetto's JSON importer
+    does (``int(ts * 1000)``, truncated), where a value a hair below its decimal would
+    put a child's end one nanosecond past its parent's."""
+    for slices in tracks(events).values():
+        stack: list[tuple[int, int]] = []
+        for event in slices:
+            start = int(event["ts"] * 1000)
+            end = start + int(event["dur"] * 1000)
+            while stack and stack[-1][1] <= start:
+                stack.pop()
+            if stack:
+                assert end <= stack[-1][1], (stack[-1], event)
+            stack.append((start, end))
+
+
 def innermost(slices: list[dict[str, Any]], ts: float) -> dict[str, Any] | None:
     """The shortest slice of a track that holds the moment ``ts``."""
     holding = [e for e in slices if e["ts"] - EPS <= ts <= e["ts"] + e["dur"] + EPS]
@@ -91,4 +107,5 @@ def check_all(path: Path) -> list[dict[str, Any]]:
     events = load(path)
     check_fields(events)
     check_nesting(events)
+    check_truncated_nesting(events)
     return events

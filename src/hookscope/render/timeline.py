@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -144,7 +145,7 @@ class _Emitter:
         self.shift = shift_ns
 
     def us(self, ns: int) -> float:
-        return (ns + self.shift) / 1000
+        return microseconds(ns + self.shift)
 
     def slice(self, s: Slice, tid: int, phase: str) -> dict[str, Any]:
         call = s.call
@@ -160,7 +161,7 @@ class _Emitter:
         if call.error is not None:
             args["error"] = call.error
         return {"ph": "X", "name": _label(call), "cat": phase, "ts": self.us(s.start),
-                "dur": s.dur / 1000, "pid": self.pid, "tid": tid, "args": args}
+                "dur": microseconds(s.dur), "pid": self.pid, "tid": tid, "args": args}
 
     def ops(
         self, s: Slice, tid: int, ops: list[Any], firsts: dict[int, int] | None
@@ -169,6 +170,17 @@ class _Emitter:
                  "pid": self.pid, "tid": tid,
                  "args": {"index": op.index, "flops": op.flops, "call": _label(s.call)}}
                 for op, at in zip(ops, _spread(s, ops, firsts), strict=True)]
+
+
+def microseconds(ns: int) -> float:
+    """``ns`` in microseconds, as the float nearest above ``ns / 1000`` whose product by
+    1000 is not below ``ns``: Perfetto's JSON importer truncates ``ts * 1000`` to whole
+    nanoseconds, and a value a hair below (``1.001 * 1000 == 1000.99...``) would
+    move a slice's end one nanosecond before its last child's."""
+    value = ns / 1000
+    while value * 1000 < ns:
+        value = math.nextafter(value, math.inf)
+    return value
 
 
 def _label(call: Call) -> str:
