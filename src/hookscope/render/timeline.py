@@ -26,7 +26,6 @@ on one clock by their ``meta["started_at_ns"]`` (wall clock).
 
 from __future__ import annotations
 
-import bisect
 import json
 import math
 import os
@@ -37,7 +36,13 @@ from typing import Any
 from hookscope.core.records.trace import Call, Trace
 from hookscope.errors import SpecError
 from hookscope.render.timeline_file import write_text_atomically
-from hookscope.render.timeline_layout import Slice, backward_slices, forward_slices
+from hookscope.render.timeline_layout import (
+    Slice,
+    backward_slices,
+    first_ops,
+    forward_slices,
+    op_positions,
+)
 
 __all__ = ["chrome_trace", "chrome_trace_events", "trace_to_chrome_trace", "write_chrome_trace"]
 
@@ -116,15 +121,16 @@ def chrome_trace_events(trace: Trace, *, pid: int = 0, shift_ns: int = 0) -> lis
     """
     if not any("time_ns" in c.facts for c in trace.calls):
         raise SpecError(
-            "this trace has no times, so it has no timeline: trace with the time probe "
-            "(hookscope.trace(..., time=True); on the command line, without --no-time)")
+            "this trace has no times, so it has no timeline: record them with the time "
+            "probe (hookscope.trace(..., time=True), Tracer(model, time=True); on the "
+            "command line, without --no-time)")
     cuda = str(trace.meta.get("device", "cpu")).startswith("cuda")
     forward = forward_slices(trace, cuda=cuda)
     backward = backward_slices(trace, forward)
     emit = _Emitter(pid, shift_ns)
     events = _metadata(trace, pid, cuda=cuda, backward=bool(backward))
     ops = _ops_by_call(trace)
-    firsts = _first_ops(trace, ops)
+    firsts = first_ops(trace, ops)
     for s in _walk(forward):
         events.append(emit.slice(s, FORWARD_TID, "forward"))
         events += emit.ops(s, FORWARD_TID, ops.get(("forward", s.call.index), []), firsts)
@@ -169,7 +175,7 @@ class _Emitter:
         return [{"ph": "i", "s": "t", "name": op.name, "cat": "op", "ts": self.us(at),
                  "pid": self.pid, "tid": tid,
                  "args": {"index": op.index, "flops": op.flops, "call": _label(s.call)}}
-                for op, at in zip(ops, _spread(s, ops, firsts), strict=True)]
+                for op, at in zip(ops, op_positions(s, ops, firsts), strict=True)]
 
 
 def microseconds(ns: int) -> float:
@@ -220,56 +226,6 @@ def _ops_by_call(trace: Trace) -> dict[tuple[str, int], list[Any]]:
             phase = getattr(op.phase, "value", op.phase)
             found.setdefault((str(phase), op.call), []).append(op)
     return found
-
-
-def _spread(s: Slice, ops: list[Any], firsts: dict[int, int] | None) -> list[int]:
-    """Where each of a call's own ops goes: evenly along the call's own time, in the
-    order the ops ran. A forward op goes in the gap between the children it ran between
-    (``firsts``: each call's first forward op, its subtree's); a backward op anywhere
-    along the gaps laid end to end."""
-    if not ops:
-        return []
-    if firsts is None:
-        return _along(s.gaps, len(ops))
-    starts = [(firsts[c.call.index], k) for k, c in enumerate(s.children)
-              if c.call.index in firsts]
-    keys = [first for first, _ in starts]
-    groups: list[list[int]] = [[] for _ in s.gaps]
-    for i, op in enumerate(ops):
-        before = bisect.bisect_left(keys, op.index)  # children that started before it
-        groups[starts[before - 1][1] + 1 if before else 0].append(i)
-    at: list[int] = [0] * len(ops)
-    for (a, b), members in zip(s.gaps, groups, strict=True):
-        for k, i in enumerate(members):
-            at[i] = a + (b - a) * (k + 1) // (len(members) + 1)
-    return at
-
-
-def _first_ops(trace: Trace, ops: dict[tuple[str, int], list[Any]]) -> dict[int, int]:
-    """Each call's first forward op, its children's included (ops run in index order)."""
-    firsts = {call: found[0].index for (phase, call), found in ops.items()
-              if phase == "forward"}
-    for call in reversed(trace.calls):  # children start after their parent: done first
-        mine, parent = firsts.get(call.index), call.parent
-        if mine is not None and parent is not None:
-            firsts[parent] = min(firsts.get(parent, mine), mine)
-    return firsts
-
-
-def _along(gaps: list[tuple[int, int]], count: int) -> list[int]:
-    """``count`` points spread evenly along ``gaps`` laid end to end."""
-    total = sum(b - a for a, b in gaps)
-    at: list[int] = []
-    for k in range(count):
-        offset = total * (k + 1) // (count + 1)
-        for a, b in gaps:
-            if offset <= b - a:
-                at.append(a + offset)
-                break
-            offset -= b - a
-        else:
-            at.append(gaps[-1][1])
-    return at
 
 
 def _flows(emit: _Emitter, forward: list[Slice], backward: list[Slice]) -> list[dict[str, Any]]:

@@ -22,15 +22,21 @@ hookscope's own hook work while the host clock's start times include it:
 A call whose children's durations add up to more than its own (a clamped self time,
 backwards of parallel branches whose windows overlap) is widened to hold them and
 marked ``widened``, so every child lies inside its parent on the same track.
+
+The ops probe records no time per op: :func:`op_positions` spreads a call's own ops
+evenly along its own time, in the order they ran (a forward op in the gap between the
+children it ran between): their position is their order, not a measurement.
 """
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
+from typing import Any
 
 from hookscope.core.records.trace import Call, Trace
 
-__all__ = ["Slice", "backward_slices", "forward_slices"]
+__all__ = ["Slice", "backward_slices", "first_ops", "forward_slices", "op_positions"]
 
 
 @dataclass(slots=True)
@@ -167,3 +173,53 @@ def _even(total: int, parts: int) -> list[int]:
     """``total`` split into ``parts`` integers that differ by at most one."""
     share, rest = divmod(total, parts)
     return [share + (1 if i < rest else 0) for i in range(parts)]
+
+
+def op_positions(s: Slice, ops: list[Any], firsts: dict[int, int] | None) -> list[int]:
+    """Where each of a call's own ops goes: evenly along the call's own time, in the
+    order the ops ran. A forward op goes in the gap between the children it ran between
+    (``firsts``: each call's first forward op, its subtree's); a backward op anywhere
+    along the gaps laid end to end."""
+    if not ops:
+        return []
+    if firsts is None:
+        return _along(s.gaps, len(ops))
+    starts = [(firsts[c.call.index], k) for k, c in enumerate(s.children)
+              if c.call.index in firsts]
+    keys = [first for first, _ in starts]
+    groups: list[list[int]] = [[] for _ in s.gaps]
+    for i, op in enumerate(ops):
+        before = bisect.bisect_left(keys, op.index)  # children that started before it
+        groups[starts[before - 1][1] + 1 if before else 0].append(i)
+    at: list[int] = [0] * len(ops)
+    for (a, b), members in zip(s.gaps, groups, strict=True):
+        for k, i in enumerate(members):
+            at[i] = a + (b - a) * (k + 1) // (len(members) + 1)
+    return at
+
+
+def first_ops(trace: Trace, ops: dict[tuple[str, int], list[Any]]) -> dict[int, int]:
+    """Each call's first forward op, its children's included (ops run in index order)."""
+    firsts = {call: found[0].index for (phase, call), found in ops.items()
+              if phase == "forward"}
+    for call in reversed(trace.calls):  # children start after their parent: done first
+        mine, parent = firsts.get(call.index), call.parent
+        if mine is not None and parent is not None:
+            firsts[parent] = min(firsts.get(parent, mine), mine)
+    return firsts
+
+
+def _along(gaps: list[tuple[int, int]], count: int) -> list[int]:
+    """``count`` points spread evenly along ``gaps`` laid end to end."""
+    total = sum(b - a for a, b in gaps)
+    at: list[int] = []
+    for k in range(count):
+        offset = total * (k + 1) // (count + 1)
+        for a, b in gaps:
+            if offset <= b - a:
+                at.append(a + offset)
+                break
+            offset -= b - a
+        else:
+            at.append(gaps[-1][1])
+    return at
