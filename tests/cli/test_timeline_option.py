@@ -29,7 +29,9 @@ def test_timeline_is_written_beside_the_table(
 @pytest.mark.parametrize(("where", "extra", "fragment"), [
     ("missing/t.json", (), "does not exist"),
     (".", (), "is a directory"),
-    ("t.json", ("--no-time",), "drop --no-time"),
+    ("t.json", ("--no-time",), "--no-time turns timing off"),
+    ("t.json", ("--device", "meta"), "nothing is timed on --device meta"),
+    ("t.json", ("--find-anomaly",), "do not go together"),
     ("-", (), "needs a file name"),
 ])
 def test_bad_timeline_is_one_line_and_nothing_is_written(

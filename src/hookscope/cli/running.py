@@ -114,9 +114,14 @@ def prepare(
     return Prepared(loaded, args, kwargs, tuple(specs), str(on))
 
 
-def check_timeline(path: Path | None, *, time: bool, find_anomaly: bool) -> None:
+def check_timeline(path: Path | None, *, untimed: str | None, find_anomaly: bool) -> None:
     """Check ``--timeline FILE`` before any model is built: the file can be written and
     the run will be timed (a timeline is made of the calls' times).
+
+    Args:
+        path: the ``--timeline`` file, if given.
+        untimed: why the run records no times (``cli/views.unmeasured``), if it does not.
+        find_anomaly: ``--find-anomaly`` was given (its run makes no timed trace).
 
     Raises:
         SpecError: the file cannot be written, or the run is not timed.
@@ -128,9 +133,8 @@ def check_timeline(path: Path | None, *, time: bool, find_anomaly: bool) -> None
     if str(path) == "-":
         raise SpecError("--timeline needs a file name (the JSON is not written to stdout), "
                         "e.g. --timeline timeline.json")
-    if not time:
-        raise SpecError("--timeline needs the calls' times: drop --no-time (and "
-                        "--break-at/--break-on, whose pauses are not the model's time)")
+    if untimed is not None:
+        raise SpecError(f"--timeline needs the calls' times, and {untimed}")
     if find_anomaly:
         raise SpecError("--timeline and --find-anomaly do not go together: the anomaly "
                         "search makes no timed trace; run them one at a time")
