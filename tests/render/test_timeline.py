@@ -342,3 +342,22 @@ def test_microseconds_survive_perfettos_truncation() -> None:
         value = microseconds(ns)
         assert int(value * 1000) == ns
         assert value == pytest.approx(ns / 1000, rel=1e-15, abs=1e-12)
+
+
+def test_golden_hand_made_trace(golden) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from hookscope.core.records.values import MemoryRecord
+    from hookscope.render.timeline import chrome_trace
+
+    trace = hand_trace({0: 10_000, 1: 4_000, 2: 3_000, 3: 5_000, 4: 1_000, 5: 1_000},
+                       {0: 0, 1: 1_000, 2: 6_000, 3: 30_000, 4: 30_100, 5: 30_200},
+                       device="cpu")
+    for call, (backward, saved) in zip(trace.calls, [(9_000, 0), (5_000, 64), (2_000, 32),
+                                                     (4_000, 0), (1_500, 64), (500, 32)],
+                                       strict=True):
+        call.facts["backward_ns"] = backward
+        call.facts["memory"] = MemoryRecord(output_bytes=32, saved_bytes=saved)
+    trace.probes += ["memory", "grads"]
+    text = json.dumps(chrome_trace([trace]), indent=1, sort_keys=True) + "\n"
+    golden("timeline", text, "json")
