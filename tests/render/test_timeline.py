@@ -175,6 +175,7 @@ def test_two_ranks_merge_into_two_processes(tmp_path: Path) -> None:
     trace = hookscope.trace(mlp(), torch.randn(3, 4), backward=True)
     other = Trace.from_json(trace.to_json())
     other.meta["rank"] = 1
+    other.meta["started_at_ns"] += 5_000_000  # that process started 5 ms later
     trace.meta["rank"] = 0
     path = tmp_path / "ranks.json"
     hookscope.write_chrome_trace([trace, other], path)
@@ -182,6 +183,8 @@ def test_two_ranks_merge_into_two_processes(tmp_path: Path) -> None:
     names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
     assert names == {0: "Sequential (rank 0)", 1: "Sequential (rank 1)"}
     assert {e["pid"] for e in events} == {0, 1}
+    roots = [by_call(slices_of(events, FORWARD, pid))["", 0] for pid in (0, 1)]
+    assert roots[1]["ts"] - roots[0]["ts"] == pytest.approx(5_000, abs=1e-3)  # one clock
     for pid, source in ((0, trace), (1, other)):
         check_tree(source, slices_of(events, FORWARD, pid))
         assert check_flows(events, pid) == len(source.calls)
