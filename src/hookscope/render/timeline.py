@@ -194,9 +194,13 @@ def _label(call: Call) -> str:
 
 
 def _walk(slices: list[Slice]) -> Iterator[Slice]:
-    for s in slices:
+    """Every slice, each before its children (a loop: a model may be nested deeper than
+    Python's recursion limit)."""
+    pending = list(reversed(slices))
+    while pending:
+        s = pending.pop()
         yield s
-        yield from _walk(s.children)
+        pending += reversed(s.children)
 
 
 def _metadata(trace: Trace, pid: int, *, cuda: bool, backward: bool) -> list[dict[str, Any]]:

@@ -127,27 +127,36 @@ def _durations(trace: Trace, fact: str) -> dict[int, int]:
 
 
 def _place(
-    trace: Trace, call: Call, start: int, durations: dict[int, int], fact: str, *,
+    trace: Trace, root: Call, start: int, durations: dict[int, int], fact: str, *,
     wall: bool, reverse: bool,
 ) -> Slice:
+    """``root``'s slice at ``start``, its subtree's inside it (a loop, not recursion: a
+    model may be nested deeper than Python's recursion limit)."""
+    top = _slice(root, start, durations, fact)
+    pending = [top]
+    while pending:
+        made = pending.pop()
+        kids = [trace.calls[i] for i in made.call.children if i in durations]
+        if reverse:
+            kids.reverse()
+        own = made.dur - sum(durations[k.index] for k in kids)
+        gaps = _wall_gaps(made.call, kids, durations, own) if wall else None
+        if gaps is None:
+            gaps = _even(own, len(kids) + 1)
+        at = made.start
+        for kid, gap in zip(kids, gaps, strict=False):
+            made.gaps.append((at, at + gap))
+            child = _slice(kid, at + gap, durations, fact)
+            made.children.append(child)
+            pending.append(child)
+            at = child.end
+        made.gaps.append((at, made.end))
+    return top
+
+
+def _slice(call: Call, start: int, durations: dict[int, int], fact: str) -> Slice:
     measured = call.facts.get(fact)
-    made = Slice(call, start, durations[call.index], None if measured is None else int(measured))
-    kids = [trace.calls[i] for i in call.children if i in durations]
-    if reverse:
-        kids.reverse()
-    own = made.dur - sum(durations[k.index] for k in kids)
-    gaps = _wall_gaps(call, kids, durations, own) if wall else None
-    if gaps is None:
-        gaps = _even(own, len(kids) + 1)
-    at = start
-    for kid, gap in zip(kids, gaps, strict=False):
-        made.gaps.append((at, at + gap))
-        at += gap
-        child = _place(trace, kid, at, durations, fact, wall=wall, reverse=reverse)
-        made.children.append(child)
-        at = child.end
-    made.gaps.append((at, made.end))
-    return made
+    return Slice(call, start, durations[call.index], None if measured is None else int(measured))
 
 
 def _wall_gaps(
