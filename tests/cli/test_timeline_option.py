@@ -12,6 +12,16 @@ from timeline_checks import check_all
 CNN = "hookscope.examples:small_cnn"
 
 
+def test_repeated_runs_give_the_timeline_of_the_median_times(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "timeline.json"
+    code, _, err = run_cli(capsys, "trace", CNN, "-i", "1,3,32,32", "--repeat", "3",
+                           "--timeline", str(path), "-f", "json")
+    assert code == 0, err
+    check_all(path)
+
+
 def test_timeline_is_written_beside_the_table(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -32,6 +42,7 @@ def test_timeline_is_written_beside_the_table(
     ("t.json", ("--no-time",), "--no-time turns timing off"),
     ("t.json", ("--device", "meta"), "nothing is timed on --device meta"),
     ("t.json", ("--find-anomaly",), "do not go together"),
+    ("t.json", ("-o", "t.json"), "name the same file"),
     ("-", (), "needs a file name"),
 ])
 def test_bad_timeline_is_one_line_and_nothing_is_written(
@@ -39,6 +50,7 @@ def test_bad_timeline_is_one_line_and_nothing_is_written(
     fragment: str,
 ) -> None:
     target = where if where == "-" else str(tmp_path / where)
+    extra = tuple(str(tmp_path / e) if e.endswith(".json") else e for e in extra)
     code, _, err = run_cli(capsys, "trace", CNN, "-i", "1,3,32,32", *extra,
                            "--timeline", target)
     assert_one_error_line(code, err, fragment)

@@ -208,7 +208,8 @@ def trace_command(
             untimed=off.get("time"))
         time = time and not breaks  # the debugger's pause is not the model's time
         check_output(output)
-        check_timeline(timeline, untimed=off.get("time"), find_anomaly=find_anomaly)
+        check_timeline(timeline, untimed=off.get("time"), find_anomaly=find_anomaly,
+                       output=output)
         too_large = "stop" if time or stats or memory else "meta"  # values need memory
         with model_prints_to_stderr():
             prepared = prepare(model, inputs=inputs or [], config=config, device=device,
