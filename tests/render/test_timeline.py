@@ -199,6 +199,15 @@ def test_two_traces_of_one_rank_are_refused(tmp_path: Path) -> None:
     assert not list(tmp_path.iterdir())
 
 
+def test_what_is_not_a_trace_is_refused(tmp_path: Path) -> None:
+    trace = hookscope.trace(mlp(), torch.randn(3, 4))
+    with pytest.raises(SpecError, match=r"traces\[1\] is a str.*Trace.from_json"):
+        hookscope.write_chrome_trace([trace, trace.to_json()], tmp_path / "x.json")  # type: ignore[list-item]
+    with pytest.raises(SpecError, match="at least one"):
+        hookscope.write_chrome_trace([], tmp_path / "x.json")
+    assert not list(tmp_path.iterdir())
+
+
 def test_an_untimed_trace_and_a_bad_path_are_one_line_errors(tmp_path: Path) -> None:
     untimed = hookscope.trace(mlp(), torch.randn(3, 4), time=False)
     with pytest.raises(SpecError, match="no times"):

@@ -88,6 +88,11 @@ def chrome_trace(traces: Sequence[Trace]) -> dict[str, Any]:
     """The Chrome trace-event document (``{"traceEvents": [...], ...}``) of ``traces``."""
     if not traces:
         raise SpecError("no trace to write: give at least one trace")
+    for i, trace in enumerate(traces):
+        if not isinstance(trace, Trace):
+            raise SpecError(
+                f"traces[{i}] is a {type(trace).__name__}, not a hookscope.Trace; read a "
+                "JSON document with hookscope.Trace.from_json(text) first")
     pids = _pids(traces)
     origins = [t.meta.get("started_at_ns") for t in traces]
     known = [o for o in origins if isinstance(o, int)]
