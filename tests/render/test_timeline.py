@@ -22,7 +22,7 @@ from hookscope.core.records.module_records import ModelSummary
 from hookscope.errors import SpecError
 from timeline_checks import check_all, innermost, tracks
 
-FORWARD, BACKWARD = 1, 2
+FORWARD, BACKWARD = "forward", "backward"
 
 
 def mlp() -> nn.Module:
@@ -37,8 +37,17 @@ def write(trace: Trace, tmp_path: Path) -> list[dict[str, Any]]:
     return check_all(path)
 
 
-def slices_of(events: list[dict[str, Any]], tid: int, pid: int = 0) -> list[dict[str, Any]]:
-    return tracks(events).get((pid, tid), [])
+def tid_of(events: list[dict[str, Any]], track: str, pid: int = 0) -> int | None:
+    """The thread id of process ``pid``'s track named ``track ...``, by its metadata."""
+    found = [e["tid"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"
+             and e["pid"] == pid and e["args"]["name"].startswith(track)]
+    assert len(found) <= 1
+    return found[0] if found else None
+
+
+def slices_of(events: list[dict[str, Any]], track: str, pid: int = 0) -> list[dict[str, Any]]:
+    tid = tid_of(events, track, pid)
+    return [] if tid is None else tracks(events).get((pid, tid), [])
 
 
 def by_call(slices: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
@@ -57,13 +66,13 @@ def check_tree(trace: Trace, slices: list[dict[str, Any]]) -> None:
         assert inner["ts"] + inner["dur"] <= outer["ts"] + outer["dur"] + 1e-6, (outer, inner)
 
 
-def check_ops(events: list[dict[str, Any]], tid: int) -> int:
-    """Each op mark on track ``tid`` lies in its call's slice and in none of that
+def check_ops(events: list[dict[str, Any]], track: str) -> int:
+    """Each op mark on track ``track`` lies in its call's slice and in none of that
     slice's children (a mark on a child's edge is the call's: its own time may be 0);
     the number of marks."""
-    slices = slices_of(events, tid)
+    slices = slices_of(events, track)
     by_name = {e["name"]: e for e in slices}
-    ops = [e for e in events if e["ph"] == "i" and e["tid"] == tid]
+    ops = [e for e in events if e["ph"] == "i" and e["tid"] == tid_of(events, track)]
     for op in ops:
         call = by_name[op["args"]["call"]]
         assert call["ts"] - 1e-6 <= op["ts"] <= call["ts"] + call["dur"] + 1e-6, (call, op)
@@ -91,7 +100,8 @@ def check_flows(events: list[dict[str, Any]], pid: int = 0) -> int:
     linked: set[tuple[str, int]] = set()
     for flow, start in starts.items():
         end = ends[flow]
-        assert (start["tid"], end["tid"]) == (FORWARD, BACKWARD)
+        assert (start["tid"], end["tid"]) == (tid_of(events, FORWARD, pid),
+                                              tid_of(events, BACKWARD, pid))
         both = holding(bwd, end["ts"]) & holding(fwd, start["ts"])
         assert both, (start, end)  # the two ends lie in slices of one module call
         linked |= both
@@ -125,11 +135,11 @@ def test_each_op_lies_in_the_call_that_ran_it(tmp_path: Path) -> None:
     trace = hookscope.trace(model, torch.randn(3, 4), backward=True, ops=True)
     events = write(trace, tmp_path)
     classes = dict(model.named_modules())
-    for tid in (FORWARD, BACKWARD):
-        slices = slices_of(events, tid)
-        ops = [e for e in events if e["ph"] == "i" and e["tid"] == tid]
-        assert check_ops(events, tid) == len(ops) > 0
-        if tid == FORWARD:  # the oracle: what a Linear, a ReLU and a Tanh compute
+    for track in (FORWARD, BACKWARD):
+        slices = slices_of(events, track)
+        ops = [e for e in events if e["ph"] == "i" and e["tid"] == tid_of(events, track)]
+        assert check_ops(events, track) == len(ops) > 0
+        if track == FORWARD:  # the oracle: what a Linear, a ReLU and a Tanh compute
             paths = {e["name"]: e["args"]["path"] for e in slices}
             for op in ops:
                 module = classes[paths[op["args"]["call"]]]
@@ -142,7 +152,7 @@ def test_each_op_lies_in_the_call_that_ran_it(tmp_path: Path) -> None:
 def test_no_ops_no_instants_and_no_backward_no_second_track(tmp_path: Path) -> None:
     events = write(hookscope.trace(mlp(), torch.randn(3, 4)), tmp_path)
     assert not [e for e in events if e["ph"] in ("i", "s", "f")]
-    assert {e["tid"] for e in events if e["ph"] == "X"} == {FORWARD}
+    assert {e["tid"] for e in events if e["ph"] == "X"} == {tid_of(events, FORWARD)}
     names = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
     assert names == {"forward (host times)"}
 
@@ -183,6 +193,8 @@ def test_two_ranks_merge_into_two_processes(tmp_path: Path) -> None:
     names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
     assert names == {0: "Sequential (rank 0)", 1: "Sequential (rank 1)"}
     assert {e["pid"] for e in events} == {0, 1}
+    threads = [e["tid"] for e in events if e["name"] == "thread_name"]
+    assert len(threads) == len(set(threads)) == 4  # no thread id shared by two processes
     roots = [by_call(slices_of(events, FORWARD, pid))["", 0] for pid in (0, 1)]
     assert roots[1]["ts"] - roots[0]["ts"] == pytest.approx(5_000, abs=1e-3)  # one clock
     for pid, source in ((0, trace), (1, other)):

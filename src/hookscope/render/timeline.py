@@ -9,13 +9,15 @@ traces (one per rank) as one file. ``Trace.to_chrome_trace`` is registered by
 What the file holds, per trace (process id = ``meta["rank"]``, else the trace's place
 in the list):
 
-- track 1, ``forward``: every timed call a complete event (``ph: "X"``), nested by
-  the call tree; the ops probe's aten ops as instant events (``ph: "i"``) inside
-  their call's own time, in the order they ran (the probe records no time per op:
-  their position is their order, not a measurement);
-- track 2, ``backward`` (``backward=True``): every call's backward a complete event,
-  and a flow arrow (``ph: "s"`` to ``ph: "f"``) from each forward call to its backward;
-  backward ops as instant events inside their call's backward;
+- track ``forward`` (thread id ``(pid + 1) * 1000 + 1``): every timed call a
+  complete event (``ph: "X"``), nested by the call tree; the ops probe's aten ops as
+  instant events (``ph: "i"``) inside their call's own time, in the order they ran
+  (the probe records no time per op: their position is their order, not a
+  measurement);
+- track ``backward`` (thread id ``+ 2``; with ``backward=True``): every call's
+  backward a complete event, and a flow arrow (``ph: "s"`` to ``ph: "f"``) from each
+  forward call to its backward; backward ops as instant events inside their call's
+  backward;
 - counters (``ph: "C"``) when the memory probe ran: the bytes saved for backward so
   far, each call's output bytes, and on CUDA each call's peak allocated bytes;
 - metadata (``ph: "M"``) naming the process (model class, rank) and the tracks.
@@ -46,8 +48,14 @@ from hookscope.render.timeline_layout import (
 
 __all__ = ["chrome_trace", "chrome_trace_events", "trace_to_chrome_trace", "write_chrome_trace"]
 
-FORWARD_TID = 1
-BACKWARD_TID = 2
+FORWARD_TRACK = 1
+BACKWARD_TRACK = 2
+
+
+def track_tid(pid: int, track: int) -> int:
+    """The thread id of a track of process ``pid``: unique over every process of the
+    file (Perfetto keys threads by their id alone, as Linux does), never a ``pid``."""
+    return (pid + 1) * 1000 + track
 
 
 def write_chrome_trace(traces: Trace | Sequence[Trace], path: str | os.PathLike[str]) -> None:
@@ -133,15 +141,15 @@ def chrome_trace_events(trace: Trace, *, pid: int = 0, shift_ns: int = 0) -> lis
     forward = forward_slices(trace, cuda=cuda)
     backward = backward_slices(trace, forward)
     emit = _Emitter(pid, shift_ns)
-    events = _metadata(trace, pid, cuda=cuda, backward=bool(backward))
+    events = _metadata(trace, emit, cuda=cuda, backward=bool(backward))
     ops = _ops_by_call(trace)
     firsts = first_ops(trace, ops)
     for s in _walk(forward):
-        events.append(emit.slice(s, FORWARD_TID, "forward"))
-        events += emit.ops(s, FORWARD_TID, ops.get(("forward", s.call.index), []), firsts)
+        events.append(emit.slice(s, emit.forward, "forward"))
+        events += emit.ops(s, emit.forward, ops.get(("forward", s.call.index), []), firsts)
     for s in _walk(backward):
-        events.append(emit.slice(s, BACKWARD_TID, "backward"))
-        events += emit.ops(s, BACKWARD_TID, ops.get(("backward", s.call.index), []), None)
+        events.append(emit.slice(s, emit.backward, "backward"))
+        events += emit.ops(s, emit.backward, ops.get(("backward", s.call.index), []), None)
     events += _flows(emit, forward, backward)
     if "memory" in trace.probes:
         events += _counters(emit, forward)
@@ -154,6 +162,8 @@ class _Emitter:
     def __init__(self, pid: int, shift_ns: int) -> None:
         self.pid = pid
         self.shift = shift_ns
+        self.forward = track_tid(pid, FORWARD_TRACK)
+        self.backward = track_tid(pid, BACKWARD_TRACK)
 
     def us(self, ns: int) -> float:
         return microseconds(ns + self.shift)
@@ -208,23 +218,25 @@ def _walk(slices: list[Slice]) -> Iterator[Slice]:
         pending += reversed(s.children)
 
 
-def _metadata(trace: Trace, pid: int, *, cuda: bool, backward: bool) -> list[dict[str, Any]]:
-    rank = trace.meta.get("rank")
+def _metadata(
+    trace: Trace, emit: _Emitter, *, cuda: bool, backward: bool
+) -> list[dict[str, Any]]:
+    pid, rank = emit.pid, trace.meta.get("rank")
     name = f"{trace.model.class_name} (rank {rank if rank is not None else pid})"
     clock = "CUDA event times" if cuda else "host times"
-    tracks = [(FORWARD_TID, f"forward ({clock})")]
+    tracks = [(emit.forward, FORWARD_TRACK, f"forward ({clock})")]
     if backward:
-        tracks.append((BACKWARD_TID, "backward (host times)"))
+        tracks.append((emit.backward, BACKWARD_TRACK, "backward (host times)"))
     events: list[dict[str, Any]] = [
-        {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}},
-        {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
+        {"ph": "M", "name": "process_name", "pid": pid, "tid": pid, "args": {"name": name}},
+        {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": pid,
          "args": {"sort_index": pid}},
     ]
-    for tid, label in tracks:
+    for tid, order, label in tracks:
         events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
                        "args": {"name": label}})
         events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
-                       "args": {"sort_index": tid}})
+                       "args": {"sort_index": order}})
     return events
 
 
@@ -246,8 +258,8 @@ def _flows(emit: _Emitter, forward: list[Slice], backward: list[Slice]) -> list[
         if source is None:
             continue
         common = {"name": "backward", "cat": "backward", "id": s.call.index, "pid": emit.pid}
-        events.append({**common, "ph": "s", "tid": FORWARD_TID, "ts": emit.us(_anchor(source))})
-        events.append({**common, "ph": "f", "bp": "e", "tid": BACKWARD_TID,
+        events.append({**common, "ph": "s", "tid": emit.forward, "ts": emit.us(_anchor(source))})
+        events.append({**common, "ph": "f", "bp": "e", "tid": emit.backward,
                        "ts": emit.us(_anchor(s))})
     return events
 
@@ -265,19 +277,19 @@ def _counters(emit: _Emitter, forward: list[Slice]) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
     saved = 0
     base = ended[0].start if ended else 0
-    events.append(_counter(emit, "saved for backward (bytes)", base, 0))
+    events.append(_counter(emit, "saved for backward", base, 0))
     for s in ended:
         record = s.call.facts.get("memory")
         if record is None:
             continue
         saved += record.saved_bytes or 0
-        events.append(_counter(emit, "saved for backward (bytes)", s.end, saved))
-        events.append(_counter(emit, "call output (bytes)", s.end, record.output_bytes))
+        events.append(_counter(emit, "saved for backward", s.end, saved))
+        events.append(_counter(emit, "call output", s.end, record.output_bytes))
         if record.peak_bytes is not None:
-            events.append(_counter(emit, "CUDA peak allocated (bytes)", s.end, record.peak_bytes))
+            events.append(_counter(emit, "CUDA peak allocated", s.end, record.peak_bytes))
     return events
 
 
 def _counter(emit: _Emitter, name: str, at: int, value: int) -> dict[str, Any]:
-    return {"ph": "C", "name": name, "ts": emit.us(at), "pid": emit.pid, "tid": 0,
+    return {"ph": "C", "name": name, "ts": emit.us(at), "pid": emit.pid, "tid": emit.pid,
             "args": {"bytes": value}}
