@@ -54,6 +54,7 @@ if _typing.TYPE_CHECKING:
     from hookscope.monitor import GradAnomaly, GradientAnomalyError, GradientMonitor
     from hookscope.render.feature_maps import plot_feature_maps
     from hookscope.render.summary import Summary
+    from hookscope.render.timeline import write_chrome_trace
 
 # public name -> the module that defines it
 _EXPORTS: dict[str, str] = {
@@ -112,6 +113,7 @@ _EXPORTS: dict[str, str] = {
     "patch_inputs": "hookscope.interventions.patch",
     "patches": "hookscope.interventions.functions",  # a namespace of patch functions
     "plot_feature_maps": "hookscope.render.feature_maps",
+    "write_chrome_trace": "hookscope.render.timeline",
 }
 
 __all__ = [
@@ -171,6 +173,7 @@ __all__ = [
     "register_probe",
     "summary",
     "trace",
+    "write_chrome_trace",
 ]
 
 

@@ -53,6 +53,7 @@ from hookscope.cli.shared_options import (
     NoFoldOpt,
     OpsOpt,
     OutputOpt,
+    TimelineOpt,
     TraceFormat,
     WidthOpt,
     split_names,
@@ -181,10 +182,17 @@ def trace_command(
     break_at: BreakAtOpt = None,
     break_on: BreakOnOpt = None,
     no_fold: NoFoldOpt = False,
+    timeline: TimelineOpt = None,
 ) -> int:
     """Time, activation statistics and memory of every call; FLOPs with --ops."""
     from hookscope.cli import debug_options
-    from hookscope.cli.running import check_output, dtype_hints, prepare, run_traces
+    from hookscope.cli.running import (
+        check_output,
+        check_timeline,
+        dtype_hints,
+        prepare,
+        run_traces,
+    )
     from hookscope.cli.views import TraceView, check_trace_view, trace_view, unmeasured
 
     target = OutputTarget(output, no_color, width)
@@ -201,6 +209,8 @@ def trace_command(
             untimed=off.get("time"))
         time = time and not breaks  # the debugger's pause is not the model's time
         check_output(output)
+        check_timeline(timeline, untimed=off.get("time"), find_anomaly=find_anomaly,
+                       output=output)
         too_large = "stop" if time or stats or memory else "meta"  # values need memory
         with model_prints_to_stderr():
             prepared = prepare(model, inputs=inputs or [], config=config, device=device,
@@ -217,6 +227,10 @@ def trace_command(
                 prepared, repeat=repeat, progress=color_choice(no_color) is not False,
                 time=time, stats=stats, memory=memory, ops=ops, backward=backward,
             )
+        if timeline is not None:
+            from hookscope.render.timeline import write_chrome_trace
+
+            write_chrome_trace(result, timeline)
         target.write(trace_view(result, fmt.value, view))
     return 0
 

@@ -114,6 +114,45 @@ def prepare(
     return Prepared(loaded, args, kwargs, tuple(specs), str(on))
 
 
+def check_timeline(
+    path: Path | None, *, untimed: str | None, find_anomaly: bool, output: Path | None = None
+) -> None:
+    """Check ``--timeline FILE`` before any model is built: the file can be written and
+    the run will be timed (a timeline is made of the calls' times).
+
+    Args:
+        path: the ``--timeline`` file, if given.
+        untimed: why the run records no times (``cli/views.unmeasured``), if it does not.
+        find_anomaly: ``--find-anomaly`` was given (its run makes no timed trace).
+        output: the ``-o`` file, which must be another one.
+
+    Raises:
+        SpecError: the file cannot be written, or the run is not timed.
+    """
+    from hookscope.errors import SpecError
+
+    if path is None:
+        return
+    if str(path) == "-":
+        raise SpecError("--timeline needs a file name (the JSON is not written to stdout), "
+                        "e.g. --timeline timeline.json")
+    if untimed is not None:
+        raise SpecError(f"--timeline needs the calls' times, and {untimed}")
+    if find_anomaly:
+        raise SpecError("--timeline and --find-anomaly do not go together: the anomaly "
+                        "search makes no timed trace; run them one at a time")
+    check_output(path, option="--timeline")
+    if output is not None and str(output) != "-" and _same_file(output, path):
+        raise SpecError(f"--timeline and -o name the same file {str(path)!r}: give the "
+                        "timeline its own, e.g. --timeline timeline.json")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    import os
+
+    return os.path.realpath(a.expanduser()) == os.path.realpath(b.expanduser())
+
+
 def check_output(path: Path | None, *, option: str = "-o") -> None:
     """Check that ``-o FILE`` can be written before any model is built.
 
@@ -136,7 +175,7 @@ def check_output(path: Path | None, *, option: str = "-o") -> None:
     shown = str(path)
     target = Path(os.path.realpath(path.expanduser()))
     if target.is_dir():
-        example = "out.png" if option == "--plot" else "out.txt"
+        example = {"--plot": "out.png", "--timeline": "timeline.json"}.get(option, "out.txt")
         raise SpecError(f"{option} {shown!r} is a directory; give a file name, "
                         f"e.g. {option} {example}")
     if target.exists():

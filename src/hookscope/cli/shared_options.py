@@ -49,6 +49,10 @@ OutputOpt = Annotated[Path | None, typer.Option(
     "--output", "-o", metavar="FILE", show_default=False,
     help="Write to FILE (replaced only when everything succeeded) instead of stdout; "
     "'-' is stdout.")]
+TimelineOpt = Annotated[Path | None, typer.Option(
+    "--timeline", metavar="FILE", show_default=False,
+    help="Also write the calls as a timeline (Chrome trace-event JSON) to open in "
+    "ui.perfetto.dev or chrome://tracing.")]
 NoColorOpt = Annotated[bool, typer.Option(
     "--no-color", help="Plain ASCII tables without colour, also on a terminal "
     "(as does NO_COLOR=1; FORCE_COLOR=1 colours a pipe).")]

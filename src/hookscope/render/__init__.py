@@ -11,10 +11,12 @@ from hookscope.render.export import trace_to_csv as _trace_to_csv
 from hookscope.render.export import trace_to_dataframe as _trace_to_dataframe
 from hookscope.render.table import render_structure_text as _render_structure_text
 from hookscope.render.table import structure_html as _structure_html
+from hookscope.render.timeline import trace_to_chrome_trace as _trace_to_chrome_trace
 from hookscope.render.trace_table import render_trace_text as _render_trace_text
 from hookscope.render.trace_table import trace_html as _trace_html
 
 _PRESENTERS.update(
     text=_render_trace_text, csv=_trace_to_csv, dataframe=_trace_to_dataframe, html=_trace_html
 )
+_PRESENTERS.update(chrome_trace=_trace_to_chrome_trace)
 _STRUCTURE_PRESENTERS.update(text=_render_structure_text, html=_structure_html)

@@ -18,6 +18,7 @@ read-only once the trace is returned.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -255,6 +256,11 @@ class Trace:
     def to_dataframe(self, *, columns: Sequence[str] | None = None) -> Any:
         """A pandas ``DataFrame``, one row per call (needs ``hookscope[pandas]``)."""
         return _presenter("dataframe")(self, columns=columns)
+
+    def to_chrome_trace(self, path: str | os.PathLike[str]) -> None:
+        """Write the trace as a timeline that Perfetto and ``chrome://tracing`` open
+        (see :func:`hookscope.render.timeline.write_chrome_trace`)."""
+        _presenter("chrome_trace")(self, path)
 
     def __str__(self) -> str:
         return str(_presenter("text")(self))
