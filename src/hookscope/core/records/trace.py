@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from os import PathLike
 from typing import Any
 
 from hookscope.core.records.facts import RawValue, decode_raw, reserve
@@ -256,12 +257,27 @@ class Trace:
         """A pandas ``DataFrame``, one row per call (needs ``hookscope[pandas]``)."""
         return _presenter("dataframe")(self, columns=columns)
 
+    def to_html(self, path: str | PathLike[str] | None = None, *, title: str | None = None
+                ) -> str:
+        """The report: one self-contained HTML page of this trace (the call tree, every
+        probe's columns, charts), written to ``path`` when one is given.
+
+        See ``docs/guides/report.md``; the page is ``hookscope.render.report``'s.
+
+        Raises:
+            SpecError: ``path``'s folder does not exist, or ``path`` is a folder.
+        """
+        html = str(_presenter("report")(self, title=title))
+        if path is not None:
+            _presenter("write_html")(html, path)
+        return html
+
     def __str__(self) -> str:
         return str(_presenter("text")(self))
 
     def _repr_html_(self) -> str:
-        """The trace table as HTML, for Jupyter."""
-        return str(_presenter("html")(self))
+        """The report's call tree and charts, for Jupyter."""
+        return str(_presenter("notebook")(self))
 
     def __repr__(self) -> str:
         stopped = f", stopped by {self.stop.probe}" if self.stop is not None else ""
