@@ -8,17 +8,26 @@ probes (shapes, time, statistics, memory; FLOPs with ``--ops``, gradients with
 (``-o -`` writes it to stdout). When the model raises, the page of the partial trace
 is written, its problem section saying where, and the exit status is 2.
 
+``--lint`` adds :func:`hookscope.lint`'s findings (with the same inputs, and the
+backward rules with ``--backward``). ``--find-anomaly`` runs
+:func:`hookscope.find_anomaly` first: when an output (or, with ``--backward``, a
+gradient) holds NaN or Inf, the page is that report above its partial trace and the exit
+status is 1, as for ``trace --find-anomaly``; when every value is finite the page is the
+usual one.
+
 The command is registered on the app of ``cli/app.py`` when that module is imported
 (its last lines import this one) and shares that module's option types.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from hookscope.cli.debug_options import EXIT_FOUND, FindAnomalyOpt
 from hookscope.cli.failure_boundary import (
     failure_boundary,
     model_prints_to_stderr,
@@ -37,6 +46,7 @@ from hookscope.cli.shared_options import (
 )
 
 if TYPE_CHECKING:
+    from hookscope.cli.running import Prepared
     from hookscope.core.records.trace import Trace
 
 
@@ -51,12 +61,15 @@ def report_command(
         "--backward", help="Also run a backward pass: gradient flow and backward times.",
     )] = False,
     ops: OpsOpt = False,
+    lint: Annotated[bool, typer.Option(
+        "--lint", help="Add the lint findings of the model (hookscope lint).")] = False,
+    find_anomaly: FindAnomalyOpt = False,
     device: DeviceOpt = None,
     config: ConfigOpt = None,
     dtype: DtypeOpt = None,
     no_fold: NoFoldOpt = False,
     debug: DebugOpt = False,
-) -> None:
+) -> int:
     """One self-contained HTML page of a traced run: module tree, charts, totals."""
     from hookscope.cli.running import check_output, dtype_hints, prepare, run_traces
     from hookscope.errors import SpecError
@@ -70,15 +83,36 @@ def report_command(
         with model_prints_to_stderr():
             prepared = prepare(model, inputs=inputs or [], config=config, device=device,
                                dtype=dtype, on_too_large="stop")
+            findings = _lint(prepared, backward=backward) if lint else []
+            found = _anomaly(prepared, backward=backward) if find_anomaly else None
+        if found is not None:
+            target.write(Rendered.of_text(found.to_html()))
+            return EXIT_FOUND
         with (partial_on_failure(lambda t: report_view(t, fold=not no_fold), target),
               model_prints_to_stderr(), dtype_hints(prepared)):
             result = run_traces(prepared, repeat=1, progress=False, ops=ops,
                                 backward=backward)
-        target.write(report_view(result, fold=not no_fold))
+        target.write(report_view(result, fold=not no_fold, findings=findings))
+    return 0
 
 
-def report_view(trace: Trace, *, fold: bool) -> Rendered:
-    """The report page of ``trace``."""
+def _lint(prepared: Prepared, *, backward: bool) -> list[Any]:
+    import hookscope
+
+    report = hookscope.lint(prepared.loaded.model, *prepared.args,
+                            kwargs=prepared.kwargs or None, backward=backward)
+    return list(report)
+
+
+def _anomaly(prepared: Prepared, *, backward: bool) -> Any:
+    import hookscope
+
+    return hookscope.find_anomaly(prepared.loaded.model, *prepared.args,
+                                  kwargs=prepared.kwargs, backward=backward)
+
+
+def report_view(trace: Trace, *, fold: bool, findings: Sequence[Any] = ()) -> Rendered:
+    """The report page of ``trace`` (with lint ``findings``)."""
     from hookscope.render.report import trace_report
 
-    return Rendered.of_text(trace_report(trace, fold=fold))
+    return Rendered.of_text(trace_report(trace, fold=fold, findings=findings))

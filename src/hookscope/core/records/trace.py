@@ -18,7 +18,7 @@ read-only once the trace is returned.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from os import PathLike
 from typing import Any
@@ -257,17 +257,22 @@ class Trace:
         """A pandas ``DataFrame``, one row per call (needs ``hookscope[pandas]``)."""
         return _presenter("dataframe")(self, columns=columns)
 
-    def to_html(self, path: str | PathLike[str] | None = None, *, title: str | None = None
-                ) -> str:
+    def to_html(self, path: str | PathLike[str] | None = None, *, title: str | None = None,
+                findings: Iterable[Any] = ()) -> str:
         """The report: one self-contained HTML page of this trace (the call tree, every
         probe's columns, charts), written to ``path`` when one is given.
 
         See ``docs/guides/report.md``; the page is ``hookscope.render.report``'s.
 
+        Args:
+            path: the file to write (replaced in one step); ``None``: only return it.
+            title: the page's title.
+            findings: lint findings to show too (``hookscope.lint(model, x)``).
+
         Raises:
             SpecError: ``path``'s folder does not exist, or ``path`` is a folder.
         """
-        html = str(_presenter("report")(self, title=title))
+        html = str(_presenter("report")(self, title=title, findings=list(findings)))
         if path is not None:
             _presenter("write_html")(html, path)
         return html

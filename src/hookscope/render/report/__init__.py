@@ -12,6 +12,9 @@ is escaped by ``markup.py``. :func:`write_html` writes a page to a file.
 from __future__ import annotations
 
 from hookscope.render.report.others import history_report, structure_report, write_html
-from hookscope.render.report.page import trace_fragment, trace_report
+from hookscope.render.report.page import anomaly_report, trace_fragment, trace_report
 
-__all__ = ["history_report", "structure_report", "trace_fragment", "trace_report", "write_html"]
+__all__ = [
+    "anomaly_report", "history_report", "structure_report", "trace_fragment", "trace_report",
+    "write_html",
+]

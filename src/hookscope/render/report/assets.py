@@ -56,6 +56,10 @@ CSS = """
 .hsr svg .err{stroke:#1d2330;stroke-width:1}
 .hsr .problem{border-left:4px solid #b3261e;padding:4px 10px;background:#fdf1f0}
 .hsr pre{white-space:pre-wrap}
+.hsr table.lint{border-collapse:collapse;margin:4px 0}
+.hsr table.lint th,.hsr table.lint td{padding:2px 8px;text-align:left;vertical-align:top;
+ border-bottom:1px solid #eceef2}
+.hsr tr.lint-error td:nth-child(2){color:#b3261e;font-weight:600}
 @media print{.hsr .controls,.hsr button.tg{display:none !important}
  .hsr .scroll{max-height:none;overflow:visible;border:0}
  .hsr figure{break-inside:avoid}.hsr table.calls th{position:static}}

@@ -13,17 +13,18 @@ not run, or a problem section for a run that ended normally, are left out.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from hookscope.core.records.trace import Trace
 from hookscope.core.records.values import TensorMeta
-from hookscope.render.labels import ended_early
 from hookscope.render.report.assets import CSS, SCRIPT
 from hookscope.render.report.calls_table import calls_table
 from hookscope.render.report.figures import trace_charts
-from hookscope.render.report.markup import script_json, tag, text
+from hookscope.render.report.markup import script_json, text
+from hookscope.render.report.problems import anomaly_section, lint_section, run_problems
 from hookscope.render.units import format_bytes, format_count, format_time
 
-__all__ = ["page", "trace_fragment", "trace_report"]
+__all__ = ["anomaly_report", "page", "trace_fragment", "trace_report"]
 
 GENERATOR = "hookscope report"
 
@@ -86,17 +87,6 @@ def facts_table(rows: Sequence[tuple[str, str]]) -> str:
     return f'<table class="facts">{body}</table>'
 
 
-def problems(trace: Trace) -> str:
-    """Where the model raised or a probe stopped the run, or ``""``."""
-    said = ended_early(trace)
-    if not said:
-        return ""
-    detail = trace.error.message if trace.error is not None else trace.stop.reason \
-        if trace.stop is not None else ""
-    return (tag("h2", "Problems") + '<div class="problem" id="hs-problems">'
-            f"<p>{text(said[0])}</p><pre>{text(detail)}</pre></div>")
-
-
 def _controls() -> str:
     return ('<div class="controls"><input type="search" class="hs-search" '
             'placeholder="search path or class" aria-label="search calls by path or class">'
@@ -119,13 +109,23 @@ def _body(trace: Trace, *, fold: bool, headings: str = "h2") -> str:
     return "".join(parts)
 
 
-def trace_report(trace: Trace, *, title: str | None = None, fold: bool = True) -> str:
-    """The whole page of ``trace`` (see the module docstring)."""
+def trace_report(trace: Trace, *, title: str | None = None, fold: bool = True,
+                 findings: Sequence[Any] = (), anomaly: Any = None) -> str:
+    """The whole page of ``trace`` (see the module docstring).
+
+    Args:
+        trace: the trace.
+        title: the page's title (default: ``hookscope report: <model class>``).
+        fold: fold runs of identical blocks (expandable).
+        findings: lint findings to show (``hookscope.lint(...)``'s, or its report).
+        anomaly: a :func:`hookscope.find_anomaly` report to show first.
+    """
     name = title or f"hookscope report: {trace.model.class_name}"
     head = (f"<header><h1>{text(name)}</h1>{facts_table(header_facts(trace))}</header>")
     data = {"model": trace.model.class_name, "meta": _json_meta(trace.meta),
             "calls": len(trace.calls), "probes": list(trace.probes)}
-    body = head + problems(trace) + _body(trace, fold=fold)
+    body = (head + run_problems(trace) + anomaly_section(anomaly)
+            + lint_section(list(findings)) + _body(trace, fold=fold))
     return page(name, body, data=data)
 
 
@@ -138,5 +138,15 @@ def trace_fragment(trace: Trace, *, fold: bool = True) -> str:
     """The table and charts as one ``<div>`` with its own style and script (Jupyter)."""
     said = "; ".join(v.replace("\n", ", ") for k, v in header_facts(trace)
                      if k in ("model", "parameters", "FLOPs", "time"))
-    return (f'<div class="hsr"><style>{CSS}</style><p>{text(said)}</p>{problems(trace)}'
+    return (f'<div class="hsr"><style>{CSS}</style><p>{text(said)}</p>{run_problems(trace)}'
             f"{_body(trace, fold=fold, headings='h3')}<script>{SCRIPT}</script></div>")
+
+
+def anomaly_report(report: Any) -> str:
+    """The page of a :func:`hookscope.find_anomaly` report: the anomaly first, then the
+    page of its partial trace (the calls up to the stop)."""
+    if report.trace is None:
+        title = "hookscope: first non-finite value"
+        return page(title, f"<h1>{text(title)}</h1>{anomaly_section(report)}")
+    return trace_report(report.trace, anomaly=report,
+                        title=f"hookscope anomaly: {report.trace.model.class_name}")
