@@ -59,6 +59,8 @@ def test_the_page_works_and_a_subtree_collapses_and_expands(
     called, path = reports[name]
     opened = report_browser.open_report(browser, path)
     page = opened.page
+    # when the script had run: the time bench_report.py reports (not asserted here)
+    assert report_browser.interactive_ms(opened) > 0
     inside = [p for p in called if p.startswith(f"{block}.")]
     assert inside and set(inside) <= set(visible_paths(page))
     page.click(f'tr[data-path="{block}"] button.tg')

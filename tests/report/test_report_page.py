@@ -209,3 +209,15 @@ def test_a_500_call_model_s_page_is_at_most_3_mb() -> None:
     trace = hookscope.trace(model, torch.randint(0, 100, (1, 32)), ops=True, backward=True)
     assert len(trace.calls) > 500
     assert len(trace.to_html().encode()) <= 3 * 1024 * 1024
+
+
+def test_golden_page_of_the_seed_model(golden: Any) -> None:
+    """The whole page of a fixed-valued model (shapes and FLOPs, no times): any change
+    to the markup, the style or the script shows in the diff."""
+    from hookscope.examples import seed_model
+
+    trace = hookscope.trace(seed_model(), torch.ones(2, 2), time=False, stats=False,
+                            memory=False, ops=True)
+    trace.meta.clear()
+    trace.meta.update(torch_version="TORCH", hookscope_version="HOOKSCOPE", device="cpu")
+    golden("report", trace.to_html(), ext="html")
