@@ -64,6 +64,10 @@ def report_command(
     lint: Annotated[bool, typer.Option(
         "--lint", help="Add the lint findings of the model (hookscope lint).")] = False,
     find_anomaly: FindAnomalyOpt = False,
+    capture: Annotated[str | None, typer.Option(
+        "--capture", metavar="GLOB", show_default=False,
+        help="Add thumbnails of the feature maps of the modules matching GLOB "
+        "(e.g. 'layer*.0.conv1').")] = None,
     device: DeviceOpt = None,
     config: ConfigOpt = None,
     dtype: DtypeOpt = None,
@@ -85,6 +89,7 @@ def report_command(
                                dtype=dtype, on_too_large="stop")
             findings = _lint(prepared, backward=backward) if lint else []
             found = _anomaly(prepared, backward=backward) if find_anomaly else None
+            maps = _capture(prepared, capture) if capture is not None else None
         if found is not None:
             target.write(Rendered.of_text(found.to_html()))
             return EXIT_FOUND
@@ -92,7 +97,8 @@ def report_command(
               model_prints_to_stderr(), dtype_hints(prepared)):
             result = run_traces(prepared, repeat=1, progress=False, ops=ops,
                                 backward=backward)
-        target.write(report_view(result, fold=not no_fold, findings=findings))
+        target.write(report_view(result, fold=not no_fold, findings=findings,
+                                 feature_maps=maps))
     return 0
 
 
@@ -104,6 +110,13 @@ def _lint(prepared: Prepared, *, backward: bool) -> list[Any]:
     return list(report)
 
 
+def _capture(prepared: Prepared, select: str) -> Any:
+    import hookscope
+
+    return hookscope.capture(prepared.loaded.model, *prepared.args, select=select,
+                             kwargs=prepared.kwargs)
+
+
 def _anomaly(prepared: Prepared, *, backward: bool) -> Any:
     import hookscope
 
@@ -111,8 +124,10 @@ def _anomaly(prepared: Prepared, *, backward: bool) -> Any:
                                   kwargs=prepared.kwargs, backward=backward)
 
 
-def report_view(trace: Trace, *, fold: bool, findings: Sequence[Any] = ()) -> Rendered:
-    """The report page of ``trace`` (with lint ``findings``)."""
+def report_view(trace: Trace, *, fold: bool, findings: Sequence[Any] = (),
+                feature_maps: Any = None) -> Rendered:
+    """The report page of ``trace`` (with lint ``findings`` and ``feature_maps``)."""
     from hookscope.render.report import trace_report
 
-    return Rendered.of_text(trace_report(trace, fold=fold, findings=findings))
+    return Rendered.of_text(trace_report(trace, fold=fold, findings=findings,
+                                         feature_maps=feature_maps))

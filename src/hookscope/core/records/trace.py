@@ -18,7 +18,7 @@ read-only once the trace is returned.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from os import PathLike
 from typing import Any
@@ -258,7 +258,8 @@ class Trace:
         return _presenter("dataframe")(self, columns=columns)
 
     def to_html(self, path: str | PathLike[str] | None = None, *, title: str | None = None,
-                findings: Iterable[Any] = ()) -> str:
+                findings: Iterable[Any] = (), feature_maps: Mapping[str, Any] | None = None,
+                ) -> str:
         """The report: one self-contained HTML page of this trace (the call tree, every
         probe's columns, charts), written to ``path`` when one is given.
 
@@ -268,11 +269,14 @@ class Trace:
             path: the file to write (replaced in one step); ``None``: only return it.
             title: the page's title.
             findings: lint findings to show too (``hookscope.lint(model, x)``).
+            feature_maps: captured activations to show as thumbnails
+                (``hookscope.capture(model, x, select=...)``).
 
         Raises:
             SpecError: ``path``'s folder does not exist, or ``path`` is a folder.
         """
-        html = str(_presenter("report")(self, title=title, findings=list(findings)))
+        html = str(_presenter("report")(self, title=title, findings=list(findings),
+                                        feature_maps=feature_maps))
         if path is not None:
             _presenter("write_html")(html, path)
         return html

@@ -56,6 +56,7 @@ CSS = """
 .hsr svg .err{stroke:#1d2330;stroke-width:1}
 .hsr .problem{border-left:4px solid #b3261e;padding:4px 10px;background:#fdf1f0}
 .hsr pre{white-space:pre-wrap}
+.hsr img.fmap{image-rendering:pixelated;margin:0 4px 4px 0;border:1px solid #ccd}
 .hsr table.lint{border-collapse:collapse;margin:4px 0}
 .hsr table.lint th,.hsr table.lint td{padding:2px 8px;text-align:left;vertical-align:top;
  border-bottom:1px solid #eceef2}

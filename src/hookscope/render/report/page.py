@@ -12,7 +12,7 @@ not run, or a problem section for a run that ended normally, are left out.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hookscope.core.records.trace import Trace
@@ -22,6 +22,7 @@ from hookscope.render.report.calls_table import calls_table
 from hookscope.render.report.figures import trace_charts
 from hookscope.render.report.markup import script_json, text
 from hookscope.render.report.problems import anomaly_section, lint_section, run_problems
+from hookscope.render.report.thumbnails import feature_maps_section
 from hookscope.render.units import format_bytes, format_count, format_time
 
 __all__ = ["anomaly_report", "page", "trace_fragment", "trace_report"]
@@ -110,7 +111,8 @@ def _body(trace: Trace, *, fold: bool, headings: str = "h2") -> str:
 
 
 def trace_report(trace: Trace, *, title: str | None = None, fold: bool = True,
-                 findings: Sequence[Any] = (), anomaly: Any = None) -> str:
+                 findings: Sequence[Any] = (), anomaly: Any = None,
+                 feature_maps: Mapping[str, Any] | None = None) -> str:
     """The whole page of ``trace`` (see the module docstring).
 
     Args:
@@ -119,13 +121,16 @@ def trace_report(trace: Trace, *, title: str | None = None, fold: bool = True,
         fold: fold runs of identical blocks (expandable).
         findings: lint findings to show (``hookscope.lint(...)``'s, or its report).
         anomaly: a :func:`hookscope.find_anomaly` report to show first.
+        feature_maps: captured activations (:func:`hookscope.capture`) to show as
+            thumbnails, after the charts.
     """
     name = title or f"hookscope report: {trace.model.class_name}"
     head = (f"<header><h1>{text(name)}</h1>{facts_table(header_facts(trace))}</header>")
     data = {"model": trace.model.class_name, "meta": _json_meta(trace.meta),
             "calls": len(trace.calls), "probes": list(trace.probes)}
     body = (head + run_problems(trace) + anomaly_section(anomaly)
-            + lint_section(list(findings)) + _body(trace, fold=fold))
+            + lint_section(list(findings)) + _body(trace, fold=fold)
+            + feature_maps_section(feature_maps or {}))
     return page(name, body, data=data)
 
 
