@@ -125,7 +125,7 @@ def stats_charts(trace: Trace) -> list[str]:
         "Activations: mean ± std of each layer's (first) output", labels,
         [Series("mean", mean, [m - d for m, d in zip(mean, std, strict=True)],
                 [m + d for m, d in zip(mean, std, strict=True)])],
-        fmt=lambda v: format_stat(v, digits=3), axis="value"))]
+        fmt=lambda v: format_stat(v, digits=3), axis="value", points=True))]
     out.append(figure(layer_chart(
         "Activations: fraction of zeros", labels,
         [Series("zeros", [s.zero_fraction for s in stats])],
@@ -170,7 +170,8 @@ def grad_charts(trace: Trace) -> list[str]:
         out.append(figure(layer_chart(
             "Gradient flow: gradient norm of each parameter", [p.path for p in params],
             [Series("|grad|", [p.norm for p in params])],
-            fmt=lambda v: format_stat(v, digits=2), axis="norm", log=True)))
+            fmt=lambda v: format_stat(v, digits=2), axis="norm", log=True,
+            what="parameters in model order")))
     return out
 
 

@@ -72,7 +72,8 @@ class _Scale:
             lo = math.floor(math.log10(min(shown))) if shown else 0
             hi = math.ceil(math.log10(max(shown))) if shown else 1
             self.lo, self.hi = float(lo), float(max(hi, lo + 1))
-            self.ticks = [10.0 ** e for e in range(int(self.lo), int(self.hi) + 1)]
+            every = 1 + (int(self.hi - self.lo) - 1) // 6  # at most about 7 labels
+            self.ticks = [10.0 ** e for e in range(int(self.lo), int(self.hi) + 1, every)]
         else:
             self.ticks = _nice_ticks(min(shown, default=0.0), max(shown, default=0.0))
             self.lo, self.hi = min(self.ticks[0], 0.0), max(self.ticks[-1], 0.0)
@@ -145,9 +146,11 @@ def _legend(names: Sequence[str], x: float, y: float, *, paired: bool = False) -
 
 
 def layer_chart(title: str, labels: Sequence[str], series: Sequence[Series], *, fmt: Fmt,
-                axis: str, log: bool = False) -> str:
-    """Values per layer, in call order: one bar group (or, on a log scale, one point)
-    per layer and series, error bars where a series has them."""
+                axis: str, log: bool = False, points: bool = False,
+                what: str = "layers in call order") -> str:
+    """Values per layer, in call order: one bar group (or, on a log scale or with
+    ``points``, one point) per layer and series, error bars where a series has them;
+    ``what`` names the x axis's items."""
     height, top, bottom = 260, 28, 40
     plot_h, plot_w = height - top - bottom, _W - _LEFT - 10
     every = [v for s in series for vs in (s.values, s.low or (), s.high or ())
@@ -172,7 +175,7 @@ def layer_chart(title: str, labels: Sequence[str], series: Sequence[Series], *, 
                 continue
             x = _LEFT + i * slot + k * width
             tip = f"{labels[i]}: {s.name} {fmt(v)}"
-            out.append(_mark(x, width, base, scale, v, k, tip))
+            out.append(_mark(x, width, base, scale, v, k, tip, point=points or log))
             if s.low is not None and s.high is not None:
                 out.append(_error_bar(x + width / 2, base, scale, s.low[i], s.high[i]))
     zero = base - scale.zero
@@ -180,7 +183,7 @@ def layer_chart(title: str, labels: Sequence[str], series: Sequence[Series], *, 
                f'y2="{zero:.1f}"/>')
     note = f" ({skipped} values not shown: not positive)" if skipped else ""
     out.append(f'<text class="axis" x="{_LEFT + plot_w / 2:.0f}" y="{height - 8}" '
-               f'text-anchor="middle">{text(f"{len(labels)} layers in call order{note}")}'
+               f'text-anchor="middle">{text(f"{len(labels)} {what}{note}")}'
                "</text>")
     out.append(f'<text class="axis" transform="rotate(-90)" x="{-(top + plot_h / 2):.0f}" '
                f'y="12" text-anchor="middle">{text(axis + (" (log)" if log else ""))}</text>')
@@ -189,9 +192,10 @@ def layer_chart(title: str, labels: Sequence[str], series: Sequence[Series], *, 
     return _svg(_W, height, "".join(out), title)
 
 
-def _mark(x: float, w: float, base: float, scale: _Scale, v: float, k: int, tip: str) -> str:
+def _mark(x: float, w: float, base: float, scale: _Scale, v: float, k: int, tip: str, *,
+          point: bool) -> str:
     color = _COLORS[k % len(_COLORS)]
-    if scale.log:
+    if point:
         return (f'<circle cx="{x + w / 2:.1f}" cy="{base - scale(v):.1f}" '
                 f'r="{min(max(w / 3, 1.5), 3.5):.1f}" fill="{color}"><title>{text(tip)}</title>'
                 "</circle>")
