@@ -162,3 +162,25 @@ def test_names_that_look_like_markup_show_as_text_and_run_nothing(
     page.fill("input.hs-search", "alert(2)")  # search still works on such a class
     assert visible_paths(page) == [EVIL_NAME]
     page.context.close()
+
+
+def test_two_notebook_views_on_one_page_work_apart(browser: Any, tmp_path: Path) -> None:
+    """Jupyter puts several outputs in one document: each view's script finds its own."""
+    seq = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    first = hookscope.trace(seq, torch.randn(2, 4))._repr_html_()
+    second = hookscope.trace(evil_model(), torch.randn(2, 4))._repr_html_()
+    path = tmp_path / "notebook.html"
+    path.write_text(f"<!DOCTYPE html><html><body>{first}<hr>{second}</body></html>",
+                    encoding="utf-8")
+    opened = report_browser.open_report(browser, path)
+    page = opened.page
+    assert page.locator(".hsr.js").count() == 2 and opened.errors == []
+    boxes = page.locator(".hsr")
+    boxes.nth(0).locator("input.hs-search").fill("ReLU")
+    shown = [page.eval_on_selector_all(
+        f".hsr:nth-of-type({n}) table.calls tbody tr[data-i]:not([hidden])",
+        "rs => rs.map(r => r.dataset.path)") for n in (1, 2)]
+    assert shown[0] == ["1"]
+    assert len(shown[1]) == 3  # the other view is untouched: its root and two children
+    assert opened.dialogs == []
+    page.context.close()
