@@ -40,6 +40,7 @@ from hookscope.cli.grads_command import grads_command
 from hookscope.cli.hooks_command import hooks_command
 from hookscope.cli.lint_command import lint_command
 from hookscope.cli.output import OutputTarget, Rendered, color_choice
+from hookscope.cli.report_command import report_command
 from hookscope.cli.shared_options import (
     ConfigOpt,
     DebugOpt,
@@ -294,3 +295,4 @@ app.command("diff")(diff_command)
 app.command("grads")(grads_command)
 app.command("hooks")(hooks_command)
 app.command("lint")(lint_command)
+app.command("report")(report_command)

@@ -226,6 +226,20 @@ class AnomalyReport:
 
         return anomaly_to_json(self, indent=indent)
 
+    def to_html(self, path: Any = None) -> str:
+        """One self-contained HTML page: the first non-finite value (its call, inputs
+        and op) above the report of the partial trace; written to ``path`` when given.
+
+        Raises:
+            SpecError: ``path``'s folder does not exist, or ``path`` is a folder.
+        """
+        from hookscope.render.report import anomaly_report, write_html
+
+        html = anomaly_report(self)
+        if path is not None:
+            write_html(html, path)
+        return html
+
     def to_dict(self) -> dict[str, Any]:
         """The report as plain JSON-ready data."""
         from hookscope.render.anomaly_report import anomaly_to_dict

@@ -145,6 +145,20 @@ class GradHistory:
         values = [v for v in self.column(name) if math.isfinite(v)]
         return statistics.median(values) if values else math.nan
 
+    def to_html(self, path: Any = None, *, anomalies: Sequence[GradAnomaly] = ()) -> str:
+        """One self-contained HTML page of these norms over the steps (total and per
+        module, log scale) and of ``anomalies``; written to ``path`` when one is given.
+
+        Raises:
+            SpecError: ``path``'s folder does not exist, or ``path`` is a folder.
+        """
+        from hookscope.render.report import history_report, write_html
+
+        html = history_report(self, anomalies)
+        if path is not None:
+            write_html(html, path)
+        return html
+
     def to_dataframe(self) -> Any:
         """A ``pandas.DataFrame``: one row per step (index ``step``), one column per
         parameter, plus ``skipped``.

@@ -316,6 +316,13 @@ class GradientMonitor:
             raise SpecError("plot_flow needs GradientMonitor(..., flow=True) and one step")
         plot_flow(self.history, path, step=step)
 
+    def to_html(self, path: Any = None) -> str:
+        """One self-contained HTML page of the history: the gradient norms over the
+        steps (total and per module, log scale) and the anomalies; written to ``path``
+        when one is given."""
+        self.flush()
+        return self.history.to_html(path, anomalies=self.anomalies)
+
     def to_tensorboard(self, writer: Any) -> None:
         """Write the whole history to a ``SummaryWriter`` (flushed, left open) or a log
         directory (its writer closed when written)."""

@@ -10,6 +10,7 @@ memory probe measured them, and their total.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from functools import cache
 
@@ -162,6 +163,21 @@ class Summary:
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         yield self.table(ascii=console.no_color and not console.is_terminal)
+
+    def to_html(self, path: str | os.PathLike[str] | None = None) -> str:
+        """The report page of the summary's trace (``Trace.to_html``), written to
+        ``path`` when one is given.
+
+        Raises:
+            SpecError: ``path``'s folder does not exist, or ``path`` is a folder.
+        """
+        from hookscope.render.report import trace_report, write_html
+
+        html = trace_report(self.trace, fold=self.fold,
+                            title=f"hookscope summary: {self.trace.model.class_name}")
+        if path is not None:
+            write_html(html, path)
+        return html
 
     def _repr_html_(self) -> str:
         from hookscope.render.notebook import grid_html

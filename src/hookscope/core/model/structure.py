@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from os import PathLike
 from typing import Any
 
 import torch
@@ -175,6 +176,22 @@ class ModelInfo:
             f"<hookscope.ModelInfo of {self.class_name}: {len(self.modules)} modules, "
             f"{self.total_params:,} params{tied}>"
         )
+
+    def to_html(self, path: str | PathLike[str] | None = None) -> str:
+        """One self-contained HTML page of the structure (totals and the module tree,
+        folded and searchable), written to ``path`` when one is given.
+
+        Raises:
+            SpecError: ``path``'s folder does not exist, or ``path`` is a folder.
+            RuntimeError: ``hookscope.render`` was not imported (``hookscope.inspect`` does).
+        """
+        present = PRESENTERS.get("report")
+        if present is None:
+            raise RuntimeError("no report renderer is registered: import hookscope.render")
+        html = str(present(self))
+        if path is not None:
+            PRESENTERS["write_html"](html, path)
+        return html
 
     def _repr_html_(self) -> str:
         """The structure table as HTML, for Jupyter."""

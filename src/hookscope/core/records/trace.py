@@ -18,9 +18,9 @@ read-only once the trace is returned.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from os import PathLike
 from typing import Any
 
 from hookscope.core.records.facts import RawValue, decode_raw, reserve
@@ -257,17 +257,41 @@ class Trace:
         """A pandas ``DataFrame``, one row per call (needs ``hookscope[pandas]``)."""
         return _presenter("dataframe")(self, columns=columns)
 
-    def to_chrome_trace(self, path: str | os.PathLike[str]) -> None:
+    def to_chrome_trace(self, path: str | PathLike[str]) -> None:
         """Write the trace as a timeline that Perfetto and ``chrome://tracing`` open
         (see :func:`hookscope.render.timeline.write_chrome_trace`)."""
         _presenter("chrome_trace")(self, path)
+
+    def to_html(self, path: str | PathLike[str] | None = None, *, title: str | None = None,
+                findings: Iterable[Any] = (), feature_maps: Mapping[str, Any] | None = None,
+                ) -> str:
+        """The report: one self-contained HTML page of this trace (the call tree, every
+        probe's columns, charts), written to ``path`` when one is given.
+
+        See ``docs/guides/report.md``; the page is ``hookscope.render.report``'s.
+
+        Args:
+            path: the file to write (replaced in one step); ``None``: only return it.
+            title: the page's title.
+            findings: lint findings to show too (``hookscope.lint(model, x)``).
+            feature_maps: captured activations to show as thumbnails
+                (``hookscope.capture(model, x, select=...)``).
+
+        Raises:
+            SpecError: ``path``'s folder does not exist, or ``path`` is a folder.
+        """
+        html = str(_presenter("report")(self, title=title, findings=list(findings),
+                                        feature_maps=feature_maps))
+        if path is not None:
+            _presenter("write_html")(html, path)
+        return html
 
     def __str__(self) -> str:
         return str(_presenter("text")(self))
 
     def _repr_html_(self) -> str:
-        """The trace table as HTML, for Jupyter."""
-        return str(_presenter("html")(self))
+        """The report's call tree and charts, for Jupyter."""
+        return str(_presenter("notebook")(self))
 
     def __repr__(self) -> str:
         stopped = f", stopped by {self.stop.probe}" if self.stop is not None else ""
