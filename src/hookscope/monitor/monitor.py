@@ -126,7 +126,9 @@ class GradientMonitor:
             raise SpecError(f"clip_mode= must be 'norm' or 'value', got {clip_mode!r}")
         band = check_band(update_band)
         every = check_histograms(histograms, bins)
-        self.names, self._params, paths = watched_params(model, select)
+        # a torch.compile wrapper's parameters by the paths of the module it holds
+        self.names, self._params, paths = watched_params(
+            torch_private.original_module(model), select)
         clip_by_index = clip_limits(paths, clip)
         if clip_mode == "value":
             check_value_clip(clip_by_index, self.names, self._params)
