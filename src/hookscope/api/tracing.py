@@ -140,7 +140,8 @@ def trace(
         _warn_autocast_ignored()
         if compiled:
             raise SpecError("compiled=True runs the model's compiled code, which needs real "
-                            "tensors; drop device='meta' or compiled=True")
+                            "tensors; drop device='meta' (--device meta) or compiled=True "
+                            "(--compiled)")
         model, (args, kw) = meta_copy(original_module(model)), inputs_to_meta((args, kw))
         # nothing runs on meta: no times, and no values to take statistics of
         time = stats = False

@@ -40,6 +40,7 @@ from hookscope.cli.hooks_command import hooks_command
 from hookscope.cli.lint_command import lint_command
 from hookscope.cli.output import OutputTarget, Rendered, color_choice
 from hookscope.cli.shared_options import (
+    CompiledOpt,
     ConfigOpt,
     DebugOpt,
     DepthOpt,
@@ -120,6 +121,7 @@ def summary_command(
     debug: DebugOpt = False,
     dtype: DtypeOpt = None,
     no_fold: NoFoldOpt = False,
+    compiled: CompiledOpt = False,
 ) -> None:
     """Module tree with input/output shapes and parameters per call (one forward pass)."""
     import hookscope
@@ -142,7 +144,7 @@ def summary_command(
               dtype_hints(prepared)):
             result = hookscope.summary(
                 prepared.loaded.model, *prepared.args, kwargs=prepared.kwargs, depth=depth,
-                ops=ops,
+                ops=ops, compiled=compiled,
             )
         target.write(summary_view(result, fmt.value, ops=ops, fold=not no_fold))
 
@@ -180,6 +182,7 @@ def trace_command(
     break_at: BreakAtOpt = None,
     break_on: BreakOnOpt = None,
     no_fold: NoFoldOpt = False,
+    compiled: CompiledOpt = False,
 ) -> int:
     """Time, activation statistics and memory of every call; FLOPs with --ops."""
     from hookscope.cli import debug_options
@@ -215,6 +218,7 @@ def trace_command(
             result = run_traces(
                 prepared, repeat=repeat, progress=color_choice(no_color) is not False,
                 time=time, stats=stats, memory=memory, ops=ops, backward=backward,
+                compiled=compiled,
             )
         target.write(trace_view(result, fmt.value, view))
     return 0
