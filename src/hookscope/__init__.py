@@ -16,6 +16,7 @@ if _typing.TYPE_CHECKING:
     from hookscope.core.engine.tracer import Tracer
     from hookscope.core.model.selectors import Selector
     from hookscope.core.model.structure import ModelInfo, inspect
+    from hookscope.core.records.compile_report import CompileReport
     from hookscope.core.records.facts import Column, Fact, Field, Unit
     from hookscope.core.records.trace import Call, FailureRecord, StopRecord, Trace
     from hookscope.core.records.values import (
@@ -61,6 +62,7 @@ _EXPORTS: dict[str, str] = {
     "summary": "hookscope.api.tracing",
     "trace": "hookscope.api.tracing",
     "Call": "hookscope.core.records.trace",
+    "CompileReport": "hookscope.core.records.compile_report",
     "FlopCount": "hookscope.core.records.values",
     "FlopRule": "hookscope.core.records.values",
     "OpRecord": "hookscope.core.records.values",
@@ -116,6 +118,7 @@ __all__ = [
     "Call",
     "Capture",
     "Column",
+    "CompileReport",
     "Fact",
     "FailureRecord",
     "Field",

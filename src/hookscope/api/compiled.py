@@ -13,7 +13,9 @@ A break's module is the innermost frame of dynamo's user stack that lies in the
 ``forward`` of a module of the model. Modules of one class share that code:
 NB: the k-th break at one line is given to the k-th of those modules in the order the
 eager run called them when there are as many breaks there as modules; otherwise the
-break names every module that could hold it.
+break names every module that could hold it. A frame dynamo wraps itself (a
+``torch.nn`` container compiled as a whole runs through ``torch._dynamo``'s own
+``inner``) holds no module's code: its recompilations are not attributed.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from hookscope.core.torch_private import explain_run, recompile_reasons
 __all__ = ["explain_compiled"]
 
 Span = tuple[str, int, int]  # file, first line, last line of a forward
+Site = tuple[str, int, str] | None  # file, line, function of a break's innermost frame
 _RESUME = re.compile(r"torch_dynamo_resume_in_\w+_at_(\d+)$")
 _ENTRY = re.compile(r"^\d+/\d+: ")  # dynamo's frame/entry number before a failed guard
 
@@ -105,32 +108,38 @@ def _holders(spans: dict[str, Span], filename: str, line: int) -> list[str]:
 
 
 def _breaks(reasons: Sequence[Any], spans: dict[str, Span]) -> list[GraphBreak]:
-    found: list[tuple[str, tuple[str, int] | None, list[str], Any]] = []
+    # NB: dynamo reports a break inside an inlined module call twice, once from the
+    # caller's frame and once when it compiles the module's own frame: one break per
+    # reason, module and line
+    found: dict[tuple[str, tuple[str, ...], Site], None] = {}
     for r in reasons:
         stack = list(getattr(r, "user_stack", None) or ())
-        site = stack[-1] if stack else None
-        holders: list[str] = []
-        where: tuple[str, int] | None = None
-        for frame in reversed(stack):  # the innermost frame in a module's forward
-            holders = _holders(spans, frame.filename, frame.lineno or 0)
-            if holders:
-                where = (frame.filename, frame.lineno or 0)
-                break
-        found.append((str(r.reason), where, holders, site))
-    seen: dict[tuple[str, int] | None, int] = {}
-    counts = {w: sum(1 for f in found if f[1] == w) for _, w, _, _ in found}
+        site: Site = (stack[-1].filename, stack[-1].lineno, stack[-1].name) if stack else None
+        found[(str(r.reason), _innermost_holders(stack, spans), site)] = None
+    at_site: dict[Site, int] = {}
+    for _, _, site in found:
+        at_site[site] = at_site.get(site, 0) + 1
+    seen: dict[Site, int] = {}
     breaks = []
-    for reason, where, holders, site in found:
-        k = seen[where] = seen.get(where, -1) + 1
-        if len(holders) > 1 and counts[where] == len(holders):
-            holders = [holders[k]]
+    for reason, holders, site in found:
+        k = seen[site] = seen.get(site, -1) + 1
+        paths = (holders[k],) if len(holders) > 1 and at_site[site] == len(holders) \
+            else holders
         breaks.append(GraphBreak(
-            reason=reason, paths=tuple(holders),
-            file=None if site is None else site.filename,
-            line=None if site is None else site.lineno,
-            function=None if site is None else site.name,
+            reason=reason, paths=paths, file=None if site is None else site[0],
+            line=None if site is None else site[1], function=None if site is None else site[2],
         ))
     return breaks
+
+
+def _innermost_holders(stack: list[Any], spans: dict[str, Span]) -> tuple[str, ...]:
+    """The modules whose ``forward`` holds the innermost frame of ``stack`` that lies
+    in one."""
+    for frame in reversed(stack):
+        holders = _holders(spans, frame.filename, frame.lineno or 0)
+        if holders:
+            return tuple(holders)
+    return ()
 
 
 def _recompiles(spans: dict[str, Span]) -> tuple[Recompile, ...]:

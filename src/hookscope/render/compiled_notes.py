@@ -34,7 +34,7 @@ def compiled_notes(trace: Trace) -> list[str]:
         return [f"[compiled] {how}{eager}; torch.compile failed: {report.error}"]
     breaks = len(report.breaks)
     lines = [f"[compiled] {how}{eager}; the compiled code runs as "
-             f"{report.graphs} graph{'s' if report.graphs != 1 else ''}, "
+             f"{report.graphs} graph{'s' if report.graphs != 1 else ''}, split at "
              f"{breaks} graph break{'s' if breaks != 1 else ''}"
              f"{_recompiled(report)}"]
     lines += [_break_line(i, b) for i, b in enumerate(report.breaks, 1)]

@@ -20,6 +20,7 @@ towards ``torch._dynamo.config.recompile_limit``).
 from __future__ import annotations
 
 import contextlib
+import logging
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -111,8 +112,15 @@ def explain_run(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, A
     ``out_guards``), without emptying the process's compiled code (module docstring)."""
     import torch._dynamo as dynamo
 
-    with _dynamo_state_kept():
-        return dynamo.explain(fn)(*args, **kwargs)
+    # NB: dynamo logs a warning for each graph break it meets; the report says the same,
+    # so warnings are off while explain runs (process-wide, for its duration only)
+    quiet = logging.root.manager.disable
+    logging.disable(max(quiet, logging.WARNING))
+    try:
+        with _dynamo_state_kept():
+            return dynamo.explain(fn)(*args, **kwargs)
+    finally:
+        logging.disable(quiet)
 
 
 def recompile_reasons() -> dict[CodeType, list[str]]:
