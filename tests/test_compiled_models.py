@@ -251,6 +251,41 @@ def test_the_compile_report_survives_the_json_round_trip() -> None:
     assert CompileReport.of(again.meta) == CompileReport.of(trace.meta)
 
 
+def test_compiled_true_puts_back_what_its_forward_changed() -> None:
+    """The explained forward runs in training mode here: BatchNorm's statistics, the
+    random state (dropout) and every flag are as they were afterwards."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Dropout(0.5),
+                          PrintBreak()).train()
+    x = torch.randn(6, 4)
+    before = snapshot_state(model)
+    rng = torch.get_rng_state()
+    trace = hookscope.trace(model, x, compiled=True)
+    assert_state_unchanged(before, model)
+    report = CompileReport.of(trace.meta)
+    assert report is not None and report.breaks and report.breaks[0].paths == ("3",)
+    rng_after_trace = torch.get_rng_state()
+    torch.set_rng_state(rng)
+    hookscope.trace(model, x)  # the same trace without compiled=True
+    assert torch.equal(torch.get_rng_state(), rng_after_trace)
+
+
+def test_dynamo_s_failure_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    import hookscope.api.compiled as api_compiled
+
+    def failing(*_: Any) -> Any:
+        raise RuntimeError("dynamo could not compile this\nmore detail")
+
+    monkeypatch.setattr(api_compiled, "explain_run", failing)
+    trace = hookscope.trace(_seq(), torch.randn(2, 4), compiled=True)
+    report = CompileReport.of(trace.meta)
+    assert report is not None
+    assert report.error == "RuntimeError: dynamo could not compile this"
+    text = " ".join(str(trace).split())  # the note wraps at the table's width
+    assert "torch.compile failed: RuntimeError: dynamo could not compile this" in text
+    assert len(trace.calls) == 4  # the eager facts are all there
+
+
 def test_compiled_true_on_the_meta_device_is_a_spec_error() -> None:
     with pytest.raises(hookscope.SpecError, match="compiled=True"):
         hookscope.trace(_seq(), torch.randn(2, 4), device="meta", compiled=True)
@@ -271,6 +306,7 @@ def test_the_gradient_monitor_watches_the_compiled_code_s_gradients() -> None:
         mon.step()
     assert backend.graphs >= 1  # the compiled code ran, not an eager copy
     assert mon.names == [n for n, _ in model.named_parameters()]
+    assert "[compiled] torch.compile(model): the gradients its compiled code made" in str(mon)
     for name, p in model.named_parameters():
         assert p.grad is not None
         assert mon.history.column(name)[-1] == pytest.approx(p.grad.norm().item(), rel=1e-5)

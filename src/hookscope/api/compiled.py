@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hookscope.core.model.module_table import module_table
+from hookscope.core.model.module_table import ModuleTable, module_table
 from hookscope.core.model.state import ModelState
 from hookscope.core.records.compile_report import CompileReport, GraphBreak, Recompile
 from hookscope.core.records.trace import Trace
@@ -64,7 +64,7 @@ def explain_compiled(
     state = ModelState(table, buffers=True)
     grad_mode = torch.enable_grad() if grad else torch.no_grad()
     try:
-        with torch.random.fork_rng(devices=[]), grad_mode:
+        with torch.random.fork_rng(devices=_cuda_indices(table)), grad_mode:
             out = explain_run(model._call_impl, args, kwargs)
     except Exception as e:  # dynamo's failure is a finding, not hookscope's crash
         first = (str(e).strip().splitlines() or [""])[0]
@@ -77,6 +77,11 @@ def explain_compiled(
         graphs=int(out.graph_count), ops=int(out.op_count), breaks=tuple(breaks),
         recompiles=recompiles, guards=len(out.out_guards or ()),
     ).to_data()
+
+
+def _cuda_indices(table: ModuleTable) -> list[int]:
+    """The CUDA devices whose random state the model's run may move."""
+    return sorted({t.device.index or 0 for t in table.parameters if t.is_cuda})
 
 
 def _forward_spans(model: nn.Module, trace: Trace) -> dict[str, Span]:
