@@ -13,6 +13,7 @@ the line of a planted break, and a counting backend for "compiled again".
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -206,6 +207,18 @@ def test_a_print_break_is_reported_at_its_module_and_line(
     capsys.readouterr()
 
 
+def test_compiled_true_inside_another_tracer_s_block_still_compiles() -> None:
+    """Another active tracer sets the compiler's stance to force_eager, under which
+    dynamo compiles nothing: the explanation runs with the default stance."""
+    other = nn.Linear(2, 2)
+    with hookscope.Tracer(other):
+        trace = hookscope.trace(WithBreaks(), torch.randn(2, 4), compiled=True)
+        other(torch.randn(1, 2))
+    report = CompileReport.of(trace.meta)
+    assert report is not None and report.graphs >= 2
+    assert [b.path for b in report.breaks] == ["body.1"]
+
+
 def test_breaks_in_modules_of_one_class_name_only_those_modules() -> None:
     """Two ``ItemBreak``s share their ``forward``: each break names the right one, or
     both when dynamo's account cannot tell them apart, never another module."""
@@ -358,6 +371,11 @@ def test_cli_compiled_prints_the_break_with_its_module_and_line(
     line = 1 + _CLI_MODEL.splitlines().index("        if y.sum().item() > 1e9:")
     assert f"break 1 in '1' (compiled_model.py:{line})" in out
     assert "_orig_mod" not in out
+    code, out, err = run_cli(capsys, "trace", spec, "-i", "2,4", "--compiled", "-f", "json")
+    assert code == 0, err
+    meta = json.loads(out)["meta"]
+    assert meta["compiled"] == "torch.compile(model)"
+    assert [(b["paths"], b["line"]) for b in meta["compile"]["breaks"]] == [(["1"], line)]
     code, out, err = run_cli(capsys, "trace", spec, "-i", "2,4", "--compiled",
                              "--device", "meta")
     assert_one_error_line(code, err, "--compiled")

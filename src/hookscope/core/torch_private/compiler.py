@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from types import CodeType
 from typing import Any
 
+import torch
 from torch import nn
 
 from hookscope.core.torch_private._warnings import _warn_once
@@ -117,7 +118,8 @@ def explain_run(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, A
     quiet = logging.root.manager.disable
     logging.disable(max(quiet, logging.WARNING))
     try:
-        with _dynamo_state_kept():
+        # another tracer, active around this call, set the stance to force_eager
+        with _dynamo_state_kept(), torch.compiler.set_stance("default"):
             return dynamo.explain(fn)(*args, **kwargs)
     finally:
         logging.disable(quiet)
