@@ -421,6 +421,13 @@ def test_real_compiled_models_total_what_the_eager_model_does(
         assert len(t.calls) == sum(eager_counts.values())
     assert trace.totals_flops.forward == oracle.forward
     assert "_orig_mod" not in str(summary)
+    if build is _gpt2:  # dynamo's account too: GPT-2 compiles whole
+        explained = hookscope.summary(compiled, *args, compiled=True)
+        report = CompileReport.of(explained.trace.meta)
+        assert report is not None and report.error is None and report.graphs >= 1
+        assert explained.trace.model.params_total == params
+        if not report.breaks:
+            assert "no graph break" in " ".join(str(explained).split())
     assert_state_unchanged(before, model)
     with torch.no_grad():
         assert_outputs_identical(expected, compiled(*args), requires_grad=False)

@@ -33,9 +33,10 @@ def compiled_notes(trace: Trace) -> list[str]:
     if report.error is not None:
         return [f"[compiled] {how}{eager}; torch.compile failed: {report.error}"]
     breaks = len(report.breaks)
+    split = f"split at {breaks} graph break{'s' if breaks != 1 else ''}" if breaks \
+        else "no graph break"
     lines = [f"[compiled] {how}{eager}; the compiled code runs as "
-             f"{report.graphs} graph{'s' if report.graphs != 1 else ''}, split at "
-             f"{breaks} graph break{'s' if breaks != 1 else ''}"
+             f"{report.graphs} graph{'s' if report.graphs != 1 else ''}, {split}"
              f"{_recompiled(report)}"]
     lines += [_break_line(i, b) for i, b in enumerate(report.breaks, 1)]
     frames: dict[tuple[tuple[str, ...], str, int], list[str]] = {}
