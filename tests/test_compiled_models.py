@@ -431,3 +431,31 @@ def test_real_compiled_models_total_what_the_eager_model_does(
     assert_state_unchanged(before, model)
     with torch.no_grad():
         assert_outputs_identical(expected, compiled(*args), requires_grad=False)
+
+
+# -- inspect and lint -------------------------------------------------------------------------
+
+
+class Unused(nn.Module):
+    """A module with a submodule its forward never calls (a lint finding)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.used, self.spare = nn.Linear(4, 4), nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.used(x)
+
+
+@pytest.mark.parametrize("how", HOWS)
+def test_inspect_and_lint_see_the_original_module(how: str) -> None:
+    model = Unused()
+    x = torch.randn(2, 4)
+    eager = [(f.code, f.path) for f in hookscope.lint(model, x).findings]
+    assert eager  # the oracle is not vacuous
+    compiled = compile_model(model, how)
+    compiled(x)
+    info = hookscope.inspect(compiled)
+    assert list(info.modules) == [p for p, _ in model.named_modules()]
+    assert [(f.code, f.path) for f in hookscope.lint(compiled, x).findings] == eager
+    assert total_hooks(model) == 0
