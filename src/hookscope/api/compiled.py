@@ -90,10 +90,16 @@ def _forward_spans(model: nn.Module, trace: Trace) -> dict[str, Span]:
     order = list(dict.fromkeys(c.path for c in trace.calls))
     paths = dict(model.named_modules())
     order += [p for p in paths if p not in order]
+    by_class: dict[type, Span | None] = {}  # reading a source file once per class
     spans: dict[str, Span] = {}
     for path in order:
         module = paths.get(path)
-        span = _span(type(module).forward) if module is not None else None
+        if module is None:
+            continue
+        cls = type(module)
+        if cls not in by_class:
+            by_class[cls] = _span(cls.forward)
+        span = by_class[cls]
         if span is not None:
             spans[path] = span
     return spans
