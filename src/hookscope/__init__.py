@@ -17,6 +17,7 @@ if _typing.TYPE_CHECKING:
     from hookscope.core.engine.tracer import Tracer
     from hookscope.core.model.selectors import Selector
     from hookscope.core.model.structure import ModelInfo, inspect
+    from hookscope.core.records.compile_report import CompileReport
     from hookscope.core.records.facts import Column, Fact, Field, Unit
     from hookscope.core.records.trace import Call, FailureRecord, StopRecord, Trace
     from hookscope.core.records.values import (
@@ -65,6 +66,7 @@ _EXPORTS: dict[str, str] = {
     "TraceDiff": "hookscope.compare",
     "diff": "hookscope.compare",
     "Call": "hookscope.core.records.trace",
+    "CompileReport": "hookscope.core.records.compile_report",
     "FlopCount": "hookscope.core.records.values",
     "FlopRule": "hookscope.core.records.values",
     "OpRecord": "hookscope.core.records.values",
@@ -121,6 +123,7 @@ __all__ = [
     "Call",
     "Capture",
     "Column",
+    "CompileReport",
     "Fact",
     "FailureRecord",
     "Field",

@@ -449,17 +449,13 @@ def test_a_compiled_model_gives_every_call_on_the_fast_path(how: str) -> None:
     eager = hookscope.trace(model, x, **SHAPES_ONLY)
     if how == "torch.compile":
         compiled: nn.Module = torch.compile(model, backend="eager")  # type: ignore[assignment]
-        prefix = "_orig_mod"
     else:
         compiled = model
         compiled.compile(backend="eager")  # in place: calls go to its compiled _call_impl
-        prefix = ""
     compiled(x)  # compile now
     trace = hookscope.trace(compiled, x, **SHAPES_ONLY)
-    expected = [c.path for c in eager.calls]
-    if prefix:
-        expected = ["", prefix] + [f"{prefix}.{p}" for p in expected[1:]]
-    assert [c.path for c in trace.calls] == expected
+    # the original module's paths either way (torch.compile's wrapper is not a call)
+    assert [c.path for c in trace.calls] == [c.path for c in eager.calls]
     assert trace.calls[-1].outputs[0].shape == (3, 2)
     assert total_hooks(model) == 0
 

@@ -33,6 +33,7 @@ from hookscope.core.model.selectors import ModuleSelector
 from hookscope.core.options import check_flags, check_optional_flags
 from hookscope.core.records.tensor_paths import call_input_metas, metas
 from hookscope.core.records.trace import Call, Trace
+from hookscope.core.torch_private import original_module
 from hookscope.errors import ModelRunError, ProbeError, RunStopped, SpecError
 from hookscope.probes import PROBES
 from hookscope.render.summary import Summary
@@ -59,6 +60,7 @@ def trace(
     ops: bool = False,
     probes: Iterable[ProbeSpec] = (),
     select: ModuleSelector | None = None,
+    compiled: bool = False,
 ) -> Trace:
     """Run one forward pass (and optionally a backward pass) and record every call.
 
@@ -97,6 +99,13 @@ def trace(
             :class:`~hookscope.Tracer` takes them.
         select: observe only the modules whose path matches (a glob, a list of globs,
             ``fn(path) -> bool``), or the instances of a module class.
+        compiled: also run the model once through ``torch._dynamo.explain`` and record
+            what the compiled code does (``trace.meta["compile"]``, read with
+            ``CompileReport.of(trace.meta)``): its graphs, each graph break with its
+            reason, module and source line, and the recompilations dynamo recorded.
+            The calls are always recorded from the original module run eagerly: a
+            model compiled with ``torch.compile`` is traced as the module it wraps
+            (``trace.meta["compiled"]`` says how it was compiled).
 
     Returns:
         The :class:`~hookscope.Trace`.
@@ -107,7 +116,7 @@ def trace(
         ProbeError: a probe raised (the model did not); ``.trace`` holds the partial trace.
         SpecError: an option is wrong.
     """
-    check_flags(backward=backward)
+    check_flags(backward=backward, compiled=compiled)
     check_optional_flags(grad=grad, grads=grads)
     if backward and grad is False:
         raise SpecError("backward=True needs grad mode; drop grad=False or backward=True")
@@ -129,7 +138,11 @@ def trace(
     on_meta = is_meta_request(device) or (device is None and is_on_meta(model))
     if on_meta:  # analyse a meta copy: the user's model is not touched
         _warn_autocast_ignored()
-        model, (args, kw) = meta_copy(model), inputs_to_meta((args, kw))
+        if compiled:
+            raise SpecError("compiled=True runs the model's compiled code, which needs real "
+                            "tensors; drop device='meta' (--device meta) or compiled=True "
+                            "(--compiled)")
+        model, (args, kw) = meta_copy(original_module(model)), inputs_to_meta((args, kw))
         # nothing runs on meta: no times, and no values to take statistics of
         time = stats = False
     tracer = Tracer(
@@ -146,10 +159,10 @@ def trace(
     try:
         with tracer, grad_ctx:
             started = True
-            output = model(*args, **kw)
+            output = tracer.model(*args, **kw)  # a torch.compile wrapper's module
             if backward:
                 try:
-                    run_backward(tracer, model, output, args, kw, loss)
+                    run_backward(tracer, tracer.model, output, args, kw, loss)
                 except Exception:
                     in_backward.append(tracer.backward_failed_in())
                     raise
@@ -165,6 +178,11 @@ def trace(
     result.outputs = metas(output, "out")
     if on_meta:
         result.meta["device"] = "meta"
+    if compiled:
+        from hookscope.api.compiled import explain_compiled
+
+        result.meta["compile"] = explain_compiled(
+            tracer.model, args, kw, result, grad=bool(backward or grad))
     return result
 
 
@@ -178,6 +196,7 @@ def summary(
     depth: int | None = None,
     ops: bool = False,
     fold: bool = True,
+    compiled: bool = False,
 ) -> Summary:
     """Summarise a model: module tree, input/output shapes and parameters per call.
 
@@ -194,6 +213,8 @@ def summary(
         ops: also count FLOPs per call.
         fold: show a run of identical blocks (GPT-2's ``h.1`` ... ``h.11``) as its
             first block and one row for the rest; ``False`` shows every row.
+        compiled: as for :func:`trace`: also report the compiled code's graphs and
+            graph breaks under the table.
 
     Returns:
         A :class:`~hookscope.render.summary.Summary`: print it for the table;
@@ -207,7 +228,7 @@ def summary(
         raise SpecError(f"depth must be a non-negative integer or None, got {depth!r}")
     result = trace(
         model, *inputs, kwargs=kwargs, input_size=input_size, dtypes=dtypes, device=device,
-        time=False, stats=False, memory=False, ops=ops,
+        time=False, stats=False, memory=False, ops=ops, compiled=compiled,
     )
     return Summary(result, depth=depth, fold=fold)
 

@@ -42,6 +42,7 @@ from hookscope.cli.lint_command import lint_command
 from hookscope.cli.output import OutputTarget, Rendered, color_choice
 from hookscope.cli.report_command import report_command
 from hookscope.cli.shared_options import (
+    CompiledOpt,
     ConfigOpt,
     DebugOpt,
     DepthOpt,
@@ -123,6 +124,7 @@ def summary_command(
     debug: DebugOpt = False,
     dtype: DtypeOpt = None,
     no_fold: NoFoldOpt = False,
+    compiled: CompiledOpt = False,
 ) -> None:
     """Module tree with input/output shapes and parameters per call (one forward pass)."""
     import hookscope
@@ -145,7 +147,7 @@ def summary_command(
               dtype_hints(prepared)):
             result = hookscope.summary(
                 prepared.loaded.model, *prepared.args, kwargs=prepared.kwargs, depth=depth,
-                ops=ops,
+                ops=ops, compiled=compiled,
             )
         target.write(summary_view(result, fmt.value, ops=ops, fold=not no_fold))
 
@@ -184,6 +186,7 @@ def trace_command(
     break_on: BreakOnOpt = None,
     no_fold: NoFoldOpt = False,
     timeline: TimelineOpt = None,
+    compiled: CompiledOpt = False,
 ) -> int:
     """Time, activation statistics and memory of every call; FLOPs with --ops."""
     from hookscope.cli import debug_options
@@ -227,6 +230,7 @@ def trace_command(
             result = run_traces(
                 prepared, repeat=repeat, progress=color_choice(no_color) is not False,
                 time=time, stats=stats, memory=memory, ops=ops, backward=backward,
+                compiled=compiled,
             )
         if timeline is not None:
             from hookscope.render.timeline import write_chrome_trace

@@ -231,10 +231,12 @@ def run_traces(prepared: Prepared, *, repeat: int, progress: bool = True,
 
     traces: list[Trace] = []
     with _progress(repeat, enabled=progress and repeat > 1 and sys.stderr.isatty()) as advance:
-        for _ in range(repeat):
+        for i in range(repeat):
+            # the compiled code is explained once: the first trace's meta is kept
+            once = {"compiled": False} if i and options.get("compiled") else {}
             traces.append(
                 hookscope.trace(prepared.loaded.model, *prepared.args, kwargs=prepared.kwargs,
-                                **options)
+                                **{**options, **once})
             )
             advance()
     return hookscope.median_times(traces)

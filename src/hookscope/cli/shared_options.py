@@ -64,6 +64,10 @@ OpsOpt = Annotated[bool, typer.Option(
 NoFoldOpt = Annotated[bool, typer.Option(
     "--no-fold", help="Show every repeated block (by default a run of identical blocks "
     "is its first block and one row for the rest).")]
+CompiledOpt = Annotated[bool, typer.Option(
+    "--compiled", help="Also run the model's torch.compile code once and report its graphs, "
+    "each graph break (reason, module, source line) and recompilations; module facts "
+    "always come from the original module run eagerly.")]
 DebugOpt = Annotated[bool, typer.Option(
     "--debug", help="On failure, print the full traceback before the error line.")]
 DtypeOpt = Annotated[str | None, typer.Option(

@@ -34,7 +34,7 @@ from hookscope.core.meta import is_on_meta
 from hookscope.core.model.module_table import module_paths
 from hookscope.core.model.selectors import ModuleSelector, compile_module_selector
 from hookscope.core.records.trace import Call
-from hookscope.core.torch_private import pytree
+from hookscope.core.torch_private import original_module, pytree
 from hookscope.errors import HookscopeError, ModelRunError, SpecError
 from hookscope.interventions.recording import (
     CapturedActivations,
@@ -132,7 +132,8 @@ class Capture:
         if not isinstance(model, nn.Module):
             raise SpecError(f"Capture expects a torch.nn.Module, got {type(model).__name__}")
         self.model = model
-        self._chosen = selected_paths(model, select, api="Capture")
+        # by the paths of the module a torch.compile wrapper holds, as the tracer names them
+        self._chosen = selected_paths(original_module(model), select, api="Capture")
         self._save_to, self._shard_bytes = save_to, int(shard_mib * 2**20)
         self._memory = CapturedActivations()
         self._started: dict[str, int] = {}  # call name -> its index in the run

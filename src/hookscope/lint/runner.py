@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from hookscope.core.torch_private import original_module
 from hookscope.errors import ModelRunError, SpecError
 from hookscope.lint.catalog import load_rules
 from hookscope.lint.context import LintContext
@@ -78,6 +79,7 @@ def lint(
             "backward=True needs autograd, which torch.inference_mode() turns off; call "
             "hookscope.lint outside the inference_mode block (or use torch.no_grad())"
         )
+    model = original_module(model)  # torch.compile's wrapper: the module it holds
     ctx = LintContext(model)
     findings = _run(ctx, [r for r in rules if r.needs is Needs.STATIC])
     wanted = [r for r in rules

@@ -126,7 +126,12 @@ class GradientMonitor:
             raise SpecError(f"clip_mode= must be 'norm' or 'value', got {clip_mode!r}")
         band = check_band(update_band)
         every = check_histograms(histograms, bins)
-        self.names, self._params, paths = watched_params(model, select)
+        #: how ``model`` was compiled, if it was: its compiled code runs as compiled
+        #: (the monitor hooks parameters, no module), said under the table
+        self.compiled = torch_private.compiled_form(model)
+        # a torch.compile wrapper's parameters by the paths of the module it holds
+        self.names, self._params, paths = watched_params(
+            torch_private.original_module(model), select)
         clip_by_index = clip_limits(paths, clip)
         if clip_mode == "value":
             check_value_clip(clip_by_index, self.names, self._params)
@@ -300,7 +305,11 @@ class GradientMonitor:
     def __str__(self) -> str:
         """A table of what was recorded: one row per parameter, anomalies flagged
         (steps still on the device are counted, not moved: ``flush()`` moves them)."""
-        return monitor_text(self.history, self.anomalies, len(self._recorder.pending))
+        text = monitor_text(self.history, self.anomalies, len(self._recorder.pending))
+        if self.compiled is not None:
+            text += (f"\n[compiled] {self.compiled}: the gradients its compiled code made "
+                     "(hooks on the parameters, none on modules)")
+        return text
 
     def plot(self, path: Any, *, by: str = "module") -> None:
         """Norms over steps per layer (``by="module"``) or per parameter, log scale,

@@ -20,6 +20,7 @@ from hookscope.core.records.trace import Call, Trace
 from hookscope.core.records.values import TensorMeta
 from hookscope.flops.registry import flops_text
 from hookscope.render.columns import PRIORITY
+from hookscope.render.compiled_notes import compiled_notes
 from hookscope.render.fold import Folded, Row, folded_rows, tree_rows
 from hookscope.render.grid import Grid, GridColumn, folded_caption, shapes_min, wrap_shapes
 from hookscope.render.labels import (
@@ -145,7 +146,7 @@ class Summary:
                            f"{', '.join(shared[:3])}{' ...' if len(shared) > 3 else ''}, "
                            "registered first there (counted once in the totals)")
         legend = uncounted_legend(trace)
-        return out + ([legend] if legend else [])
+        return out + ([legend] if legend else []) + compiled_notes(trace)
 
     def caption(self, *, ascii: bool = False) -> str:
         """The caption and notes as text (what is printed under the table)."""

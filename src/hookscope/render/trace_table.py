@@ -31,6 +31,7 @@ from hookscope.render.columns import (
     render_footer,
     sort_key,
 )
+from hookscope.render.compiled_notes import compiled_notes
 from hookscope.render.fold import Folded, Row, folded_rows, hidden_deeper, tree_rows
 from hookscope.render.grid import Grid, GridColumn, Worded, folded_caption, shapes_min, wrap_shapes
 from hookscope.render.labels import ended_early, fold_text, tree_text
@@ -115,6 +116,7 @@ def trace_table(
                                 ascii=ascii, unsorted=unsorted, depth=depth)
         if depth_hint and order is None:
             grid.caption.extend(depth_caption(trace, depth, fold=fold))
+        grid.notes.extend(compiled_notes(trace))
         return grid
 
     return GridTable(build, ascii=ascii)

@@ -62,6 +62,7 @@ from hookscope.core.model.state import ModelState
 from hookscope.core.model.structure import check_model
 from hookscope.core.options import check_flags
 from hookscope.core.records.trace import Call, StopRecord, Trace
+from hookscope.core.torch_private import compiled_form, original_module
 from hookscope.errors import HookscopeError, ProbeError, RunStopped, SpecError
 
 __all__ = ["ProbeSpec", "Tracer", "describe_failure", "internal_work", "is_internal"]
@@ -108,7 +109,9 @@ class Tracer:
       (``breakpoint(at=...)``).
 
     NB: while the tracer is active, ``torch.compile``d code runs eagerly (compiled code
-    skips the hooks of the modules it inlined), TorchScript submodules run unobserved
+    skips the hooks of the modules it inlined): a compiled model is observed as its
+    original module (``torch.compile(model)``'s paths without ``_orig_mod.``, and
+    ``trace.meta["compiled"]`` says how it was compiled), TorchScript submodules run unobserved
     (their work counts as their caller's), and a forward pre-hook you register inside
     the block runs after hookscope's. Backward events are delivered for a backward run
     inside the block.
@@ -148,7 +151,10 @@ class Tracer:
             {"shapes": shapes, "time": time, "stats": stats, "memory": memory, "ops": ops},
             options,
         )
-        self.model = model
+        #: how ``model`` was compiled, if it was (``meta["compiled"]``); the tracer
+        #: observes the module ``torch.compile(model)`` wraps, by its own paths
+        self.compiled = compiled_form(model)
+        self.model = original_module(model)
         self.probes: list[Probe] = build_probes(flags, probes)
         #: a module class selects its instances, found in the table on entry
         self._classes = module_classes(select) if select is not None else ()
@@ -193,6 +199,8 @@ class Tracer:
             model=table.summary, modules=table.modules, probes=[p.name for p in self.probes],
             meta=run_facts(table),
         )
+        if self.compiled is not None:
+            self.trace.meta["compiled"] = self.compiled
         if self._selects is not None:  # what a view may call unobserved, not "not called"
             self.trace.meta["selected"] = [p for p, _ in table.members if self._selects(p)]
         self._state = ModelState(table, buffers=self._restore_buffers) \

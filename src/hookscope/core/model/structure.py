@@ -25,6 +25,7 @@ from torch.nn.parameter import is_lazy
 from hookscope.core.model.module_table import Members, first_paths, module_table
 from hookscope.core.records.module_records import ModelSummary, ModuleInfo
 from hookscope.core.records.tensor_paths import device_str, dtype_str
+from hookscope.core.torch_private import original_module
 from hookscope.errors import SpecError
 
 
@@ -261,6 +262,7 @@ def inspect(model: nn.Module) -> ModelInfo:
         raise SpecError(
             f"hookscope.inspect expects a torch.nn.Module, got {type(model).__name__}"
         )
+    model = original_module(model)  # torch.compile's wrapper: the module it holds
     table = module_table(model)
     params, tied = _collect_params(table.walk)
     buffers, tied_buffers = _collect_buffers(table.walk)

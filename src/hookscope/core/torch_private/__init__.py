@@ -45,6 +45,10 @@ the names below (``torch_private.next_sequence_nr()``); the submodules hold them
 - ``tensors.py``: version counters (:func:`version_counter`), storage identity
   (:func:`storage_key`), a sparse tensor's parts (:func:`sparse_coo_parts`) and the
   ``_foreach`` kernels (:func:`foreach_norm`, :func:`foreach_mul_`).
+- ``compiler.py``: ``torch.compile``: the module a compiled model wraps
+  (:func:`original_module`), how it was compiled (:func:`compiled_form`),
+  ``torch._dynamo.explain`` without its cache reset (:func:`explain_run`) and the guard
+  failures dynamo recorded when it recompiled (:func:`recompile_reasons`).
 - ``frames.py``: torch's source files a module call and a backward pass run through
   to reach a hook (:func:`is_torch_machinery`), which a breakpoint's stack hides.
 - ``modules.py``: the process-wide module hook dicts (:func:`global_hooks`,
@@ -101,6 +105,12 @@ from hookscope.core.torch_private.call_impl import (
     stand_in_call_impl,
     torch_call_impl,
 )
+from hookscope.core.torch_private.compiler import (
+    compiled_form,
+    explain_run,
+    original_module,
+    recompile_reasons,
+)
 from hookscope.core.torch_private.dispatch import (
     batched,
     dispatch_has_composite_kernel,
@@ -144,12 +154,14 @@ __all__ = [
     "batched",
     "call_impl_replaceable",
     "call_impl_shortcut",
+    "compiled_form",
     "current_autograd_node",
     "current_graph_task_id",
     "custom_function_class",
     "custom_op_overload",
     "dispatch_has_composite_kernel",
     "dispatch_off",
+    "explain_run",
     "foreach_mul_",
     "foreach_norm",
     "global_backward_hooks_are_legacy",
@@ -169,10 +181,12 @@ __all__ = [
     "node_runs_function",
     "node_sequence_nr",
     "op_schema",
+    "original_module",
     "overrides_call_impl",
     "pytree",
     "queue_end_of_backward",
     "raised_in_call_of",
+    "recompile_reasons",
     "replace_call_impl",
     "saved_tensor_default_hooks",
     "scaler_found_inf",
