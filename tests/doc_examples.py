@@ -203,6 +203,7 @@ def setup(namespace: dict[str, object]) -> None:
     workdir = tempfile.mkdtemp(prefix="hookscope-docs-")
     namespace["_cwd"] = os.getcwd()
     namespace["_env"] = dict(os.environ)
+    namespace["_workdir"] = workdir
     os.chdir(workdir)
     sys.path.insert(0, workdir)
     for name in ("NO_COLOR", "FORCE_COLOR", "LINES", "TERM_PROGRAM"):
@@ -218,8 +219,13 @@ def setup(namespace: dict[str, object]) -> None:
 
 
 def teardown(namespace: dict[str, object]) -> None:
-    """Back to the directory and environment the run had."""
+    """Back to the directory and environment the run had; the page's own modules
+    (``net.py``...) are forgotten, so the next page's file of the same name is imported."""
     os.chdir(str(namespace["_cwd"]))
+    workdir = str(namespace["_workdir"]) + os.sep
+    for name, module in list(sys.modules.items()):
+        if (getattr(module, "__file__", None) or "").startswith(workdir):
+            del sys.modules[name]
     os.environ.clear()
     os.environ.update(namespace["_env"])  # type: ignore[arg-type]
     if sys.path and sys.path[0].startswith(tempfile.gettempdir()):
