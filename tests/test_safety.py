@@ -363,6 +363,10 @@ NOT_MODEL_ENTRY_POINTS = {
     "load_activations", "plot_feature_maps", "patches",
     "GradAnomaly", "GradientAnomalyError",  # the gradient monitor's record and error
     "AnomalyReport", "NonFiniteError",  # find_anomaly's report and detect_anomaly's error
+    "GatheredTrace", "DivergenceReport",  # records of a torchrun job
+    # a collective of a torchrun job (reads the model, registers nothing): its safety
+    # is checked on two spawned ranks (tests/distributed/test_ddp.py)
+    "check_divergence",
 }
 
 

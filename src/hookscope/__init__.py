@@ -34,6 +34,11 @@ if _typing.TYPE_CHECKING:
         find_anomaly,
     )
     from hookscope.debug.hook_inventory import HookInventory, hooks
+    from hookscope.distributed import (
+        DivergenceReport,
+        GatheredTrace,
+        check_divergence,
+    )
     from hookscope.errors import (
         HookscopeError,
         MissingDependencyError,
@@ -83,6 +88,9 @@ _EXPORTS: dict[str, str] = {
     "breakpoint": "hookscope.debug",  # shadows the builtin inside hookscope only
     "detect_anomaly": "hookscope.debug",
     "find_anomaly": "hookscope.debug",
+    "DivergenceReport": "hookscope.distributed",
+    "GatheredTrace": "hookscope.distributed",
+    "check_divergence": "hookscope.distributed",
     "HookscopeError": "hookscope.errors",
     "MissingDependencyError": "hookscope.errors",
     "ModelRunError": "hookscope.errors",
@@ -116,12 +124,14 @@ __all__ = [
     "Call",
     "Capture",
     "Column",
+    "DivergenceReport",
     "Fact",
     "FailureRecord",
     "Field",
     "Finding",
     "FlopCount",
     "FlopRule",
+    "GatheredTrace",
     "GradAnomaly",
     "GradientAnomalyError",
     "GradientMonitor",
@@ -151,6 +161,7 @@ __all__ = [
     "annotated_repr",
     "breakpoint",
     "capture",
+    "check_divergence",
     "detect_anomaly",
     "find_anomaly",
     "hooks",

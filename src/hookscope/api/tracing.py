@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
+import hookscope.distributed
 import hookscope.render  # noqa: F401  (registers how a Trace prints and exports)
 from hookscope.core.engine.failures import message
 from hookscope.core.engine.probe import Probe, register_probe
@@ -30,6 +31,7 @@ from hookscope.core.inputs import (
 )
 from hookscope.core.meta import inputs_to_meta, is_meta_request, is_on_meta, meta_copy
 from hookscope.core.model.selectors import ModuleSelector
+from hookscope.core.model.wrappers import unwrap, wrapper_names
 from hookscope.core.options import check_flags, check_optional_flags
 from hookscope.core.records.tensor_paths import call_input_metas, metas
 from hookscope.core.records.trace import Call, Trace
@@ -126,6 +128,10 @@ def trace(
             "hookscope.trace outside the inference_mode block (or use torch.no_grad())"
         )
     args, kw = _resolve_inputs(model, inputs, kwargs, input_size, dtypes, device)
+    # NB: a data-parallel wrapper's module runs alone: on this rank, without the
+    # wrapper's collectives (buffer broadcast, gradient all-reduce) or its state
+    wrappers = wrapper_names(model)
+    model = unwrap(model)
     on_meta = is_meta_request(device) or (device is None and is_on_meta(model))
     if on_meta:  # analyse a meta copy: the user's model is not touched
         _warn_autocast_ignored()
@@ -165,6 +171,8 @@ def trace(
     result.outputs = metas(output, "out")
     if on_meta:
         result.meta["device"] = "meta"
+    if wrappers:
+        result.meta["wrappers"] = wrappers
     return result
 
 

@@ -60,6 +60,7 @@ from hookscope.core.model.selectors import (
 )
 from hookscope.core.model.state import ModelState
 from hookscope.core.model.structure import check_model
+from hookscope.core.model.wrappers import unwrap, wrapper_names
 from hookscope.core.options import check_flags
 from hookscope.core.records.trace import Call, StopRecord, Trace
 from hookscope.errors import HookscopeError, ProbeError, RunStopped, SpecError
@@ -148,7 +149,10 @@ class Tracer:
             {"shapes": shapes, "time": time, "stats": stats, "memory": memory, "ops": ops},
             options,
         )
-        self.model = model
+        #: the model observed: a data-parallel wrapper's ``module`` (paths without
+        #: ``module.``: ``core/model/wrappers.py``); the wrapper itself runs unobserved
+        self.model = unwrap(model)
+        self._wrappers = wrapper_names(model)
         self.probes: list[Probe] = build_probes(flags, probes)
         #: a module class selects its instances, found in the table on entry
         self._classes = module_classes(select) if select is not None else ()
@@ -193,6 +197,8 @@ class Tracer:
             model=table.summary, modules=table.modules, probes=[p.name for p in self.probes],
             meta=run_facts(table),
         )
+        if self._wrappers:
+            self.trace.meta["wrappers"] = list(self._wrappers)
         if self._selects is not None:  # what a view may call unobserved, not "not called"
             self.trace.meta["selected"] = [p for p, _ in table.members if self._selects(p)]
         self._state = ModelState(table, buffers=self._restore_buffers) \
