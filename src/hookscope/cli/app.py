@@ -180,15 +180,35 @@ def trace_command(
     break_at: BreakAtOpt = None,
     break_on: BreakOnOpt = None,
     no_fold: NoFoldOpt = False,
+    gather: Annotated[bool, typer.Option(
+        "--gather", help="Under torchrun: every rank's trace merged on rank 0 (into "
+        "-o FILE; each rank's own goes to FILE.rankN).")] = False,
 ) -> int:
     """Time, activation statistics and memory of every call; FLOPs with --ops."""
     from hookscope.cli import debug_options
+    from hookscope.cli.ranks import (
+        QuietTarget,
+        job_group,
+        launch,
+        mark_rank,
+        rank_path,
+        write_gathered,
+    )
     from hookscope.cli.running import check_output, dtype_hints, prepare, run_traces
     from hookscope.cli.views import TraceView, check_trace_view, trace_view, unmeasured
 
-    target = OutputTarget(output, no_color, width)
+    merged = target = OutputTarget(output, no_color, width)
     view = TraceView(split_names(columns), sort, top, depth, ops, fold=not no_fold)
     with failure_boundary(debug=debug):
+        job = launch(gather=gather, fmt=fmt.value)
+        if job is not None:  # each rank its own file; rank 0 alone prints
+            own = rank_path(output, job.rank)
+            quiet = job.rank != 0 and (own is None or str(own) == "-")
+            target = (QuietTarget if quiet else OutputTarget)(own, no_color, width)
+            if job.rank != 0 and (output is None or str(output) == "-"):
+                merged = QuietTarget(output, no_color, width)
+            if gather and (output is None or str(output) == "-"):
+                target = QuietTarget(own, no_color, width)  # the merged view is printed
         breaks = bool(break_at or break_on)
         off = unmeasured(time=time, stats=stats, memory=memory, ops=ops, device=device,
                          backward=backward, breaks=breaks)
@@ -209,14 +229,19 @@ def trace_command(
                 found, code = debug_options.find(prepared, backward=backward, fmt=fmt.value)
             target.write(found)
             return code
-        with (partial_on_failure(lambda t: trace_view(t, fmt.value, view), target),
-              model_prints_to_stderr(), dtype_hints(prepared),
-              debug_options.breaking(prepared.loaded.model, break_at, break_on)):
-            result = run_traces(
-                prepared, repeat=repeat, progress=color_choice(no_color) is not False,
-                time=time, stats=stats, memory=memory, ops=ops, backward=backward,
-            )
-        target.write(trace_view(result, fmt.value, view))
+        with job_group(job, gather=gather):
+            with (partial_on_failure(lambda t: trace_view(t, fmt.value, view), target),
+                  model_prints_to_stderr(), dtype_hints(prepared),
+                  debug_options.breaking(prepared.loaded.model, break_at, break_on)):
+                result = run_traces(
+                    prepared, repeat=repeat, progress=color_choice(no_color) is not False,
+                    time=time, stats=stats, memory=memory, ops=ops, backward=backward,
+                )
+            if job is not None:
+                mark_rank(result, job)
+            target.write(trace_view(result, fmt.value, view))
+            if gather and job is not None:
+                write_gathered(result, fmt.value, merged, rank=job.rank)
     return 0
 
 

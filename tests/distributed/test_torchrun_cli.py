@@ -1,0 +1,66 @@
+"""``torchrun --nproc-per-node 2 -m hookscope trace``: one output per rank, the merged
+one with ``--gather``, and the terminal output of rank 0 alone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from harness import run_torchrun
+from torch import nn
+
+from hookscope.cli import main
+
+pytestmark = pytest.mark.timeout(300)
+
+MODEL = '''
+import torch
+from torch import nn
+
+def make() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+'''
+
+
+def _numel() -> int:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    return sum(p.numel() for p in model.parameters())
+
+
+def test_each_rank_writes_its_own_file_and_rank_0_the_gathered_one(tmp_path: Path) -> None:
+    (tmp_path / "net.py").write_text(MODEL)
+    code, log = run_torchrun(["-m", "hookscope", "trace", "net.py:make", "-i", "3,8",
+                              "-f", "json", "-o", "out.json", "--gather"], tmp_path)
+    assert code == 0, log
+    for rank in (0, 1):
+        doc = json.loads((tmp_path / f"out.rank{rank}.json").read_text())
+        assert doc["meta"]["rank"] == rank and doc["meta"]["world_size"] == 2
+        assert doc["model"]["params"]["total"] == _numel()
+    merged = json.loads((tmp_path / "out.json").read_text())
+    assert [r["meta"]["rank"] for r in merged["ranks"]] == [0, 1]
+    assert [len(r["calls"]) for r in merged["ranks"]] == [4, 4]  # 3 layers and the root
+
+
+@pytest.mark.slow  # a second torchrun job: about 20 s
+def test_rank_0_alone_prints(tmp_path: Path) -> None:
+    (tmp_path / "net.py").write_text(MODEL)
+    code, log = run_torchrun(["-m", "hookscope", "trace", "net.py:make", "-i", "3,8",
+                              "--gather"], tmp_path)
+    assert code == 0, log
+    assert log.count("Rank 1 time") == 1  # the merged table, printed once
+    assert log.count("straggler:") + log.count("no timed call") == 1
+    assert not list(tmp_path.glob("*.json"))
+
+
+def test_gather_outside_torchrun_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    (tmp_path / "net.py").write_text(MODEL)
+    assert main(["trace", str(tmp_path / "net.py:make"), "-i", "3,8", "--gather"]) == 2
+    err = capsys.readouterr().err
+    assert "--gather" in err and "torchrun" in err and "Traceback" not in err
