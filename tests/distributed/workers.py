@@ -166,6 +166,42 @@ def _divergence(model: nn.Module, rank: int) -> dict[str, Any]:
     }
 
 
+def fsdp(rank: int) -> dict[str, Any]:
+    """An FSDP2 model (``fully_shard``): counts, shapes and full gradient norms."""
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 5))
+    plain = copy.deepcopy(net)  # the unsharded oracle
+    fully_shard(net[0])
+    fully_shard(net[2])
+    fully_shard(net)
+    found: dict[str, Any] = {"numel": sum(p.numel() for p in plain.parameters())}
+    found["local"] = {n: p.to_local().numel() for n, p in net.named_parameters()}
+    x = torch.randn(4, 8)
+    s = hookscope.summary(net, x)
+    found["total"] = s.trace.model.params_total
+    found["sharded"] = s.trace.meta.get("sharded")
+    found["summary_text"] = str(s)
+    shapes = {c.path: [list(m.shape) for m in c.outputs] for c in s.trace.calls}
+    found["shapes"] = shapes
+    found["plain_shapes"] = {"0": [list(plain[0](x).shape)], "2": [[4, 5]]}
+    torch.manual_seed(7)
+    xs, ys = torch.randn(8, 8), torch.randn(8, 5)
+    part = slice(4 * rank, 4 * rank + 4)
+    opt = torch.optim.SGD(net.parameters(), lr=0.0)
+    with hookscope.GradientMonitor(net, optimizer=opt) as mon:
+        nn.functional.mse_loss(net(xs[part]), ys[part]).backward()
+        opt.step()
+        opt.zero_grad()
+    nn.functional.mse_loss(plain(xs), ys).backward()
+    found["monitor"] = {"names": list(mon.names), "norms": mon.history.norms[0],
+                        "step_norms": mon.history.step_norms[0],
+                        "oracle": {n: float(p.grad.double().norm())
+                                   for n, p in plain.named_parameters()}}
+    return found
+
+
 def main() -> None:
     scenario, out = sys.argv[1], Path(sys.argv[2])
     dist.init_process_group("gloo")

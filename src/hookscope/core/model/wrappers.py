@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from torch import nn
 
-__all__ = ["is_ddp", "unwrap", "wrapper_names"]
+__all__ = ["has_sharded_params", "is_ddp", "unwrap", "wrapper_names"]
 
 _WRAPPERS: tuple[type[nn.Module], ...] = (
     nn.DataParallel,
@@ -45,3 +45,9 @@ def is_ddp(model: nn.Module) -> bool:
             return True
         model = model.module
     return False
+
+
+def has_sharded_params(model: nn.Module) -> bool:
+    """Whether a parameter of ``model`` is a ``DTensor`` (FSDP2's ``fully_shard``)."""
+    return any(hasattr(p, "placements") and hasattr(p, "to_local")
+               for p in model.parameters())
