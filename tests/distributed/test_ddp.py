@@ -93,3 +93,14 @@ def test_monitor_checks_divergence_every_step(ranks: list[dict[str, Any]]) -> No
         # DDP's forward broadcast rank 0's buffers: the weight alone still differs
         assert d["monitor"] == [[0, ["head.weight"]]]
         assert len(d["warned"]) == 1 and "head.weight on rank 1" in d["warned"][0]
+
+
+def test_a_collective_inside_forward_is_an_op_of_its_call(
+    ranks: list[dict[str, Any]],
+) -> None:
+    for found in ranks:
+        c = found["collectives"]
+        assert c["ops"] == [["c10d.allreduce_.default", "1"]]
+        assert c["comm_bytes"] == {"": None, "0": None, "1": c["expected_bytes"]}
+        assert c["partial"] is False  # communication is no uncounted arithmetic
+        assert "Comm bytes" in c["table"]

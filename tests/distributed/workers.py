@@ -50,6 +50,28 @@ class Net(nn.Module):
         return self.head(self.slow(self.block(self.embed(x))))
 
 
+class Reducing(nn.Module):
+    """A layer that all-reduces its activation inside ``forward`` (tensor parallelism)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        dist.all_reduce(y)
+        return y
+
+
+def _collectives(x: torch.Tensor) -> dict[str, Any]:
+    """The collective a module issues, as an op of its call, with its bytes."""
+    model = nn.Sequential(nn.Linear(8, 8), Reducing())
+    t = hookscope.trace(model, x, ops=True)
+    return {
+        "ops": [[op.name, t.calls[op.call].path] for op in t.ops if "c10d" in op.name],
+        "comm_bytes": {c.path: c.facts.get("comm_bytes") for c in t.calls},
+        "expected_bytes": x.shape[0] * 8 * torch.float32.itemsize,  # the (4, 8) buffer
+        "partial": t.totals_flops.partial,
+        "table": str(t),
+    }
+
+
 def _norms(grads: list[torch.Tensor]) -> list[float]:
     return [float(g.double().norm()) for g in grads]
 
@@ -99,6 +121,7 @@ def ddp(rank: int) -> dict[str, Any]:
         model(x)
     found["capture_block_keys"] = sorted(cap.activations)
 
+    found["collectives"] = _collectives(x)
     found["monitor"] = _monitor(model, plain, rank)
     found["divergence"] = _divergence(model, rank)
     return found
