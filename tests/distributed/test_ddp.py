@@ -36,6 +36,8 @@ def test_summary_and_trace_show_the_unwrapped_model(ranks: list[dict[str, Any]])
         assert found["capture_keys"] == ["block.0", "block.1"]
         assert found["capture_block_keys"] == ["head"]
         assert found["anomaly"] == "None"
+        # summary, trace(backward=True) and gather left hooks, values and .grad alone
+        assert found["untouched"]
 
 
 def test_gather_collects_both_ranks_on_rank_0(ranks: list[dict[str, Any]]) -> None:

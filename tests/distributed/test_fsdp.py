@@ -52,3 +52,11 @@ def test_monitor_norms_are_the_full_gradients(ranks: list[dict[str, Any]]) -> No
             assert math.isclose(norm, mon["oracle"][name], rel_tol=1e-5), name
             assert math.isclose(at_step, mon["oracle"][name], rel_tol=1e-5), name
     assert ranks[0]["monitor"]["norms"] == ranks[1]["monitor"]["norms"]
+
+
+def test_trace_backward_says_it_cannot_see_fsdp_gradients(
+    ranks: list[dict[str, Any]],
+) -> None:
+    for found in ranks:
+        assert set(found["trace_grads"]) == {"no_backward"}
+        assert len(found["warned"]) == 1 and "GradientMonitor" in found["warned"][0]

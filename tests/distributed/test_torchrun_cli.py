@@ -64,3 +64,18 @@ def test_gather_outside_torchrun_is_a_clear_error(
     assert main(["trace", str(tmp_path / "net.py:make"), "-i", "3,8", "--gather"]) == 2
     err = capsys.readouterr().err
     assert "--gather" in err and "torchrun" in err and "Traceback" not in err
+
+
+def test_each_rank_gets_its_file_and_only_rank_0_the_terminal() -> None:
+    from hookscope.cli.output import OutputTarget
+    from hookscope.cli.ranks import Launch, QuietTarget, rank_targets
+
+    to_file = OutputTarget(Path("run/out.json"))
+    own, merged = rank_targets(Launch(1, 2), to_file, gather=True)
+    assert own.path == Path("run/out.rank1.json") and merged.path == Path("run/out.json")
+    own, merged = rank_targets(Launch(0, 2), OutputTarget(None), gather=False)
+    assert not isinstance(own, QuietTarget)  # rank 0 prints its own trace
+    own, merged = rank_targets(Launch(0, 2), OutputTarget(None), gather=True)
+    assert isinstance(own, QuietTarget) and not isinstance(merged, QuietTarget)
+    own, merged = rank_targets(Launch(1, 2), OutputTarget(None), gather=True)
+    assert isinstance(own, QuietTarget) and isinstance(merged, QuietTarget)

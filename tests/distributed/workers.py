@@ -72,6 +72,11 @@ def _collectives(x: torch.Tensor) -> dict[str, Any]:
     }
 
 
+def _hooks(model: nn.Module) -> int:
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks)
+               for m in model.modules())
+
+
 def _norms(grads: list[torch.Tensor]) -> list[float]:
     return [float(g.double().norm()) for g in grads]
 
@@ -88,6 +93,7 @@ def ddp(rank: int) -> dict[str, Any]:
     torch.manual_seed(100 + rank)  # each rank its own data
     x = torch.randn(4, 8)
 
+    hooks_before = _hooks(model)
     s = hookscope.summary(model, x)
     found["summary_paths"] = list(s.trace.modules)
     found["summary_total"] = s.trace.model.params_total
@@ -109,6 +115,9 @@ def ddp(rank: int) -> dict[str, Any]:
     else:
         found["gathered_elsewhere"] = gathered is None
 
+    found["untouched"] = _hooks(model) == hooks_before and all(
+        p.grad is None and torch.equal(p, q)
+        for p, q in zip(net.parameters(), plain.parameters(), strict=True))
     with hookscope.Tracer(model) as tracer:
         model(x).sum().backward()
     assert tracer.trace is not None
@@ -209,6 +218,11 @@ def fsdp(rank: int) -> dict[str, Any]:
     shapes = {c.path: [list(m.shape) for m in c.outputs] for c in s.trace.calls}
     found["shapes"] = shapes
     found["plain_shapes"] = {"0": [list(plain[0](x).shape)], "2": [[4, 5]]}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        t = hookscope.trace(net, x, backward=True)
+    found["trace_grads"] = [g.status for g in t.param_grads]
+    found["warned"] = [str(w.message) for w in caught if "FSDP2" in str(w.message)]
     torch.manual_seed(7)
     xs, ys = torch.randn(8, 8), torch.randn(8, 5)
     part = slice(4 * rank, 4 * rank + 4)

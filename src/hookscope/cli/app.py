@@ -186,14 +186,7 @@ def trace_command(
 ) -> int:
     """Time, activation statistics and memory of every call; FLOPs with --ops."""
     from hookscope.cli import debug_options
-    from hookscope.cli.ranks import (
-        QuietTarget,
-        job_group,
-        launch,
-        mark_rank,
-        rank_path,
-        write_gathered,
-    )
+    from hookscope.cli.ranks import job_group, launch, mark_rank, rank_targets, write_gathered
     from hookscope.cli.running import check_output, dtype_hints, prepare, run_traces
     from hookscope.cli.views import TraceView, check_trace_view, trace_view, unmeasured
 
@@ -202,13 +195,7 @@ def trace_command(
     with failure_boundary(debug=debug):
         job = launch(gather=gather, fmt=fmt.value)
         if job is not None:  # each rank its own file; rank 0 alone prints
-            own = rank_path(output, job.rank)
-            quiet = job.rank != 0 and (own is None or str(own) == "-")
-            target = (QuietTarget if quiet else OutputTarget)(own, no_color, width)
-            if job.rank != 0 and (output is None or str(output) == "-"):
-                merged = QuietTarget(output, no_color, width)
-            if gather and (output is None or str(output) == "-"):
-                target = QuietTarget(own, no_color, width)  # the merged view is printed
+            target, merged = rank_targets(job, target, gather=gather)
         breaks = bool(break_at or break_on)
         off = unmeasured(time=time, stats=stats, memory=memory, ops=ops, device=device,
                          backward=backward, breaks=breaks)

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from hookscope.core.records.trace import Trace
 
 __all__ = ["Launch", "QuietTarget", "job_group", "launch", "mark_rank", "rank_path",
-           "write_gathered"]
+           "rank_targets", "write_gathered"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,20 @@ class QuietTarget(OutputTarget):
 
     def write(self, rendered: Rendered) -> None:
         return None
+
+
+def rank_targets(job: Launch, asked: OutputTarget, *,
+                 gather: bool) -> tuple[OutputTarget, OutputTarget]:
+    """Where this rank writes its own trace and the merged one: ``-o out.json`` becomes
+    ``out.rankN.json`` and the merged ``out.json`` (rank 0's); the terminal is rank 0's
+    alone, and with ``--gather`` it shows the merged view only."""
+    to_terminal = asked.path is None or str(asked.path) == "-"
+    own = rank_path(asked.path, job.rank)
+    quiet = to_terminal and (job.rank != 0 or gather)
+    target = (QuietTarget if quiet else OutputTarget)(own, asked.no_color, asked.width)
+    merged = QuietTarget(asked.path, asked.no_color, asked.width) \
+        if to_terminal and job.rank != 0 else asked
+    return target, merged
 
 
 @contextmanager
