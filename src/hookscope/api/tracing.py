@@ -66,6 +66,8 @@ def trace(
 
     Args:
         model: the model; it is left exactly as it was (hooks, flags, parameters).
+            A ``DistributedDataParallel`` (or ``DataParallel``) wrapper's module runs
+            alone, on this rank, without the wrapper's collectives; paths are its own.
         *inputs: positional inputs of ``model``.
         kwargs: keyword inputs of ``model``.
         input_size: instead of ``inputs``: one shape or a list of shapes; random

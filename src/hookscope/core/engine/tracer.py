@@ -73,7 +73,9 @@ class Tracer:
 
     Args:
         model: the model to observe. It is not modified: every hook is removed on exit,
-            also when the block raises.
+            also when the block raises. A ``DistributedDataParallel`` (or
+            ``DataParallel``) wrapper is looked through: its module is observed, by
+            its own paths, while the wrapper runs as usual.
         shapes: record input and output shapes and dtypes of every call.
         time: record inclusive and self time per call.
         stats: record activation statistics of every output tensor.
