@@ -64,6 +64,9 @@ def test_gather_outside_torchrun_is_a_clear_error(
     assert main(["trace", str(tmp_path / "net.py:make"), "-i", "3,8", "--gather"]) == 2
     err = capsys.readouterr().err
     assert "--gather" in err and "torchrun" in err and "Traceback" not in err
+    assert main(["trace", str(tmp_path / "net.py:make"), "-i", "3,8", "--gather",
+                 "-f", "csv"]) == 2
+    assert "--format table or json" in capsys.readouterr().err
 
 
 def test_each_rank_gets_its_file_and_only_rank_0_the_terminal() -> None:
