@@ -61,6 +61,8 @@ def test_a_gathered_trace_is_one_json_document_that_reads_back() -> None:
     assert [len(t.calls) for t in back.traces] == [calls, calls]
     with pytest.raises(hookscope.SpecError, match="not a gathered hookscope trace"):
         hookscope.GatheredTrace.from_json(traces[0].to_json())
+    with pytest.raises(hookscope.SpecError, match=r"one hookscope\.Trace per rank, got str"):
+        hookscope.GatheredTrace([traces[0], traces[0].to_json()])  # type: ignore[list-item]
 
 
 def test_collectives_without_a_process_group_say_how_to_start_one() -> None:

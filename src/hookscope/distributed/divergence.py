@@ -104,7 +104,11 @@ def _local_replica(t: torch.Tensor) -> torch.Tensor | None:
 
 
 def _checksum(t: torch.Tensor) -> Checksum:
-    """Element count, sum, sum of squares and a position-weighted sum, in float64."""
+    """Element count, sum, sum of squares and a position-weighted sum, in float64.
+
+    NB: costs a float64 copy of the tensor and of its weights on its device, one
+    tensor at a time: a check, not a per-step cost (``check_divergence_every``).
+    """
     x = t.detach()
     if x.is_complex():
         x = torch.view_as_real(x)

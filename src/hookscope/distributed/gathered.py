@@ -98,6 +98,10 @@ class GatheredTrace:
     def __init__(self, traces: list[Trace]) -> None:
         if not traces:
             raise SpecError("a gathered trace needs the trace of at least one rank")
+        bad = next((t for t in traces if not isinstance(t, Trace)), None)
+        if bad is not None:
+            raise SpecError(f"GatheredTrace takes one hookscope.Trace per rank, got "
+                            f"{type(bad).__name__}")
         self.traces = list(traces)
 
     @property
