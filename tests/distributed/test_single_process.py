@@ -46,6 +46,8 @@ def test_a_gathered_view_of_two_traces_names_the_slow_call() -> None:
     text = str(g)
     assert text.startswith("straggler: 1 (Pause) on rank 1")
     assert "Rank 1 time" in text and "Rank 1 |grad|" in text
+    page = g._repr_html_()
+    assert page.startswith("<p>straggler: 1 (Pause) on rank 1") and "Rank 1 time" in page
     plain = _model(0.0)
     norm = torch.autograd.grad(plain(x).sum(), plain[0].weight)[0].norm().item()
     assert g.param_grads["0.weight"][0] == pytest.approx(norm, rel=1e-5)
@@ -87,3 +89,16 @@ def test_a_data_parallel_wrapper_is_looked_through() -> None:
     assert sorted(t.modules) == sorted(n for n, _ in model.named_modules())
     assert t.model.params_total == sum(p.numel() for p in model.parameters())
     assert t.meta["wrappers"] == ["DataParallel"]
+
+
+def test_a_divergence_report_prints_its_answer_first() -> None:
+    from hookscope.distributed import Divergence
+
+    same = hookscope.DivergenceReport(2, 3)
+    assert same.ok and str(same) == "all 3 parameters and buffers are the same on the 2 ranks"
+    found = hookscope.DivergenceReport(
+        4, 3, [Divergence("fc.weight", "parameter", 0, (2, 3), (1e-3, 2e-3))])
+    text = str(found)
+    assert text.startswith("1 of 3 parameters and buffers differ across ranks; first: "
+                           "fc.weight on rank 2, 3 (reference rank 0, max |diff| 0.002)")
+    assert "fc.weight" in found._repr_html_()

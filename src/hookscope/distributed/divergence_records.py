@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass, field
 
 from hookscope.render.grid import Grid, GridColumn
@@ -80,6 +81,11 @@ class DivergenceReport:
                     ", ".join(format_stat(x) for x in d.max_abs_diff) for d in rows]),
             ])
         return GridTable(build)
+
+    def _repr_html_(self) -> str:
+        """The answer and the table, for Jupyter."""
+        answer = f"<p>{html.escape(self.answer())}</p>"
+        return answer + (self.table()._repr_html_() if self.diverged else "")
 
     def __str__(self) -> str:
         lines = [self.answer()]

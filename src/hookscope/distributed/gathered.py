@@ -12,13 +12,18 @@ rank's calls.
 
 from __future__ import annotations
 
+import html
 import json
 import statistics
 from dataclasses import dataclass
 from typing import Any
 
 from hookscope.core.records.trace import Trace
-from hookscope.distributed.gathered_table import gathered_table, gathered_text
+from hookscope.distributed.gathered_table import (
+    gathered_table,
+    gathered_text,
+    straggler_line,
+)
 from hookscope.errors import SpecError
 from hookscope.render.table import terminal_width
 
@@ -175,7 +180,9 @@ class GatheredTrace:
         return gathered_text(self, width=terminal_width())
 
     def _repr_html_(self) -> str:
-        return str(self.table()._repr_html_())
+        """The straggler line and the table of calls, for Jupyter."""
+        answer = f"<p>{html.escape(straggler_line(self, ascii=False))}</p>"
+        return answer + str(self.table()._repr_html_())
 
     def __repr__(self) -> str:
         return (f"<hookscope.GatheredTrace of {self.traces[0].model.class_name}: "
