@@ -364,6 +364,10 @@ NOT_MODEL_ENTRY_POINTS = {
     "GradAnomaly", "GradientAnomalyError",  # the gradient monitor's record and error
     "AnomalyReport", "NonFiniteError",  # find_anomaly's report and detect_anomaly's error
     "diff", "TraceDiff",  # two finished traces compared: no model
+    "GatheredTrace", "DivergenceReport",  # records of a torchrun job
+    # a collective of a torchrun job (reads the model, registers nothing): its safety
+    # is checked on two spawned ranks (tests/distributed/test_ddp.py)
+    "check_divergence",
 }
 
 

@@ -36,6 +36,11 @@ if _typing.TYPE_CHECKING:
         find_anomaly,
     )
     from hookscope.debug.hook_inventory import HookInventory, hooks
+    from hookscope.distributed import (
+        DivergenceReport,
+        GatheredTrace,
+        check_divergence,
+    )
     from hookscope.errors import (
         HookscopeError,
         MissingDependencyError,
@@ -89,6 +94,9 @@ _EXPORTS: dict[str, str] = {
     "breakpoint": "hookscope.debug",  # shadows the builtin inside hookscope only
     "detect_anomaly": "hookscope.debug",
     "find_anomaly": "hookscope.debug",
+    "DivergenceReport": "hookscope.distributed",
+    "GatheredTrace": "hookscope.distributed",
+    "check_divergence": "hookscope.distributed",
     "HookscopeError": "hookscope.errors",
     "MissingDependencyError": "hookscope.errors",
     "ModelRunError": "hookscope.errors",
@@ -124,12 +132,14 @@ __all__ = [
     "Capture",
     "Column",
     "CompileReport",
+    "DivergenceReport",
     "Fact",
     "FailureRecord",
     "Field",
     "Finding",
     "FlopCount",
     "FlopRule",
+    "GatheredTrace",
     "GradAnomaly",
     "GradientAnomalyError",
     "GradientMonitor",
@@ -160,6 +170,7 @@ __all__ = [
     "annotated_repr",
     "breakpoint",
     "capture",
+    "check_divergence",
     "detect_anomaly",
     "diff",
     "find_anomaly",

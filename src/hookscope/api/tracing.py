@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
+import hookscope.distributed
 import hookscope.render  # noqa: F401  (registers how a Trace prints and exports)
 from hookscope.core.engine.failures import message
 from hookscope.core.engine.probe import Probe, register_probe
@@ -30,6 +31,7 @@ from hookscope.core.inputs import (
 )
 from hookscope.core.meta import inputs_to_meta, is_meta_request, is_on_meta, meta_copy
 from hookscope.core.model.selectors import ModuleSelector
+from hookscope.core.model.wrappers import has_sharded_params, unwrap, wrapper_names
 from hookscope.core.options import check_flags, check_optional_flags
 from hookscope.core.records.tensor_paths import call_input_metas, metas
 from hookscope.core.records.trace import Call, Trace
@@ -66,6 +68,8 @@ def trace(
 
     Args:
         model: the model; it is left exactly as it was (hooks, flags, parameters).
+            A ``DistributedDataParallel`` (or ``DataParallel``) wrapper's module runs
+            alone, on this rank, without the wrapper's collectives; paths are its own.
         *inputs: positional inputs of ``model``.
         kwargs: keyword inputs of ``model``.
         input_size: instead of ``inputs``: one shape or a list of shapes; random
@@ -135,6 +139,17 @@ def trace(
             "hookscope.trace outside the inference_mode block (or use torch.no_grad())"
         )
     args, kw = _resolve_inputs(model, inputs, kwargs, input_size, dtypes, device)
+    # NB: a data-parallel wrapper's module runs alone: on this rank, without the
+    # wrapper's collectives (buffer broadcast, gradient all-reduce) or its state
+    wrappers = wrapper_names(model)
+    model = unwrap(model)
+    if backward and (grads is None or grads) and has_sharded_params(model):
+        warnings.warn(
+            "hookscope: FSDP2 gives its sharded parameters their gradients in its own "
+            "hooks, which trace(backward=True) (torch.autograd.grad) does not run: they "
+            "are listed without a gradient (no_backward). The full gradients' norms: "
+            "hookscope.GradientMonitor(model) around your training loop",
+            UserWarning, stacklevel=_outside_hookscope())
     on_meta = is_meta_request(device) or (device is None and is_on_meta(model))
     if on_meta:  # analyse a meta copy: the user's model is not touched
         _warn_autocast_ignored()
@@ -183,6 +198,8 @@ def trace(
 
         result.meta["compile"] = explain_compiled(
             tracer.model, args, kw, result, grad=bool(backward or grad))
+    if wrappers:
+        result.meta["wrappers"] = wrappers
     return result
 
 

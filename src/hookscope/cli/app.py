@@ -187,9 +187,20 @@ def trace_command(
     no_fold: NoFoldOpt = False,
     timeline: TimelineOpt = None,
     compiled: CompiledOpt = False,
+    gather: Annotated[bool, typer.Option(
+        "--gather", help="Under torchrun: every rank's trace merged on rank 0 (into "
+        "-o FILE; each rank's own goes to FILE.rankN).")] = False,
 ) -> int:
     """Time, activation statistics and memory of every call; FLOPs with --ops."""
     from hookscope.cli import debug_options
+    from hookscope.cli.ranks import (
+        job_group,
+        launch,
+        mark_rank,
+        rank_path,
+        rank_targets,
+        write_gathered,
+    )
     from hookscope.cli.running import (
         check_output,
         check_timeline,
@@ -199,9 +210,12 @@ def trace_command(
     )
     from hookscope.cli.views import TraceView, check_trace_view, trace_view, unmeasured
 
-    target = OutputTarget(output, no_color, width)
+    merged = target = OutputTarget(output, no_color, width)
     view = TraceView(split_names(columns), sort, top, depth, ops, fold=not no_fold)
     with failure_boundary(debug=debug):
+        job = launch(gather=gather, fmt=fmt.value)
+        if job is not None:  # each rank its own file; rank 0 alone prints
+            target, merged = rank_targets(job, target, gather=gather)
         breaks = bool(break_at or break_on)
         off = unmeasured(time=time, stats=stats, memory=memory, ops=ops, device=device,
                          backward=backward, breaks=breaks)
@@ -224,19 +238,30 @@ def trace_command(
                 found, code = debug_options.find(prepared, backward=backward, fmt=fmt.value)
             target.write(found)
             return code
-        with (partial_on_failure(lambda t: trace_view(t, fmt.value, view), target),
-              model_prints_to_stderr(), dtype_hints(prepared),
-              debug_options.breaking(prepared.loaded.model, break_at, break_on)):
-            result = run_traces(
-                prepared, repeat=repeat, progress=color_choice(no_color) is not False,
-                time=time, stats=stats, memory=memory, ops=ops, backward=backward,
-                compiled=compiled,
-            )
-        if timeline is not None:
-            from hookscope.render.timeline import write_chrome_trace
+        with job_group(job, gather=gather):
+            with (partial_on_failure(lambda t: trace_view(t, fmt.value, view), target),
+                  model_prints_to_stderr(), dtype_hints(prepared),
+                  debug_options.breaking(prepared.loaded.model, break_at, break_on)):
+                result = run_traces(
+                    prepared, repeat=repeat, progress=color_choice(no_color) is not False,
+                    time=time, stats=stats, memory=memory, ops=ops, backward=backward,
+                    compiled=compiled,
+                )
+            if job is not None:
+                mark_rank(result, job)
+            if timeline is not None:
+                from hookscope.render.timeline import write_chrome_trace
 
-            write_chrome_trace(result, timeline)
-        target.write(trace_view(result, fmt.value, view))
+                # under torchrun each rank its own (FILE.rankN), as -o
+                write_chrome_trace(result, timeline if job is None
+                                   else rank_path(timeline, job.rank) or timeline)
+            target.write(trace_view(result, fmt.value, view))
+            if gather and job is not None:
+                gathered = write_gathered(result, fmt.value, merged, rank=job.rank)
+                if gathered is not None and timeline is not None:
+                    from hookscope.render.timeline import write_chrome_trace
+
+                    write_chrome_trace(gathered.traces, timeline)
     return 0
 
 

@@ -28,6 +28,7 @@ import torch
 
 from hookscope.core import torch_private
 from hookscope.core.records.values import FlopRule
+from hookscope.flops.collectives import COLLECTIVE_NAMESPACES
 
 # the formulas are re-exported (``X as X``) for the modules and tests that import
 # them from here
@@ -184,6 +185,8 @@ def rule_without_formula(func: torch_private.OpOverload) -> FlopRule:
     if namespace in ("prim", "profiler"):
         # prim::device, prim::layout: metadata queries; profiler::_record_function_*:
         # the markers record_function() dispatches (optimizers use it in step())
+        return FlopRule.FREE
+    if namespace in COLLECTIVE_NAMESPACES:  # moves data: no matmul-like work
         return FlopRule.FREE
     if namespace != "aten":
         return FlopRule.UNCOUNTED

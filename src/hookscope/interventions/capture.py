@@ -33,6 +33,7 @@ from hookscope.core.inputs import parse_device
 from hookscope.core.meta import is_on_meta
 from hookscope.core.model.module_table import module_paths
 from hookscope.core.model.selectors import ModuleSelector, compile_module_selector
+from hookscope.core.model.wrappers import unwrap
 from hookscope.core.records.trace import Call
 from hookscope.core.torch_private import original_module, pytree
 from hookscope.errors import HookscopeError, ModelRunError, SpecError
@@ -52,6 +53,7 @@ def selected_paths(model: nn.Module, select: ModuleSelector, *, api: str) -> set
         SpecError: a bad selector, or one that matches no module.
     """
     matches = compile_module_selector(select)
+    model = unwrap(model)  # paths without a data-parallel wrapper's ``module.``
     paths = module_paths(model)  # a module registered at several paths: by any of them
     chosen = {path for path, module in model.named_modules()
               if any(matches(p, module) for p in paths.get(path, (path,)))}

@@ -29,6 +29,7 @@ from hookscope.core.engine.probe import Probe
 from hookscope.core.engine.tracer import Tracer
 from hookscope.core.model.module_table import module_paths
 from hookscope.core.model.selectors import ModuleSelector, compile_module_selector
+from hookscope.core.model.wrappers import unwrap
 from hookscope.core.records.trace import Call
 from hookscope.errors import SpecError
 
@@ -63,6 +64,7 @@ def _plan(model: nn.Module, fns: Mapping[ModuleSelector, Callable[..., Any]],
             f"hookscope.{api}(model, {{'layer1.*': hookscope.patches.zero()}})"
         )
     plan: dict[str, list[Callable[..., Any]]] = {}
+    model = unwrap(model)  # paths without a data-parallel wrapper's ``module.``
     modules = list(model.named_modules())
     paths = module_paths(model)
     for select, fn in fns.items():

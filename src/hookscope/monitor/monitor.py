@@ -35,9 +35,12 @@ from torch import nn
 from hookscope.core import torch_private
 from hookscope.core.engine.handles import HandleGroup
 from hookscope.core.model.selectors import Selector
+from hookscope.core.model.wrappers import is_ddp, unwrap
 from hookscope.core.options import check_flags
+from hookscope.distributed import DivergenceReport
 from hookscope.errors import HookscopeError, SpecError
 from hookscope.monitor.clipping import check_value_clip
+from hookscope.monitor.divergence_watch import DivergenceWatch, check_every
 from hookscope.monitor.histograms import check_histograms
 from hookscope.monitor.history import GradAnomaly, GradHistory, monitor_text
 from hookscope.monitor.history_output import open_writer, write_history
@@ -99,6 +102,10 @@ class GradientMonitor:
         update_band: ``(low, high)``: a ratio outside is an anomaly
             (``"update_small"``/``"update_large"``), checked at the next host transfer;
             ``None``: not checked.
+        check_divergence_every: under ``torchrun``, every N steps compare the
+            parameters and buffers across the ranks (:func:`~hookscope.check_divergence`,
+            a collective: every rank's monitor must record the same steps); a tensor
+            that differs is a warning, each report in ``mon.divergences``.
 
     Example:
         >>> with hookscope.GradientMonitor(model, optimizer=opt, explode_above=100) as mon:
@@ -117,6 +124,7 @@ class GradientMonitor:
         log_every: int = 1, writer: Any = None, updates: bool = False,
         update_band: tuple[float, float] | None = DEFAULT_BAND,
         histograms: bool | int = False, bins: int = 64,
+        check_divergence_every: int | None = None,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise SpecError(f"GradientMonitor expects an nn.Module, got {type(model).__name__}")
@@ -125,13 +133,15 @@ class GradientMonitor:
         if clip_mode not in ("norm", "value"):
             raise SpecError(f"clip_mode= must be 'norm' or 'value', got {clip_mode!r}")
         band = check_band(update_band)
+        every_n = check_every(check_divergence_every)
+        self._divergence = None if every_n is None else DivergenceWatch(model, every_n)
         every = check_histograms(histograms, bins)
         #: how ``model`` was compiled, if it was: its compiled code runs as compiled
         #: (the monitor hooks parameters, no module), said under the table
         self.compiled = torch_private.compiled_form(model)
         # a torch.compile wrapper's parameters by the paths of the module it holds
         self.names, self._params, paths = watched_params(
-            torch_private.original_module(model), select)
+            unwrap(torch_private.original_module(model)), select)
         clip_by_index = clip_limits(paths, clip)
         if clip_mode == "value":
             check_value_clip(clip_by_index, self.names, self._params)
@@ -160,7 +170,10 @@ class GradientMonitor:
         self._in_block = False
         self._handles = HandleGroup()
         try:
-            self._recorder.backward.install(self._handles)
+            # NB: under DistributedDataParallel a gradient is all-reduced after backward
+            # accumulated it: both rows are read at the step, from the all-reduced .grad
+            if not is_ddp(model):
+                self._recorder.backward.install(self._handles)
             if optimizer is not None:
                 self._handles.add(optimizer.register_step_pre_hook(self._pre_step))
             if optimizer is not None and updates:
@@ -290,6 +303,13 @@ class GradientMonitor:
 
     def _record(self, scaled: Scaled, *, keep: bool = True) -> None:
         self._recorder.record(scaled, keep=keep)
+        if keep and self._divergence is not None:
+            self._divergence.after_step(self._recorder.count - 1)
+
+    @property
+    def divergences(self) -> list[tuple[int, DivergenceReport]]:
+        """``(step, report)`` of each ``check_divergence_every`` check, in step order."""
+        return [] if self._divergence is None else list(self._divergence.reports)
 
     def flush(self) -> None:
         """Move the recorded steps to the host, check them and log them.

@@ -17,6 +17,7 @@ import warnings
 import torch
 
 from hookscope.core import torch_private
+from hookscope.distributed.sharded import full_norms, is_dtensor
 
 __all__ = ["grad_norms", "rows_to_host", "scatter_present", "stack_norms"]
 
@@ -28,6 +29,9 @@ def grad_norms(grads: list[torch.Tensor], ord: float) -> list[torch.Tensor]:
     out: list[torch.Tensor | None] = [None] * len(grads)
     groups: dict[torch.dtype, list[int]] = {}
     for i, g in enumerate(grads):
+        if is_dtensor(g):  # FSDP2: the full gradient's norm, reduced over the shards
+            out[i] = full_norms([g], ord, dtype=_NORM_DTYPE.get(g.dtype))[0]
+            continue
         groups.setdefault(g.dtype, []).append(i)
     for dtype, indices in groups.items():
         wide = _NORM_DTYPE.get(dtype, dtype)

@@ -37,6 +37,7 @@ from hookscope.core.records.trace import Call, Trace
 from hookscope.core.records.value_json import flops_in, flops_out, ops_in, ops_out
 from hookscope.core.records.values import FlopCount, FlopRule, OpRecord, Phase, TensorMeta
 from hookscope.errors import SpecError
+from hookscope.flops.collectives import collective_bytes, is_collective
 from hookscope.flops.op_rules import FlopFormula, is_floating_op, rule_without_formula
 from hookscope.flops.registry import OpTarget, find_formula, flops_text, normalize_formulas
 from hookscope.probes.flop_totals import aggregate_flops
@@ -182,6 +183,8 @@ class OpsProbe(Probe):
         Fact("flops", "FLOPs of the call's subtree, forward and backward (FlopCount)",
              flops_out, flops_in),
         Fact("self_flops", "FLOPs of the call's own ops (FlopCount)", flops_out, flops_in),
+        Fact("comm_bytes", "bytes of the collectives (all-reduce, all-gather, ...) the "
+             "call's own ops issued (flops/collectives.py)"),
     )
     trace_facts = (
         Fact("ops", "every aten op, in order (OpRecord)", ops_out, ops_in,
@@ -199,11 +202,15 @@ class OpsProbe(Probe):
                text=lambda c, t: flops_text(c.facts.get("flops"), True),
                footer=lambda t: flops_text(_shown_total(t), True),
                when_present=True),
+        Column("comm_bytes", "Comm bytes", lambda c, t: c.facts.get("comm_bytes"),
+               Unit.BYTES, when_present=True),
     )
     fields = (
         Field("flops_forward", lambda c, t: _flops(c, False), "Int64", column="flops_fwd"),
         Field("flops_backward", lambda c, t: _flops(c, True), "Int64", column="flops_bwd"),
         Field("flops_partial", lambda c, t: _flop_attr(c, "partial"), "boolean"),
+        Field("comm_bytes", lambda c, t: c.facts.get("comm_bytes"), "Int64",
+              column="comm_bytes"),
     )
 
     def __init__(self, *, formulas: Mapping[OpTarget, Callable[..., int]] | None = None) -> None:
@@ -269,11 +276,21 @@ class OpsProbe(Probe):
         self._tracer = None
         facts = trace.facts
         facts["ops"], self._ops = self._ops, []
+        _add_comm_bytes(trace)
         totals, uncounted = aggregate_flops(trace)
         facts["totals_flops"] = totals
         facts["uncounted_ops"] = dict(sorted(uncounted.items()))
         if self._errors:
             facts["flop_formula_errors"] = dict(sorted(self._errors.items()))
+
+
+def _add_comm_bytes(trace: Trace) -> None:
+    """Each call's ``comm_bytes``: the sizes of the collectives among its own ops."""
+    for op in trace.facts["ops"]:
+        if op.call is not None and is_collective(op.name):
+            facts = trace.calls[op.call].facts
+            moved = collective_bytes((*op.inputs, *op.outputs))
+            facts["comm_bytes"] = facts.get("comm_bytes", 0) + moved
 
 
 def _exit_mode(mode: _OpsMode) -> None:

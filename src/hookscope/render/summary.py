@@ -116,6 +116,11 @@ class Summary:
             f"buffers: {plural(m.buffers_total, 'element')} ({format_bytes(m.buffer_bytes)})",
             f"param size: {format_bytes(m.param_bytes)}",
         ]
+        sharded = trace.meta.get("sharded")
+        if sharded:  # FSDP2: the counts are the full parameters'; this rank holds less
+            local = sum(n for _, n in sharded.values())
+            parts.append(f"sharded: {len(sharded)} params, {local:,} elements on rank "
+                         f"{trace.meta.get('rank')}")
         runs, hidden = folded_rows(rows)
         if runs:
             parts.append(folded_caption(runs, hidden))

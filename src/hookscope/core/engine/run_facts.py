@@ -40,7 +40,22 @@ def run_facts(table: ModuleTable) -> dict[str, Any]:
     dist = _distributed()
     if dist is not None and dist.is_initialized():
         facts["rank"], facts["world_size"] = dist.get_rank(), dist.get_world_size()
+        sharded = _sharded(table)
+        if sharded:  # path -> [the full parameter's elements, this rank's shard's]
+            facts["sharded"] = sharded
     return facts
+
+
+def _sharded(table: ModuleTable) -> dict[str, list[int]]:
+    """The parameters that are ``DTensor``\\ s (FSDP2): their elements and the local
+    shard's, by path."""
+    found: dict[str, list[int]] = {}
+    for path, module in table.members:
+        for name, p in module._parameters.items():
+            local = getattr(p, "to_local", None)
+            if p is not None and local is not None and hasattr(p, "placements"):
+                found[f"{path}.{name}" if path else name] = [p.numel(), local().numel()]
+    return found
 
 
 @functools.cache

@@ -60,6 +60,7 @@ from hookscope.core.model.selectors import (
 )
 from hookscope.core.model.state import ModelState
 from hookscope.core.model.structure import check_model
+from hookscope.core.model.wrappers import unwrap, wrapper_names
 from hookscope.core.options import check_flags
 from hookscope.core.records.trace import Call, StopRecord, Trace
 from hookscope.core.torch_private import compiled_form, original_module
@@ -73,7 +74,9 @@ class Tracer:
 
     Args:
         model: the model to observe. It is not modified: every hook is removed on exit,
-            also when the block raises.
+            also when the block raises. A ``DistributedDataParallel`` (or
+            ``DataParallel``) wrapper is looked through: its module is observed, by
+            its own paths, while the wrapper runs as usual.
         shapes: record input and output shapes and dtypes of every call.
         time: record inclusive and self time per call.
         stats: record activation statistics of every output tensor.
@@ -154,7 +157,10 @@ class Tracer:
         #: how ``model`` was compiled, if it was (``meta["compiled"]``); the tracer
         #: observes the module ``torch.compile(model)`` wraps, by its own paths
         self.compiled = compiled_form(model)
-        self.model = original_module(model)
+        self.model = unwrap(original_module(model))
+        #: a data-parallel wrapper's ``module`` is observed (paths without ``module.``:
+        #: ``core/model/wrappers.py``); the wrapper itself runs unobserved
+        self._wrappers = wrapper_names(original_module(model))
         self.probes: list[Probe] = build_probes(flags, probes)
         #: a module class selects its instances, found in the table on entry
         self._classes = module_classes(select) if select is not None else ()
@@ -201,6 +207,8 @@ class Tracer:
         )
         if self.compiled is not None:
             self.trace.meta["compiled"] = self.compiled
+        if self._wrappers:
+            self.trace.meta["wrappers"] = list(self._wrappers)
         if self._selects is not None:  # what a view may call unobserved, not "not called"
             self.trace.meta["selected"] = [p for p, _ in table.members if self._selects(p)]
         self._state = ModelState(table, buffers=self._restore_buffers) \

@@ -286,6 +286,12 @@ class Trace:
             _presenter("write_html")(html, path)
         return html
 
+    def gather(self, *, dst: int = 0, group: Any = None) -> Any:
+        """Every rank's trace on rank ``dst``, under ``torchrun`` (a collective: every
+        rank calls it): a :class:`~hookscope.distributed.GatheredTrace` on ``dst``,
+        ``None`` elsewhere (``hookscope/distributed/gather.py``)."""
+        return _presenter("gather")(self, dst=dst, group=group)
+
     def __str__(self) -> str:
         return str(_presenter("text")(self))
 

@@ -1,0 +1,62 @@
+"""FSDP2 (``torch.distributed.fsdp.fully_shard``) on two gloo ranks on the CPU: the
+counts and shapes are the unsharded model's, the monitor's norms the full gradients'.
+The oracle is an unsharded copy of the model, made before sharding, stepped in one
+process on the whole batch."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from harness import run_ranks
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _fsdp2_available() -> str | None:
+    try:
+        from torch.distributed.fsdp import fully_shard  # noqa: F401
+    except ImportError as e:
+        return f"this torch has no FSDP2 (torch.distributed.fsdp.fully_shard): {e}"
+    return None
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    reason = _fsdp2_available()
+    if reason is not None:
+        pytest.skip(reason)
+    return run_ranks("fsdp", tmp_path_factory.mktemp("fsdp"))
+
+
+def test_counts_are_the_unsharded_models_with_the_local_shards_beside(
+    ranks: list[dict[str, Any]],
+) -> None:
+    for rank, found in enumerate(ranks):
+        assert found["total"] == found["numel"]
+        sharded = found["sharded"]
+        assert {path: local for path, (_, local) in sharded.items()} == found["local"]
+        assert sum(full for full, _ in sharded.values()) == found["numel"]
+        assert f"elements on rank {rank}" in found["summary_text"]
+        assert found["shapes"]["0"] == found["plain_shapes"]["0"]
+        assert found["shapes"]["2"] == found["plain_shapes"]["2"]
+
+
+def test_monitor_norms_are_the_full_gradients(ranks: list[dict[str, Any]]) -> None:
+    for found in ranks:
+        mon = found["monitor"]
+        assert mon["names"] == list(mon["oracle"])
+        for name, norm, at_step in zip(mon["names"], mon["norms"], mon["step_norms"],
+                                       strict=True):
+            assert math.isclose(norm, mon["oracle"][name], rel_tol=1e-5), name
+            assert math.isclose(at_step, mon["oracle"][name], rel_tol=1e-5), name
+    assert ranks[0]["monitor"]["norms"] == ranks[1]["monitor"]["norms"]
+
+
+def test_trace_backward_says_it_cannot_see_fsdp_gradients(
+    ranks: list[dict[str, Any]],
+) -> None:
+    for found in ranks:
+        assert set(found["trace_grads"]) == {"no_backward"}
+        assert len(found["warned"]) == 1 and "GradientMonitor" in found["warned"][0]
