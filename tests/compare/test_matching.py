@@ -54,13 +54,33 @@ def test_identical_runs_pair_every_call_in_order() -> None:
     assert m.only_a == [] and m.only_b == [] and m.unwrapped == ()
 
 
-@pytest.mark.parametrize("wrap, prefix", [
-    (nn.DataParallel, "module"),  # the prefix DistributedDataParallel adds too
-    (lambda m: torch.compile(m, backend="eager"), "_orig_mod"),
+class _Wrapper(nn.Module):
+    """A wrapper the tracer does not look through (a user's own, or a library's), holding
+    the model under the name DDP (``module``) or torch.compile (``_orig_mod``) uses."""
+
+    def __init__(self, name: str, inner: nn.Module) -> None:
+        super().__init__()
+        self.add_module(name, inner)
+        self.inner_name = name
+
+    def forward(self, *args: torch.Tensor) -> torch.Tensor:
+        return getattr(self, self.inner_name)(*args)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("wrap", [
+    nn.DataParallel, lambda m: torch.compile(m, backend="eager"),
 ])
-def test_a_wrapper_prefix_is_removed(wrap, prefix) -> None:  # type: ignore[no-untyped-def]
+def test_traces_of_wrapped_models_pair_as_they_are(wrap) -> None:  # type: ignore[no-untyped-def]
     model, x = _resnet(), _x()
-    a, b = hookscope.trace(model, x), hookscope.trace(wrap(model), x)
+    m = match_calls(hookscope.trace(model, x), hookscope.trace(wrap(model), x))
+    assert [pa for pa, pb in _paths(m) if pa == pb] == _hook_order(model, x)
+    assert m.only_a == m.only_b == [] and m.unwrapped == ()
+
+
+@pytest.mark.parametrize("prefix", ["module", "_orig_mod"])
+def test_a_wrapper_prefix_is_removed(prefix: str) -> None:
+    model, x = _resnet(), _x()
+    a, b = hookscope.trace(model, x), hookscope.trace(_Wrapper(prefix, model), x)
     m = match_calls(a, b)
     order = _hook_order(model, x)
     expected = [(p, f"{prefix}.{p}" if p else prefix) for p in order]
@@ -133,13 +153,14 @@ def test_a_user_mapping_maps_a_path_and_its_subtree() -> None:
 
 def test_a_mapping_into_a_wrapped_side() -> None:
     x = torch.ones(1, 4)
-    a, b = hookscope.trace(_Old(), x), hookscope.trace(nn.DataParallel(_New()), x)
+    a, b = hookscope.trace(_Old(), x), hookscope.trace(_Wrapper("module", _New()), x)
     m = match_calls(a, b, match={"encoder": "module.backbone", "fc": "module.head"})
-    assert _paths(m) == [("", "module"), ("encoder", "module.backbone"),
+    # a wrapper of no class torch knows: the roots pair, the module it holds is B's only
+    assert _paths(m) == [("", ""), ("encoder", "module.backbone"),
                          ("encoder.0", "module.backbone.0"),
                          ("encoder.1", "module.backbone.1"), ("fc", "module.head")]
-    assert [c.path for c in m.only_b] == [""]
-    assert m.unwrapped == ("b",)  # A's own paths had no wrapper segment
+    assert [c.path for c in m.only_b] == ["module"]
+    assert m.unwrapped == ()
 
 
 def test_repeated_calls_pair_by_call_index() -> None:
