@@ -12,6 +12,7 @@ if _typing.TYPE_CHECKING:
     from hookscope.api.aggregate import median_times
     from hookscope.api.annotated_repr import annotated_repr
     from hookscope.api.tracing import summary, trace
+    from hookscope.compare import CompareResult, compare
     from hookscope.core.engine.probe import Probe, register_probe
     from hookscope.core.engine.tracer import Tracer
     from hookscope.core.model.selectors import Selector
@@ -60,6 +61,8 @@ _EXPORTS: dict[str, str] = {
     "annotated_repr": "hookscope.api.annotated_repr",
     "summary": "hookscope.api.tracing",
     "trace": "hookscope.api.tracing",
+    "CompareResult": "hookscope.compare",
+    "compare": "hookscope.compare",
     "Call": "hookscope.core.records.trace",
     "FlopCount": "hookscope.core.records.values",
     "FlopRule": "hookscope.core.records.values",
@@ -116,6 +119,7 @@ __all__ = [
     "Call",
     "Capture",
     "Column",
+    "CompareResult",
     "Fact",
     "FailureRecord",
     "Field",
@@ -151,6 +155,7 @@ __all__ = [
     "annotated_repr",
     "breakpoint",
     "capture",
+    "compare",
     "detect_anomaly",
     "find_anomaly",
     "hooks",
