@@ -363,6 +363,11 @@ NOT_MODEL_ENTRY_POINTS = {
     "load_activations", "plot_feature_maps", "patches",
     "GradAnomaly", "GradientAnomalyError",  # the gradient monitor's record and error
     "AnomalyReport", "NonFiniteError",  # find_anomaly's report and detect_anomaly's error
+    # compare runs the model more than once (two sides, each call again on side A's
+    # inputs), so the user's hooks run more often than in any one plain forward: its
+    # matrix (every zoo model, train and eval, state and hooks) is
+    # tests/compare/test_compare_safety.py
+    "compare", "CompareResult",
 }
 
 
