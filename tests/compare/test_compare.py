@@ -309,8 +309,8 @@ def test_a_model_that_raises_is_left_as_it_was() -> None:
 
 @pytest.mark.parametrize(("option", "value", "message"), [
     ("tolerance", -1.0, "tolerance= must be"),
-    ("b_autocast", "int8", "b_autocast= must be a floating dtype"),
-    ("b_dtype", "float8", "b_dtype= must be a floating dtype"),
+    ("b_autocast", "int8", "b_autocast= .--b-autocast. must be a floating dtype"),
+    ("b_dtype", "float8", "b_dtype= .--b-dtype. must be a floating dtype"),
     ("b_weights", {"nope": torch.zeros(1)}, "b_weights do not fit"),
     ("b_weights", "/nonexistent/w.pt", "is not a file"),
 ])

@@ -183,6 +183,18 @@ class CompareResult:
         return json.dumps(_plain(self.to_dict()), indent=indent, sort_keys=True,
                           allow_nan=False)
 
+    def to_csv(self) -> str:
+        """One CSV row per matched call, columns :data:`ROW_KEYS` (``inf`` as ``inf``)."""
+        import csv
+        import io
+
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(ROW_KEYS)
+        for r in self.rows:
+            writer.writerow(["" if v is None else v for v in self._row(r).values()])
+        return buf.getvalue()
+
     def to_dataframe(self) -> Any:
         """A pandas ``DataFrame``, one row per matched call (needs ``hookscope[pandas]``).
 

@@ -47,7 +47,9 @@ def parse_dtype(value: torch.dtype | str | None, *, option: str,
     dtype = allowed.get(value.lower()) if isinstance(value, str) else value
     if dtype not in set(allowed.values()):
         names = ", ".join(sorted({k for k in allowed if len(k) <= 4}))
-        raise SpecError(f"{option}= must be a floating dtype ({names}), got {value!r}")
+        flag = "--" + option.replace("_", "-")
+        raise SpecError(f"{option}= ({flag}) must be a floating dtype ({names}), got "
+                        f"{value!r}")
     return dtype
 
 

@@ -61,15 +61,16 @@ def _subtree(result: CompareResult, calls: Sequence[Call]) -> list[CallError]:
 
 
 def _cell(rows: Sequence[CallError], pick: Callable[[CallError], float | None],
-          worst: Callable[..., float]) -> str:
+          worst: Callable[..., float], digits: int) -> str:
     values = [v for v in map(pick, rows) if v is not None and not math.isnan(v)]
-    return format_stat(worst(values)) if values else ("-" if rows else "")
+    return format_stat(worst(values), digits=digits) if values else ("-" if rows else "")
 
 
-def compare_table(result: CompareResult, *, depth: int | None = None,
-                  fold: bool = True) -> GridTable:
+def compare_table(result: CompareResult, *, depth: int | None = None, fold: bool = True,
+                  ascii: bool = False) -> GridTable:
     """The table of :func:`hookscope.compare`'s result (module docstring)."""
-    return GridTable(lambda ascii: _grid(result, depth=depth, fold=fold, ascii=ascii))
+    return GridTable(lambda ascii: _grid(result, depth=depth, fold=fold, ascii=ascii),
+                     ascii=ascii)
 
 
 def _grid(result: CompareResult, *, depth: int | None, fold: bool, ascii: bool) -> Grid:
@@ -89,7 +90,7 @@ def _grid(result: CompareResult, *, depth: int | None, fold: bool, ascii: bool) 
         tree_column(labels, footer=""),
         _column("max_abs", "max abs", groups, lambda r: r.max_abs, max),
         _column("max_rel", "max rel", groups, lambda r: r.max_rel, max),
-        _column("cosine", "cosine", groups, lambda r: r.cosine, min),
+        _column("cosine", "cosine", groups, lambda r: r.cosine, min, digits=7),
         _column("sqnr", "SQNR dB", groups, lambda r: r.sqnr_db, min),
         _column("introduced", "introduced max abs", groups, lambda r: r.introduced_max_abs,
                 max),
@@ -101,8 +102,9 @@ def _grid(result: CompareResult, *, depth: int | None, fold: bool, ascii: bool) 
 
 
 def _column(name: str, header: str, groups: Sequence[Sequence[CallError]],
-            pick: Callable[[CallError], float | None], worst: Callable[..., float]) -> GridColumn:
-    return GridColumn(name, header, [_cell(g, pick, worst) for g in groups])
+            pick: Callable[[CallError], float | None], worst: Callable[..., float], *,
+            digits: int = 4) -> GridColumn:
+    return GridColumn(name, header, [_cell(g, pick, worst, digits) for g in groups])
 
 
 def _origin(group: Sequence[CallError], tolerance: float) -> str:
