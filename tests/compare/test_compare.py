@@ -335,3 +335,28 @@ def test_the_result_exports_and_displays() -> None:
     assert isinstance(frame, pd.DataFrame) and len(frame) == len(result.rows)
     assert "<table" in result._repr_html_()
     assert hookscope.compare is compare
+
+
+def test_b_compile_matches_through_the_compiled_wrapper() -> None:
+    model, x = _mlp(), torch.randn(5, 6)
+    before = snapshot_state(model)
+    result = compare(model, None, x, b_compile="eager")  # the backend that needs no compiler
+    assert_state_unchanged(before, model)
+    assert {(r.path, r.call_index) for r in result.rows} == set(
+        _hand_outputs(model, lambda: model(x)))
+    assert [c.module_class for c in result.only_b] == ["OptimizedModule"]
+    assert result.first is None and all(r.max_abs == 0 for r in result.rows)
+
+
+@pytest.mark.cuda
+def test_b_device_cuda_against_the_cpu_equals_hand_hooks() -> None:
+    model, x = _mlp(), torch.randn(64, 6)
+    before = snapshot_state(model)
+    result = compare(model, None, x, b_device="cuda")
+    assert_state_unchanged(before, model)
+    twin = copy.deepcopy(model).cuda()
+    a = _hand_outputs(model, lambda: model(x))
+    b = {k: [t.cpu() for t in v] for k, v in _hand_outputs(twin, lambda: twin(x.cuda())).items()}
+    assert _assert_rows_match_hand(result, a, b) == len(a)
+    assert result.settings["device"].startswith("cuda")
+    assert result.memory.copy_bytes == sum(p.nbytes for p in model.parameters())

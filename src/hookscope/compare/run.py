@@ -68,7 +68,8 @@ def compare(
             (``torch.bfloat16``/``"bf16"``, ``torch.float16``/``"fp16"``).
         b_dtype: side B is a copy cast to this floating dtype.
         b_device: side B is a copy on this device.
-        b_compile: side B is ``torch.compile``\\ d (``True``, or a backend name).
+        b_compile: side B is a copy run through ``torch.compile`` (``True``, or a
+            backend name such as ``"eager"``).
         b_weights: side B is a copy with these weights: a state dict, a ``.safetensors``
             file or a ``torch.save`` file (read with ``weights_only=True``).
         match: side A path -> side B path for modules whose paths differ; a prefix maps

@@ -4,9 +4,10 @@ One model can be compared with itself under other settings, so side B is side A'
 (or a second model) plus what changes: autocast (``b_autocast``), a cast copy
 (``b_dtype``), a copy on another device (``b_device``), other weights (``b_weights``: a
 state dict, a safetensors file or a ``torch.save`` file read with
-``weights_only=True``), ``torch.compile`` (``b_compile``). A model that must change is
-copied first (``copy.deepcopy``): the user's models are never modified. Inputs follow
-the model: side B's inputs are side A's, moved to its device and cast to its dtype.
+``weights_only=True``), a copy run through ``torch.compile`` (``b_compile``). A model
+that must change is copied first (``copy.deepcopy``): the user's models are never
+modified. Inputs follow the model: side B's inputs are side A's, moved to its device and
+cast to its dtype.
 """
 
 from __future__ import annotations
@@ -118,7 +119,8 @@ def side_b(
         raise SpecError(f"b_compile= must be True, False or a backend name, got {compile!r}")
     state = None if weights is None else read_weights(weights)
     model, copied = base, 0
-    if cast is not None or dev is not None or state is not None:
+    # NB: torch.compile marks the module it wraps (``_is_torch_compile``): compiled is a copy
+    if cast is not None or dev is not None or state is not None or compile:
         model = copy.deepcopy(base)
         if state is not None:
             _load(model, state)
