@@ -9,6 +9,13 @@ error is that of the module's own code: a block's residual add, an attention's s
 a leaf's kernel. A submodule side A did not call there (or called fewer times) runs as
 it is.
 
+Side A's values are handed to the re-run as they are stored, not copied, though the
+module may write them in place (an in-place ReLU, a residual ``+=``): each is used once.
+A call's inputs serve its own re-run only, and its output, after it served as its own
+re-run's reference, only its parent's re-run; so the calls are re-run children first
+(:func:`introduced_errors`, in reverse call order). Its measures from the two runs were
+taken before any re-run.
+
 Nothing of the model is left changed: the instance ``forward`` attributes are removed
 again (or the ones there were put back), and buffers that a forward in training mode
 moves (BatchNorm's running statistics) are restored (``core/model/buffer_state.py``).
@@ -17,14 +24,15 @@ moves (BatchNorm's running statistics) are restored (``core/model/buffer_state.p
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
-from hookscope.compare.numerics import value_errors, worst
+from hookscope.compare.numerics import max_abs_error
 from hookscope.compare.sides import SideB
 from hookscope.core.model.buffer_state import restore_buffers, saved_buffers
 from hookscope.core.records.trace import Call, Trace
@@ -37,6 +45,15 @@ class Introduced:
 
     max_abs: float | None
     note: str = ""
+
+
+def introduced_errors(pairs: Sequence[tuple[Call, Call]], trace_a: Trace,
+                      store_a: Mapping[str, Any], side: SideB) -> list[Introduced]:
+    """:func:`introduced_error` of each matched pair, in the order given, run in reverse
+    call order (see the module docstring)."""
+    found = {a.index: introduced_error(a, b, trace_a, store_a, side)
+             for a, b in sorted(pairs, key=lambda pair: -pair[0].index)}
+    return [found[a.index] for a, _ in pairs]
 
 
 def introduced_error(a: Call, b: Call, trace_a: Trace, store_a: Mapping[str, Any],
@@ -53,14 +70,15 @@ def introduced_error(a: Call, b: Call, trace_a: Trace, store_a: Mapping[str, Any
     saved = saved_buffers(module.modules())
     try:
         with _replaying(replays), torch.no_grad(), side.running():
-            out = module(*side.inputs(args, copy=True), **side.inputs(kwargs, copy=True))
+            out = module(*side.inputs(args), **side.inputs(kwargs))
     except Exception as e:  # NB: a module that cannot run alone (it reads state its
         # parent set) has no introduced error, the row says why
         return Introduced(None, f"could not run alone: {type(e).__name__}: {e}"[:200])
     finally:
         restore_buffers(saved)
-    errors = value_errors(value["output"], out)
-    return Introduced(worst(errors).max_abs)
+    max_abs = max_abs_error(value["output"], out)
+    return Introduced(None if math.isnan(max_abs) else max_abs,
+                      "no output tensor to compare" if math.isnan(max_abs) else "")
 
 
 def _replays(a: Call, trace_a: Trace, store_a: Mapping[str, Any], module: nn.Module,
@@ -80,7 +98,7 @@ def _replays(a: Call, trace_a: Trace, store_a: Mapping[str, Any], module: nn.Mod
 
 
 def _reader(store_a: Mapping[str, Any], name: str, side: SideB) -> Callable[[], Any]:
-    return lambda: side.inputs(store_a[name]["output"], copy=True)
+    return lambda: side.inputs(store_a[name]["output"])
 
 
 @contextlib.contextmanager

@@ -33,7 +33,7 @@ from torch import nn
 
 from hookscope.compare.matching import match_calls
 from hookscope.compare.numerics import value_errors, worst
-from hookscope.compare.replay import introduced_error
+from hookscope.compare.replay import introduced_errors
 from hookscope.compare.result import CallError, CompareResult, MemoryUse
 from hookscope.compare.sides import SideB, Weights, side_b
 from hookscope.core.engine.failures import describe_failure
@@ -110,8 +110,8 @@ def compare(
                                save_to=None if where is None else where / "b", side=side)
     matching = match_calls(trace_a.calls, trace_b.calls, match=match)
     rows = [_row(a, b, store_a, store_b) for a, b in matching.pairs]
-    rows = [row.with_introduced(introduced_error(a, b, trace_a, store_a, side))
-            for row, (a, b) in zip(rows, matching.pairs, strict=True)]
+    introduced = introduced_errors(matching.pairs, trace_a, store_a, side)
+    rows = [row.with_introduced(i) for row, i in zip(rows, introduced, strict=True)]
     first = next((r for r in rows if r.introduced_max_abs is not None
                   and r.introduced_max_abs > tolerance), None)
     memory = _memory(store_a, store_b, side, spilled=where)
