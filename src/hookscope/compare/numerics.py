@@ -65,7 +65,7 @@ def _norm(t: torch.Tensor) -> float:
 
 def _absmax(t: torch.Tensor) -> float:
     low, high = torch.aminmax(t)  # NB: faster than vector_norm(t, inf) on the CPU
-    return max(-float(low.item()), float(high.item()))
+    return max(abs(float(low.item())), abs(float(high.item())))
 
 
 def tensor_error(a: torch.Tensor, b: torch.Tensor, *, path: str = "out") -> TensorError:

@@ -78,6 +78,7 @@ class CallError:
         return ""
 
     def with_introduced(self, introduced: Introduced) -> CallError:
+        """This row with the error the call introduced (``replay.py``)."""
         return dataclasses.replace(self, introduced_max_abs=introduced.max_abs,
                                    introduced_note=introduced.note)
 

@@ -30,7 +30,8 @@ def answer_line(result: CompareResult) -> str:
     """Where side B starts to differ, in one line."""
     tol = format_stat(result.tolerance)
     unmatched = len(result.only_a) + len(result.only_b)
-    tail = f" ({unmatched} calls unmatched, listed below)" if unmatched else ""
+    calls = "call" if unmatched == 1 else "calls"
+    tail = f" ({unmatched} {calls} unmatched, listed below)" if unmatched else ""
     first = result.first
     if first is not None:
         where = repr(first.path) if first.path else "the root"
