@@ -392,3 +392,28 @@ def test_in_place_writes_in_the_re_runs_change_no_measure() -> None:
     assert result.row("1.fc").introduced_max_abs == pytest.approx(0.25, rel=1e-6)
     assert result.row("1").introduced_max_abs == 0.0  # its own += and relu add nothing
     assert result.row("1.relu").introduced_max_abs == 0.0
+
+
+class _Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(6, 6)
+        self.act = nn.Tanh()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.fc(x))
+
+
+def test_the_folded_table_shows_the_worst_of_the_blocks_it_stands_for() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(*[_Block() for _ in range(5)]).eval()
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        other[3].fc.bias += 0.125
+    result = compare(model, other, torch.randn(4, 6))
+    lines = str(result).splitlines()
+    folded = next(line for line in lines if "(_Block) x4" in line)
+    assert "1 ... 4" in folded  # blocks 1 to 4 folded behind block 0
+    worst = max(r.max_abs for r in result.rows if r.path[:1] in "1234" and r.path)
+    assert f"{worst:.4g}" in folded and folded.rstrip().endswith("introduced")
+    assert result.first is not None and result.first.path == "3.fc"
