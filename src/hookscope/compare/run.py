@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable, Mapping
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +92,7 @@ def compare(
     Example:
         >>> result = hookscope.compare(model, None, x, b_autocast="bf16")
         >>> result.first.path
-        'layer1.0.conv1'
+        'conv1'
     """
     if not isinstance(model_a, nn.Module):
         raise SpecError(f"compare expects a torch.nn.Module as model_a, got "
@@ -146,7 +147,7 @@ def _record(model: nn.Module, inputs: tuple[Any, ...], kwargs: dict[str, Any], *
     try:
         with torch.random.fork_rng(devices=_cuda_devices()):
             torch.manual_seed(0)  # both sides draw the same dropout masks
-            with cap, torch.no_grad(), (side.running() if side else _nothing()):
+            with cap, torch.no_grad(), (side.running() if side else nullcontext()):
                 started = True
                 model(*inputs, **kwargs)
     except HookscopeError:
@@ -160,12 +161,6 @@ def _record(model: nn.Module, inputs: tuple[Any, ...], kwargs: dict[str, Any], *
     trace = cap.trace
     assert trace is not None  # set when the block ended
     return cap.activations, trace
-
-
-def _nothing() -> Any:
-    import contextlib
-
-    return contextlib.nullcontext()
 
 
 def _cuda_devices() -> list[int]:

@@ -66,6 +66,8 @@ class SideB:
         device: the device its inputs are moved to (``None``: as they are).
         copy_bytes: bytes of the copy made for side B (0 when none was made).
         compiled: the ``torch.compile`` backend (``None``: not compiled).
+        home: the device side B's model is on, where its re-runs get side A's stored
+            values (which are kept on the CPU).
     """
 
     model: nn.Module
@@ -74,17 +76,19 @@ class SideB:
     device: torch.device | None = None
     copy_bytes: int = 0
     compiled: str | None = None
+    home: torch.device | None = None
 
     def inputs(self, value: Any, *, copy: bool = False) -> Any:
         """Side A's ``value`` (inputs of a call, or a call's output) as side B takes it:
         floating tensors cast to :attr:`dtype`, every tensor moved to :attr:`device`
         (``copy``: always a new tensor, which the call may write in place)."""
-        if self.dtype is None and self.device is None and not copy:
+        device = self.device or self.home
+        if self.dtype is None and device is None and not copy:
             return value
 
         def move(t: torch.Tensor) -> torch.Tensor:
             dtype = self.dtype if self.dtype is not None and t.is_floating_point() else None
-            return t.to(device=self.device or t.device, dtype=dtype or t.dtype, copy=copy)
+            return t.to(device=device or t.device, dtype=dtype or t.dtype, copy=copy)
 
         return map_tensors(move, value)
 
@@ -109,7 +113,8 @@ def side_b(
     base = model_a if model_b is None else model_b
     if not isinstance(base, nn.Module):
         raise SpecError(f"compare: model_b must be a torch.nn.Module or None, got "
-                        f"{type(base).__name__}")
+                        f"{type(base).__name__}; to compare a model with itself under "
+                        "other settings: compare(model, None, x, b_autocast='bf16')")
     amp = parse_dtype(autocast, option="b_autocast", allowed=_AUTOCAST)
     cast = parse_dtype(dtype, option="b_dtype")
     dev = parse_device(device)
@@ -130,7 +135,7 @@ def side_b(
     if backend is not None:
         compiler: Callable[..., Any] = torch.compile
         model = compiler(model, backend=backend)
-    return SideB(model, amp, cast, dev, copied, backend)
+    return SideB(model, amp, cast, dev, copied, backend, dev or model_device(model))
 
 
 def read_weights(weights: Weights) -> Mapping[str, torch.Tensor]:
