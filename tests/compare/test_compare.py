@@ -284,6 +284,9 @@ def test_spill_streams_the_values_to_disk_with_the_same_result(tmp_path: Path) -
     assert spilled.to_dict()["rows"] == in_memory.to_dict()["rows"]
     with pytest.raises(SpecError, match="not a new or empty directory"):
         compare(model, other, x, spill=tmp_path / "spill")
+    with pytest.raises(SpecError, match="b_autocast"):  # nothing made for a bad option
+        compare(model, other, x, spill=tmp_path / "new", b_autocast="int8")
+    assert not (tmp_path / "new").exists()
 
 
 def test_both_models_are_left_as_they_were_in_train_mode_with_user_hooks() -> None:

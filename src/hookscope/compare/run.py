@@ -103,6 +103,8 @@ def compare(
     where = _spill_dir(spill)
     side = side_b(model_a, model_b, autocast=b_autocast, dtype=b_dtype, device=b_device,
                   compile=b_compile, weights=b_weights)
+    if where is not None:  # made once every option was found good
+        where.mkdir(exist_ok=True)
     kwargs = kwargs or {}
     store_a, trace_a = _record(model_a, inputs, kwargs, what="both", label="side A",
                                save_to=None if where is None else where / "a", side=None)
@@ -123,6 +125,7 @@ def compare(
 
 
 def _spill_dir(spill: str | os.PathLike[str] | None) -> Path | None:
+    """``spill`` as a path, checked to be a new or empty directory in one that exists."""
     if spill is None:
         return None
     path = Path(spill).expanduser()
@@ -130,7 +133,6 @@ def _spill_dir(spill: str | os.PathLike[str] | None) -> Path | None:
         raise SpecError(f"spill={str(spill)!r} is not a new or empty directory; give one")
     if not path.parent.is_dir():
         raise SpecError(f"spill={str(spill)!r}: {str(path.parent)!r} is not a directory")
-    path.mkdir(exist_ok=True)
     return path
 
 
