@@ -100,3 +100,20 @@ def test_weights_that_do_not_fit_are_one_error_line(
     code, _, err = run_cli(capsys, "compare", spec, "--input", "3,4",
                            "--b-weights", str(tmp_path / "w.pt"))
     assert_one_error_line(code, err, "b_weights do not fit", "other.weight")
+
+
+def test_a_model_that_raises_leaves_no_spill_directory(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "raising.py"
+    path.write_text("""\
+from torch import nn
+
+
+def make():
+    return nn.Sequential(nn.Linear(4, 8), nn.Linear(6, 2))  # 8 features into 6
+""", encoding="utf-8")
+    spill = tmp_path / "spill"
+    code, _, err = run_cli(capsys, "compare", f"{path}:make", "--input", "3,4",
+                           "--spill", str(spill))
+    assert_one_error_line(code, err, "side A", "'1'")
+    assert not spill.exists()

@@ -87,16 +87,25 @@ def compare_command(
     with failure_boundary(debug=debug):
         check_output(output)
         mapping = _mapping(match or [])
+        spill = None if spill is None else spill.expanduser()
+        made = spill is not None and not spill.exists()
         with model_prints_to_stderr():
             prepared = prepare(model, inputs=inputs or [], config=config, device=device)
             other = None if model_b is None else load(model_b, config=config,
                                                       device=device).model
-            result = hookscope.compare(
-                prepared.loaded.model, other, *prepared.args, kwargs=prepared.kwargs,
-                b_autocast=b_autocast, b_dtype=b_dtype, b_device=b_device,
-                b_compile=b_compile, b_weights=b_weights, match=mapping or None,
-                tolerance=tolerance, spill=spill,
-            )
+            try:
+                result = hookscope.compare(
+                    prepared.loaded.model, other, *prepared.args, kwargs=prepared.kwargs,
+                    b_autocast=b_autocast, b_dtype=b_dtype, b_device=b_device,
+                    b_compile=b_compile, b_weights=b_weights, match=mapping or None,
+                    tolerance=tolerance, spill=spill,
+                )
+            except BaseException:
+                if made and spill is not None:  # a failed command leaves nothing behind
+                    import shutil
+
+                    shutil.rmtree(spill, ignore_errors=True)
+                raise
         if fmt is CompareFormat.JSON:
             target.write(Rendered.of_text(result.to_json()))
         elif fmt is CompareFormat.CSV:
