@@ -50,6 +50,25 @@ def _hand_outputs(model: nn.Module, run: Any) -> dict[tuple[str, int], list[torc
     return seen
 
 
+def _hand_inputs(model: nn.Module, run: Any) -> dict[tuple[str, int], torch.Tensor]:
+    """Every module's first positional input per call, cloned when the call starts."""
+    seen: dict[tuple[str, int], torch.Tensor] = {}
+    count: dict[str, int] = defaultdict(int)
+    handles = []
+    for path, module in model.named_modules():
+        def hook(m: nn.Module, args: Any, path: str = path) -> None:
+            seen[(path, count[path])] = args[0].detach().clone()
+            count[path] += 1
+        handles.append(module.register_forward_pre_hook(hook))
+    try:
+        with torch.no_grad():
+            run()
+    finally:
+        for h in handles:
+            h.remove()
+    return seen
+
+
 def _by_hand(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float, float, float]:
     x, y = a.double(), b.double()
     d = (x - y).abs()
@@ -130,6 +149,19 @@ def test_resnet18_fp32_against_bf16_autocast_equals_hand_hooks() -> None:
     assert _assert_rows_match_hand(result, a, b) == len(a)
     assert result.first is not None and result.first.introduced_max_abs > result.tolerance
     assert result.first.path == "conv1"  # the first op that runs in bf16
+    # introduced, by hand: each leaf run under autocast on side A's inputs of its call
+    inputs = _hand_inputs(model, lambda: model(x))
+    leaves = {p for p, m in model.named_modules() if not list(m.children())}
+    checked = 0
+    for row in result.rows:
+        if row.path in leaves:
+            module = model.get_submodule(row.path)
+            with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+                out = module(inputs[(row.path, row.call_index)].clone())
+            hand = (a[(row.path, row.call_index)][0] - out.float()).abs().max().item()
+            assert row.introduced_max_abs == pytest.approx(hand, rel=1e-6, abs=1e-9), row.name
+            checked += 1
+    assert checked == sum(1 for k in a if k[0] in leaves)
 
 
 def test_small_gpt2_fp32_against_bf16_autocast_equals_hand_hooks() -> None:
@@ -420,3 +452,25 @@ def test_the_folded_table_shows_the_worst_of_the_blocks_it_stands_for() -> None:
     worst = max(r.max_abs for r in result.rows if r.path[:1] in "1234" and r.path)
     assert f"{worst:.4g}" in folded and folded.rstrip().endswith("introduced")
     assert result.first is not None and result.first.path == "3.fc"
+
+
+def test_the_table_text() -> None:
+    from hookscope.compare.table import compare_table
+
+    model = _mlp()
+    result = compare(model, _Wrapper(copy.deepcopy(model)), torch.randn(5, 6))
+    assert result.answer() == ("Side A and side B agree exactly at all 7 matched calls "
+                               "(1 call unmatched, listed below)")
+    assert compare_table(result).to_text(width=100) == """\
+Layer (type)      max abs  max rel  cosine  SQNR dB  introduced max abs  error
+----------------  -------  -------  ------  -------  ------------------  -----
+Sequential              0        0       1      inf                   0
+  0 (Linear)            0        0       1      inf                   0
+  1 (Tanh)              0        0       1      inf                   0
+  2 (Sequential)        0        0       1      inf                   0
+    2.0 (Linear)        0        0       1      inf                   0
+    2.1 (Tanh)          0        0       1      inf                   0
+  3 (Linear)            0        0       1      inf                   0
+side B: model_b _Wrapper | tolerance 0.0001 | extra peak memory 5.31 KiB (values 5.31 KiB, copy 0 B)
+only on side B (1): <root>
+"""
