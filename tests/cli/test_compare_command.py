@@ -85,7 +85,8 @@ def test_two_specs_and_csv(spec: str, capsys: pytest.CaptureFixture[str]) -> Non
     (["--b-dtype", "float8"], "--b-dtype"),
     (["--b-weights", "/nonexistent/w.pt"], "is not a file"),
     (["--match", "nothing"], "SIDE_A_PATH=SIDE_B_PATH"),
-    (["--match", "nope=0"], "no module at or under that path"),
+    (["--match", "nope=0"], "side A's model has no module at or under that path"),
+    (["--match", "0=nope"], "side B's model has no module at or under that path"),
     (["--tolerance", "-1"], "tolerance="),
 ])
 def test_bad_input_is_one_error_line(spec: str, args: list[str], fragment: str,

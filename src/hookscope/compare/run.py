@@ -22,6 +22,7 @@ re-runs put back what they change.
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 from collections.abc import Iterable, Mapping
@@ -103,6 +104,7 @@ def compare(
     where = _spill_dir(spill)
     side = side_b(model_a, model_b, autocast=b_autocast, dtype=b_dtype, device=b_device,
                   compile=b_compile, weights=b_weights)
+    _check_match(match, model_a, side.model)
     if where is not None:  # made once every option was found good
         where.mkdir(exist_ok=True)
     kwargs = kwargs or {}
@@ -122,6 +124,32 @@ def compare(
                          only_a=list(matching.only_a), only_b=list(matching.only_b),
                          memory=memory, trace_a=trace_a, trace_b=trace_b,
                          settings=_settings(side, model_b))
+
+
+def _check_match(match: Mapping[str, str] | None, model_a: nn.Module,
+                 model_b: nn.Module) -> None:
+    """Check ``match`` against the models' module paths before anything runs (the
+    matching checks it again against the calls that ran).
+
+    Raises:
+        SpecError: a key or value that is not a string, or names no module on its side.
+    """
+    if match is None:
+        return
+    if not isinstance(match, Mapping):
+        raise SpecError(f"match= must be a mapping of side A paths to side B paths, got "
+                        f"{type(match).__name__}")
+    for side, model, names in (("A", model_a, match.keys()), ("B", model_b, match.values())):
+        paths = [p for p, _ in model.named_modules()]
+        for name in names:
+            if not isinstance(name, str):
+                raise SpecError(f"match= maps module paths to module paths (str), got "
+                                f"{name!r} of type {type(name).__name__}")
+            if name and not any(p == name or p.startswith(name + ".") for p in paths):
+                close = difflib.get_close_matches(name, paths, n=3)
+                hint = f"; close matches: {close}" if close else ""
+                raise SpecError(f"match= names {name!r}, but side {side}'s model has no "
+                                f"module at or under that path{hint}")
 
 
 def _spill_dir(spill: str | os.PathLike[str] | None) -> Path | None:
