@@ -88,8 +88,9 @@ class MemoryUse:
     """The memory a compare used beyond the two forwards.
 
     Attributes:
-        stored_bytes: side A's call inputs and outputs and side B's outputs, as kept
-            (in memory, or on disk with ``spill=``).
+        stored_bytes: side A's call inputs and outputs, as kept (in memory, or on
+            disk with ``spill=``); side B's outputs are measured as they come and kept
+            nowhere.
         held_bytes: the most of them held in memory at once (all of them, or with
             ``spill=`` at most one shard's worth).
         copy_bytes: side B's copy of the model (``b_dtype``, ``b_device``,

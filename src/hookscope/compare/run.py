@@ -6,8 +6,10 @@ Three passes, all without gradients:
 1. side A runs in a :class:`~hookscope.Capture` of every module with ``what="both"``:
    each call's inputs and output are copied to the CPU, or streamed to ``spill=DIR``
    (capture's safetensors shards) for a model whose activations do not fit;
-2. side B (``sides.py``) runs in a capture of every output, and the two traces' calls
-   are matched by module path and call index (``matching.py``);
+2. side B (``sides.py``) runs in a tracer whose probe measures each call's output
+   against side A's as the call ends (``measure.py``; side B's outputs are kept
+   nowhere), and the two traces' calls are matched by module path and call index
+   (``matching.py``);
 3. for each matched call, side B's module runs again on side A's inputs of that call
    (cast to side B's dtype and device, under its autocast): how far that output is from
    side A's is the error the call *introduced*; the rest of its error came in with its
@@ -26,7 +28,6 @@ import difflib
 import math
 import os
 from collections.abc import Iterable, Mapping
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +35,13 @@ import torch
 from torch import nn
 
 from hookscope.compare.matching import match_calls
-from hookscope.compare.numerics import value_errors, worst
+from hookscope.compare.measure import Measured, SideBMeasure, candidates_index
+from hookscope.compare.numerics import TensorError, worst
 from hookscope.compare.replay import introduced_errors
 from hookscope.compare.result import CallError, CompareResult, MemoryUse
 from hookscope.compare.sides import SideB, Weights, side_b
 from hookscope.core.engine.failures import describe_failure
+from hookscope.core.engine.tracer import Tracer
 from hookscope.core.records.tensor_paths import iter_tensors
 from hookscope.core.records.trace import Call, Trace
 from hookscope.errors import HookscopeError, ModelRunError, SpecError
@@ -78,8 +81,8 @@ def compare(
             its subtree (``{"encoder": "model.encoder"}``).
         tolerance: the introduced ``max_abs`` error above which a call is
             :attr:`CompareResult.first`.
-        spill: a new (or empty) directory: side A's call inputs and outputs, and side
-            B's outputs, are streamed there instead of kept in memory.
+        spill: a new (or empty) directory: side A's call inputs and outputs are streamed
+            there instead of kept in memory.
 
     Returns:
         A :class:`CompareResult`: one row per matched call, the first call that
@@ -108,18 +111,16 @@ def compare(
     if where is not None:  # made once every option was found good
         where.mkdir(exist_ok=True)
     kwargs = kwargs or {}
-    store_a, trace_a = _record(model_a, inputs, kwargs, what="both", label="side A",
-                               save_to=None if where is None else where / "a", side=None)
-    store_b, trace_b = _record(side.model, side.inputs(inputs), side.inputs(kwargs),
-                               what="output", label="side B",
-                               save_to=None if where is None else where / "b", side=side)
+    store_a, trace_a = _record_a(model_a, inputs, kwargs, save_to=where)
+    measure = SideBMeasure(store_a, candidates_index(trace_a.calls, match))
+    trace_b = _run_b(side, side.inputs(inputs), side.inputs(kwargs), measure)
     matching = match_calls(trace_a.calls, trace_b.calls, match=match)
-    rows = [_row(a, b, store_a, store_b) for a, b in matching.pairs]
+    rows = [_row(a, b, measure.measured) for a, b in matching.pairs]
     introduced = introduced_errors(matching.pairs, trace_a, store_a, side)
     rows = [row.with_introduced(i) for row, i in zip(rows, introduced, strict=True)]
     first = next((r for r in rows if r.introduced_max_abs is not None
                   and r.introduced_max_abs > tolerance), None)
-    memory = _memory(store_a, store_b, side, spilled=where)
+    memory = _memory(store_a, side, spilled=where)
     return CompareResult(rows=rows, first=first, tolerance=tolerance,
                          only_a=list(matching.only_a), only_b=list(matching.only_b),
                          memory=memory, trace_a=trace_a, trace_b=trace_b,
@@ -164,11 +165,11 @@ def _spill_dir(spill: str | os.PathLike[str] | None) -> Path | None:
     return path
 
 
-def _record(model: nn.Module, inputs: tuple[Any, ...], kwargs: dict[str, Any], *,
-            what: str, label: str, save_to: Path | None,
-            side: SideB | None) -> tuple[Mapping[str, Any], Trace]:
-    """Run ``model`` once in a capture of every call; its values and its trace."""
-    cap = Capture(model, select=lambda path: True, what=what, to="cpu", save_to=save_to,
+def _record_a(model: nn.Module, inputs: tuple[Any, ...], kwargs: dict[str, Any], *,
+              save_to: Path | None) -> tuple[Mapping[str, Any], Trace]:
+    """Run side A once in a capture of every call's inputs and output; the values and
+    the trace."""
+    cap = Capture(model, select=lambda path: True, what="both", to="cpu", save_to=save_to,
                   shard_mib=_SHARD_MIB)
     # the forward is run here, for the caller: the capture puts back what it moved
     # (training-mode buffers, flags), as hookscope.capture does
@@ -177,7 +178,7 @@ def _record(model: nn.Module, inputs: tuple[Any, ...], kwargs: dict[str, Any], *
     try:
         with torch.random.fork_rng(devices=_cuda_devices()):
             torch.manual_seed(0)  # both sides draw the same dropout masks
-            with cap, torch.no_grad(), (side.running() if side else nullcontext()):
+            with cap, torch.no_grad():
                 started = True
                 model(*inputs, **kwargs)
     except HookscopeError:
@@ -186,11 +187,36 @@ def _record(model: nn.Module, inputs: tuple[Any, ...], kwargs: dict[str, Any], *
         trace = getattr(cap, "trace", None)
         if not started or trace is None or trace.error is None:
             raise
-        raise ModelRunError(f"compare: {label}: the model raised {describe_failure(trace)}",
+        raise ModelRunError(f"compare: side A: the model raised {describe_failure(trace)}",
                             trace=trace, path=trace.error.path) from e
     trace = cap.trace
     assert trace is not None  # set when the block ended
     return cap.activations, trace
+
+
+def _run_b(side: SideB, inputs: tuple[Any, ...], kwargs: dict[str, Any],
+           measure: SideBMeasure) -> Trace:
+    """Run side B once in a tracer whose probe measures every call as it ends."""
+    tracer = Tracer(side.model, shapes=False, probes=[measure], restore_state=True,
+                    restore_buffers=True)
+    started = False
+    try:
+        with torch.random.fork_rng(devices=_cuda_devices()):
+            torch.manual_seed(0)  # as side A: the same dropout masks
+            with tracer, torch.no_grad(), side.running():
+                started = True
+                side.model(*inputs, **kwargs)
+    except HookscopeError:
+        raise
+    except Exception as e:
+        trace = tracer.trace if started else None
+        if trace is None or trace.error is None:
+            raise
+        raise ModelRunError(f"compare: side B: the model raised {describe_failure(trace)}",
+                            trace=trace, path=trace.error.path) from e
+    trace = tracer.trace
+    assert trace is not None  # set when the block ended
+    return trace
 
 
 def _cuda_devices() -> list[int]:
@@ -200,8 +226,10 @@ def _cuda_devices() -> list[int]:
     return list(range(torch.cuda.device_count())) if started else []
 
 
-def _row(a: Call, b: Call, store_a: Mapping[str, Any], store_b: Mapping[str, Any]) -> CallError:
-    errors = value_errors(store_a[a.name]["output"], store_b[b.name])
+def _row(a: Call, b: Call, measured: Measured) -> CallError:
+    errors = measured.get((a.name, b.name))
+    if errors is None:  # NB: a pair the measure did not foresee (measure.py): unmeasured
+        errors = [_unforeseen(b)]
     w = worst(errors)
     return CallError(
         path=a.path, call_index=a.call_index, path_b=b.path, module_class=a.module_class,
@@ -210,12 +238,17 @@ def _row(a: Call, b: Call, store_a: Mapping[str, Any], store_b: Mapping[str, Any
     )
 
 
+def _unforeseen(b: Call) -> TensorError:
+    nan = math.nan
+    return TensorError("out", nan, nan, nan, nan,
+                       f"side B's {b.name!r} was matched after its run, not measured")
+
+
 def _nbytes(values: Iterable[Any]) -> int:
     return sum(t.nbytes for v in values for _, t in iter_tensors(v, "v"))
 
 
-def _memory(store_a: Mapping[str, Any], store_b: Mapping[str, Any], side: SideB, *,
-            spilled: Path | None) -> MemoryUse:
+def _memory(store_a: Mapping[str, Any], side: SideB, *, spilled: Path | None) -> MemoryUse:
     """What the compare stored and held beyond the two forwards.
 
     NB: counted, not measured: the bytes of the values kept (in memory, or the shards'
@@ -223,7 +256,7 @@ def _memory(store_a: Mapping[str, Any], store_b: Mapping[str, Any], side: SideB,
     side B's copy; the forwards' own memory is the models'.
     """
     if spilled is None:
-        stored = _nbytes(store_a.values()) + _nbytes(store_b.values())
+        stored = _nbytes(store_a.values())
         held = stored
     else:
         stored = sum(f.stat().st_size for f in spilled.rglob("*.safetensors"))
