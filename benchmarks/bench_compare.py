@@ -15,7 +15,7 @@ on the CPU) and what the process's peak resident set shows (Linux: the peak is r
 through ``/proc/self/clear_refs`` before each of the two, the two plain forwards and
 one compare, and read from ``VmHWM``; the difference is compare's extra peak).
 
-Run: ``python benchmarks/bench_compare.py --threads 1 [--rounds 3]``.
+Run: ``python benchmarks/bench_compare.py --threads 1 [--rounds 3] [--batch 8]``.
 """
 
 from __future__ import annotations
@@ -84,15 +84,17 @@ def peak_rss_delta(fn: Callable[[], Any]) -> int | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    opts = parse_args(__doc__.splitlines()[0], MODELS, argv, rounds=3, warmup=1)
-    model_a, (x,) = build_model("resnet50", image_batch=BATCH)
+    opts = parse_args(__doc__.splitlines()[0], MODELS, argv, rounds=3, warmup=1,
+                      more=lambda p: p.add_argument("--batch", type=int, default=BATCH,
+                                                    help=f"images per batch ({BATCH})"))
+    model_a, (x,) = build_model("resnet50", image_batch=opts.batch)
     torch.manual_seed(1)  # side B: the same architecture, other random weights
     model_b = torchvision.models.resnet50(weights=None).eval()
     results = run_interleaved("resnet50", contenders(model_a, model_b, x),
                               rounds=opts.rounds["resnet50"], warmup=opts.warmup,
                               progress=progress_printer(opts.quiet))
-    report = Report("hookscope.compare of two ResNet-50s (batch 8) vs their two plain "
-                    "forwards", environment(), rounds_run(opts), opts.warmup, results,
+    report = Report(f"hookscope.compare of two ResNet-50s (batch {opts.batch}) vs their "
+                    "two plain forwards", environment(), rounds_run(opts), opts.warmup, results,
                     baseline="two plain forwards")
     emit(report, opts.json)
     plain_peak = peak_rss_delta(contenders(model_a, model_b, x)[0].fn)
