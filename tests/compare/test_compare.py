@@ -474,3 +474,19 @@ Sequential              0        0       1      inf                   0
 side B: model_b _Wrapper | tolerance 0.0001 | extra peak memory 3.52 KiB (values 3.52 KiB, copy 0 B)
 only on side B (1): <root>
 """
+
+
+def test_a_row_at_the_depth_limit_shows_what_was_introduced_below_it() -> None:
+    from hookscope.compare.table import compare_table
+
+    torch.manual_seed(0)
+    model = nn.Sequential(_Block(), _Block()).eval()
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        other[1].fc.bias += 0.125
+    result = compare(model, other, torch.randn(4, 6))
+    text = compare_table(result, depth=1).to_text(width=120)
+    row = next(line for line in text.splitlines() if line.lstrip().startswith("1 (_Block)"))
+    assert row.rstrip().endswith("introduced") and "<- first" in row
+    assert f"{result.row('1.fc').introduced_max_abs:.4g}" in row
+    assert result.row("1").introduced_max_abs == 0.0  # its own code added nothing

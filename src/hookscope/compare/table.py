@@ -3,8 +3,11 @@ call's errors, repeated blocks folded as in the trace table (``render/fold.py``)
 
 A folded row (``h.1 … h.11 ×11``) shows the worst of the blocks it stands for and of
 everything inside them: the largest errors, the smallest cosine and SQNR, and
-``introduced`` when any call in them introduced an error above the tolerance. Calls
-with no match are listed under the table, by side.
+``introduced`` when any call in them introduced an error above the tolerance. A row at
+the depth limit, whose calls below are hidden, shows its own output's measures but the
+largest introduced error under it (and the first call's mark): where an error starts
+does not vanish with the rows that would show it. Calls with no match are listed
+under the table, by side.
 """
 
 from __future__ import annotations
@@ -13,7 +16,14 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from hookscope.render.fold import Folded, auto_depth, folded_rows, hidden_deeper, tree_rows
+from hookscope.render.fold import (
+    Folded,
+    Row,
+    auto_depth,
+    folded_rows,
+    hidden_deeper,
+    tree_rows,
+)
 from hookscope.render.grid import Grid, GridColumn, folded_caption
 from hookscope.render.labels import fold_text, tree_text
 from hookscope.render.table import GridTable, tree_column
@@ -21,7 +31,7 @@ from hookscope.render.units import format_bytes, format_stat
 
 if TYPE_CHECKING:
     from hookscope.compare.result import CallError, CompareResult
-    from hookscope.core.records.trace import Call
+    from hookscope.core.records.trace import Call, Trace
 
 _LISTED = 8  # unmatched calls named under the table, per side
 
@@ -81,11 +91,18 @@ def _grid(result: CompareResult, *, depth: int | None, fold: bool, ascii: bool) 
     by_index = {r.index: r for r in result.rows}
     groups = [_subtree(result, r.calls) if isinstance(r, Folded)
               else [by_index[r.index]] if r.index in by_index else [] for r in rows]
+    # where a row's calls below are hidden (the depth limit, a fold), its introduced
+    # error and its verdict are those of the whole subtree: where an error starts
+    # must not vanish with the rows that show it
+    subtrees = [_subtree(result, r.calls) if isinstance(r, Folded)
+                else _subtree(result, [r]) if depth is not None and r.depth >= depth
+                else own for r, own in zip(rows, groups, strict=True)]
     first = None if result.first is None else result.first.index
-    mark = " <- first" if ascii else " ◀ first"
-    labels = [fold_text(trace, r.calls, ascii=ascii) if isinstance(r, Folded)
-              else tree_text(trace, r, ascii=ascii) + (mark if r.index == first else "")
-              for r in rows]
+    shown = {r.index for r in rows if not isinstance(r, Folded)}
+    labels = [_label(trace, r, ascii=ascii, first=first is not None and (
+        getattr(r, "index", None) == first
+        or (first not in shown and any(x.index == first for x in sub))))
+        for r, sub in zip(rows, subtrees, strict=True)]
     tol = result.tolerance
     columns = [
         tree_column(labels, footer=""),
@@ -93,13 +110,20 @@ def _grid(result: CompareResult, *, depth: int | None, fold: bool, ascii: bool) 
         _column("max_rel", "max rel", groups, lambda r: r.max_rel, max),
         _column("cosine", "cosine", groups, lambda r: r.cosine, min, digits=7),
         _column("sqnr", "SQNR dB", groups, lambda r: r.sqnr_db, min),
-        _column("introduced", "introduced max abs", groups, lambda r: r.introduced_max_abs,
-                max),
-        GridColumn("origin", "error", [_origin(g, tol) for g in groups], numeric=False,
-                   priority=60),
+        _column("introduced", "introduced max abs", subtrees,
+                lambda r: r.introduced_max_abs, max),
+        GridColumn("origin", "error", [_origin(sub, tol) for sub in subtrees],
+                   numeric=False, priority=60),
     ]
     return Grid(columns, caption=_caption(result, rows, depth, fold),
                 notes=_unmatched(result))
+
+
+def _label(trace: Trace, row: Row, *, ascii: bool, first: bool) -> str:
+    mark = (" <- first" if ascii else " ◀ first") if first else ""
+    if isinstance(row, Folded):
+        return fold_text(trace, row.calls, ascii=ascii) + mark
+    return tree_text(trace, row, ascii=ascii) + mark
 
 
 def _column(name: str, header: str, groups: Sequence[Sequence[CallError]],
