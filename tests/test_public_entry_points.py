@@ -31,6 +31,8 @@ ENTRY_POINTS: dict[str, Callable[[Any], Any]] = {
     "breakpoint": lambda m: _enter(hookscope.breakpoint(m, at="0")),
     "capture": lambda m: hookscope.capture(m, X, select="0"),
     "Capture": lambda m: _enter(hookscope.Capture(m, select="0")),
+    "compare": lambda m: hookscope.compare(m, None, X),
+    "compare model_b": lambda m: hookscope.compare(nn.Sequential(nn.Linear(4, 4)), m, X),
     "patch": lambda m: _enter(hookscope.patch(m, {"0": lambda out: out})),
     "patch_inputs": lambda m: _enter(hookscope.patch_inputs(m, {"0": lambda x: x})),
     "GradientMonitor": lambda m: hookscope.GradientMonitor(m),

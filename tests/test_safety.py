@@ -368,6 +368,11 @@ NOT_MODEL_ENTRY_POINTS = {
     # a collective of a torchrun job (reads the model, registers nothing): its safety
     # is checked on two spawned ranks (tests/distributed/test_ddp.py)
     "check_divergence",
+    # compare runs the model more than once (two sides, each call again on side A's
+    # inputs), so the user's hooks run more often than in any one plain forward: its
+    # matrix (every zoo model, train and eval, state and hooks) is
+    # tests/compare/test_compare_safety.py
+    "compare", "CompareResult",
 }
 
 

@@ -12,7 +12,7 @@ if _typing.TYPE_CHECKING:
     from hookscope.api.aggregate import median_times
     from hookscope.api.annotated_repr import annotated_repr
     from hookscope.api.tracing import summary, trace
-    from hookscope.compare import TraceDiff, diff
+    from hookscope.compare import CompareResult, TraceDiff, compare, diff
     from hookscope.core.engine.probe import Probe, register_probe
     from hookscope.core.engine.tracer import Tracer
     from hookscope.core.model.selectors import Selector
@@ -68,6 +68,8 @@ _EXPORTS: dict[str, str] = {
     "annotated_repr": "hookscope.api.annotated_repr",
     "summary": "hookscope.api.tracing",
     "trace": "hookscope.api.tracing",
+    "CompareResult": "hookscope.compare",
+    "compare": "hookscope.compare",
     "TraceDiff": "hookscope.compare",
     "diff": "hookscope.compare",
     "Call": "hookscope.core.records.trace",
@@ -131,6 +133,7 @@ __all__ = [
     "Call",
     "Capture",
     "Column",
+    "CompareResult",
     "CompileReport",
     "DivergenceReport",
     "Fact",
@@ -171,6 +174,7 @@ __all__ = [
     "breakpoint",
     "capture",
     "check_divergence",
+    "compare",
     "detect_anomaly",
     "diff",
     "find_anomaly",

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from hookscope.cli.capture_command import capture_command
+from hookscope.cli.compare_command import compare_command
 from hookscope.cli.debug_options import BreakAtOpt, BreakOnOpt, FindAnomalyOpt
 from hookscope.cli.diff_command import diff_command
 from hookscope.cli.failure_boundary import (
@@ -320,6 +321,7 @@ def demo_command(
 
 # The commands of their own modules, registered after this module's in help order.
 app.command("capture")(capture_command)
+app.command("compare")(compare_command)
 app.command("diff")(diff_command)
 app.command("grads")(grads_command)
 app.command("hooks")(hooks_command)
