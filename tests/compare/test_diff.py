@@ -313,12 +313,21 @@ def test_bad_python_arguments_are_spec_errors() -> None:
         hookscope.diff(trace, trace, sort="nope")
 
 
-def test_a_ddp_wrapped_trace_diffs_through_the_prefix() -> None:
+def test_a_ddp_wrapped_trace_diffs_call_for_call() -> None:
     model_a, _, x = _two_mlps()
     d = hookscope.diff(hookscope.trace(model_a, x), hookscope.trace(nn.DataParallel(model_a), x))
-    assert [(r.path_a, r.path_b) for r in d.rows if r.status == "added"] == [(None, "")]
-    assert {(r.path_a, r.path_b) for r in d.rows if r.status != "added"} == {
+    assert {r.status for r in d.rows} - {"changed", "same"} == set()  # none added or removed
+    assert {(r.path_a, r.path_b) for r in d.rows} == {(p, p) for p in ("", "0", "1", "2")}
+
+
+def test_a_trace_with_a_wrapper_prefix_diffs_through_it() -> None:
+    model_a, _, x = _two_mlps()
+    wrapped = nn.Sequential()
+    wrapped.add_module("module", model_a)  # a wrapper the tracer does not look through
+    d = hookscope.diff(hookscope.trace(model_a, x), hookscope.trace(wrapped, x))
+    assert {(r.path_a, r.path_b) for r in d.rows if r.path_a is not None} == {
         ("", "module"), ("0", "module.0"), ("1", "module.1"), ("2", "module.2")}
+    assert [(r.path_a, r.path_b) for r in d.rows if r.status == "added"] == [(None, "")]
     assert "wrapper prefixes removed on side B" in str(d.table(ascii=True).to_text(width=200))
 
 
