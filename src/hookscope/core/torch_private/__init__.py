@@ -45,6 +45,8 @@ the names below (``torch_private.next_sequence_nr()``); the submodules hold them
 - ``tensors.py``: version counters (:func:`version_counter`), storage identity
   (:func:`storage_key`), a sparse tensor's parts (:func:`sparse_coo_parts`) and the
   ``_foreach`` kernels (:func:`foreach_norm`, :func:`foreach_mul_`).
+- ``fake.py``: fake tensors (:func:`fake_mode`, :func:`is_fake`, the exceptions of an
+  op that reads values, :data:`VALUE_DEPENDENT`), which the memory plan runs on.
 - ``frames.py``: torch's source files a module call and a backward pass run through
   to reach a hook (:func:`is_torch_machinery`), which a breakpoint's stack hides.
 - ``modules.py``: the process-wide module hook dicts (:func:`global_hooks`,
