@@ -115,20 +115,28 @@ def _ancestors(path: str) -> list[str]:
 
 
 def per_module(tracker: StorageTracker, facts: StepFacts, accounts: Accounts,
-               paths: list[str], *, shards: int = 1) -> dict[str, ModuleBytes]:
-    """:class:`ModuleBytes` for every path of ``paths``."""
-    rows = {path: ModuleBytes() for path in paths}
+               held: dict[str, set[int]], *, shards: int = 1) -> dict[str, ModuleBytes]:
+    """:class:`ModuleBytes` for every module of ``held`` (path -> the storage ids of the
+    parameters it holds, its submodules' included: a tied parameter counts in each
+    module that holds it, once in each)."""
+    rows = {path: ModuleBytes() for path in held}
 
     def add(path: str, field: str, nbytes: int) -> None:
         for up in _ancestors(path):
             if up in rows:
                 setattr(rows[up], field, getattr(rows[up], field) + nbytes)
 
-    owners = (("parameters", facts.parameters), ("gradients", facts.gradients),
-              ("optimizer_states", facts.states))
-    for field, ids in owners:
-        for sid, owner in ids.items():
-            add(owner, field, _rank_bytes(tracker.nbytes[sid], field, shards))
+    for path, params in held.items():
+        own = rows[path]
+        for sid in params:
+            own.parameters += _rank_bytes(tracker.nbytes[sid], "parameters", shards)
+            for part in facts.of_parameter.get(sid, ()):
+                kind = accounts.category[part]
+                size = _rank_bytes(tracker.nbytes[part], kind, shards)
+                if kind == "gradients":
+                    own.gradients += size
+                elif kind == "optimizer_states":
+                    own.optimizer_states += size
     for sid, kind in accounts.category.items():
         if kind == "saved_activations":
             add(tracker.places[tracker.born[sid]][1], kind, tracker.nbytes[sid])

@@ -153,8 +153,9 @@ def plan_once(request: PlanRequest, *, batch_size: int | None = None) -> MemoryP
                         "which a memory plan's fake tensors do not have") from e
     del args, kwargs
     paths = [p for p, _ in fake.named_modules()]
+    held = {p: {tracker.track(t) for t in m.parameters()} for p, m in fake.named_modules()}
     accounts = account(tracker, facts, shards=request.shards)
-    rows = per_module(tracker, facts, accounts, paths, shards=request.shards)
+    rows = per_module(tracker, facts, accounts, held, shards=request.shards)
     classes = {p: type(m).__name__ for p, m in fake.named_modules()}
     phase, module = accounts.places[accounts.peak_index] if accounts.places else ("", "")
     points = [MemoryPoint(b, ph, mod) for b, (ph, mod)

@@ -50,6 +50,7 @@ class StepFacts:
     Attributes:
         parameters, buffers, inputs, gradients, states: storage id -> owning module
             path (inputs: ``""``).
+        of_parameter: a parameter's storage id -> the ids of its gradient and states.
     """
 
     parameters: dict[int, str] = field(default_factory=dict)
@@ -57,6 +58,7 @@ class StepFacts:
     inputs: dict[int, str] = field(default_factory=dict)
     gradients: dict[int, str] = field(default_factory=dict)
     states: dict[int, str] = field(default_factory=dict)
+    of_parameter: dict[int, set[int]] = field(default_factory=dict)
 
 
 def _owned_parameters(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
@@ -139,7 +141,9 @@ def _track_state(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
                  optimizer: torch.optim.Optimizer | None, tracker: StorageTracker,
                  facts: StepFacts) -> None:
     for owner, p in _owned_parameters(model):
-        facts.parameters[tracker.track(p, owner=owner)] = owner
+        sid = tracker.track(p, owner=owner)
+        facts.parameters[sid] = owner
+        facts.of_parameter[sid] = set()
         for state in _state_tensors(optimizer, p) if optimizer is not None else ():
             facts.states[tracker.track(state, owner=owner)] = owner
     for name, b in model.named_buffers():
@@ -166,13 +170,17 @@ def _train(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
         del loss
     for owner, p in _owned_parameters(model):
         if p.grad is not None:
-            facts.gradients[tracker.track(p.grad, owner=owner)] = owner
+            grad = tracker.track(p.grad, owner=owner)
+            facts.gradients[grad] = owner
+            facts.of_parameter[tracker.track(p)].add(grad)
     if optimizer is not None:
         tracker.phase = "optimizer"
         optimizer.step()
         for owner, p in _owned_parameters(model):
             for state in _state_tensors(optimizer, p):
-                facts.states[tracker.track(state, owner=owner)] = owner
+                sid = tracker.track(state, owner=owner)
+                facts.states[sid] = owner
+                facts.of_parameter[tracker.track(p)].add(sid)
     del output
 
 

@@ -29,6 +29,7 @@ from hookscope.core import torch_private
 from hookscope.core.torch_private import TorchDispatchMode, pytree, storage_key
 
 
+@torch_private.unwrapped_dispatch_mode
 class StorageTracker(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch: untyped
     """Log of allocations and frees of storages, each with its phase and module.
 
