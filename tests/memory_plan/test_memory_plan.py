@@ -176,7 +176,7 @@ def test_llama_70b_is_planned_on_meta_without_allocating_it() -> None:
     tokens = torch.randint(0, 32000, (1, 512), device="meta")
     plan = hookscope.memory_plan(model, tokens, dtype="bf16", optimizer="adamw")
     params = _param_bytes(model, itemsize=2)
-    assert 69e9 < params / 2 < 70e9
+    assert 68e9 < params / 2 < 70e9  # Llama 2 70B: 68.98 B parameters
     assert plan.modules[0].parameters == params
     assert plan.at_peak["gradients"] == params
     assert plan.modules[0].optimizer_states == 2 * params + 4 * len(list(model.parameters()))

@@ -38,6 +38,7 @@ from hookscope.cli.failure_boundary import (
 from hookscope.cli.grads_command import grads_command
 from hookscope.cli.hooks_command import hooks_command
 from hookscope.cli.lint_command import lint_command
+from hookscope.cli.memory_command import memory_command
 from hookscope.cli.output import OutputTarget, Rendered, color_choice
 from hookscope.cli.shared_options import (
     ConfigOpt,
@@ -278,3 +279,4 @@ app.command("capture")(capture_command)
 app.command("grads")(grads_command)
 app.command("hooks")(hooks_command)
 app.command("lint")(lint_command)
+app.command("memory")(memory_command)

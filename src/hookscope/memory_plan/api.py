@@ -68,6 +68,7 @@ def memory_plan(
     activation_checkpointing: bool | Selector | None = None,
     shards: int = 1,
     gradient_accumulation: int = 1,
+    batch_size: int | None = None,
     device_memory: int | str | None = None,
 ) -> MemoryPlan:
     """Plan the memory of one training (or inference) step, without allocating it.
@@ -88,6 +89,8 @@ def memory_plan(
             selector (``"layers.*"``): those modules.
         shards: plan one rank of FSDP2-style sharding over this many ranks.
         gradient_accumulation: micro-batches per optimizer step.
+        batch_size: plan with this many rows instead of the inputs' (every tensor whose
+            first dimension is the first tensor's gets it).
         device_memory: bytes (or ``"80GiB"``): also find the largest batch size that
             fits, by planning (``.max_batch_size``).
 
@@ -108,7 +111,8 @@ def memory_plan(
                        dtype=dtype, autocast=autocast, checkpointing=activation_checkpointing,
                        shards=shards, accumulation=gradient_accumulation)
     budget = parse_bytes(device_memory)
-    plan = plan_once(request)
+    rows = None if batch_size is None else positive(batch_size, option="batch_size")
+    plan = plan_once(request, batch_size=rows)
     if budget is None:
         return plan
     if plan.batch_size is None:
