@@ -52,6 +52,13 @@ class LiveStorages(TorchDispatchMode):
         return out
 
 
+def no_cache(model: nn.Module) -> None:
+    """No key-value cache in a training step (as the plan, and as transformers does
+    under gradient checkpointing)."""
+    if getattr(getattr(model, "config", None), "use_cache", None):
+        model.config.use_cache = False
+
+
 def loss_of(output: Any) -> torch.Tensor:
     leaves = [t for t in tree_leaves(output) if isinstance(t, torch.Tensor) and t.requires_grad]
     total = leaves[0].sum()
@@ -64,6 +71,7 @@ def measured_peak(model: nn.Module, inputs: tuple[Any, ...], optimizer: type[tor
                   *, checkpointed: tuple[str, ...] = ()) -> int:
     """The peak bytes of a real steady-state training step of a copy of ``model``."""
     model = copy.deepcopy(model).train()
+    no_cache(model)
     for path, module in model.named_modules():
         if path in checkpointed:
             module.forward = functools.partial(checkpoint, module.forward, use_reentrant=False)

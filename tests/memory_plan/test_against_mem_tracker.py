@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import torch
+from oracles import no_cache
 from torch import nn
 
 import hookscope
@@ -37,6 +38,7 @@ def _tracked_step(build: Callable[[], tuple[nn.Module, tuple[Any, ...]]]
         torch.manual_seed(0)
         model, inputs = build()
         model.train()
+        no_cache(model)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         model(*inputs).logits.sum().backward() if hasattr(model, "transformer") else \
             model(*inputs).sum().backward()

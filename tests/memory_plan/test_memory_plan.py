@@ -35,6 +35,7 @@ def test_the_user_model_is_left_exactly_as_it_was() -> None:
     assert total_hooks(model) == hooks
     assert type(model.transformer.h[0]).forward is type(model.transformer.h[0]).forward
     assert "forward" not in vars(model.transformer.h[0])
+    assert model.config.use_cache  # the plan turns the cache off on its copy only
 
 
 def test_columns_are_the_parameters_gradients_and_adam_states_by_hand() -> None:

@@ -8,7 +8,9 @@ storages alive at the peak are the log replayed up to it, each put in one catego
 what it turned out to be (:data:`CATEGORIES`, first match wins).
 
 Sharding (``shards=N``, FSDP2-style): a rank holds ``1/N`` of each parameter, gradient
-and optimizer state; activations and temporaries are whole. NB: the parameters a rank
+and optimizer state, and steps the optimizer on its shards (so the optimizer's scratch
+tensors are ``1/N`` too); activations and the forward's and backward's temporaries are
+whole. NB: the parameters a rank
 all-gathers for the block it computes, and the unsharded gradients before their
 reduce-scatter, are not counted (one block's worth at a time).
 """
@@ -62,14 +64,22 @@ def _rank_bytes(nbytes: int, kind: str, shards: int) -> int:
     return -(-nbytes // shards) if kind in SHARDED else nbytes
 
 
+def _sharded_kinds(tracker: StorageTracker, category: dict[int, str]) -> dict[int, str]:
+    """``category``, with the optimizer step's temporaries counted as sharded."""
+    return {sid: "optimizer_states" if kind == "temporaries"
+            and tracker.places[tracker.born[sid]][0] == "optimizer" else kind
+            for sid, kind in category.items()}
+
+
 def account(tracker: StorageTracker, facts: StepFacts, *, shards: int = 1) -> Accounts:
     """The timeline, the peak and what is alive at it, per rank of ``shards``."""
     category = categorize(tracker, facts)
+    kinds = _sharded_kinds(tracker, category)
     timeline: list[int] = []
     total = 0
     for change in tracker.changes:
         sid = abs(change)
-        size = _rank_bytes(tracker.nbytes[sid], category[sid], shards)
+        size = _rank_bytes(tracker.nbytes[sid], kinds[sid], shards)
         total += size if change > 0 else -size
         timeline.append(total)
     peak_index = max(range(len(timeline)), key=timeline.__getitem__) if timeline else 0
@@ -81,7 +91,7 @@ def account(tracker: StorageTracker, facts: StepFacts, *, shards: int = 1) -> Ac
             alive.discard(-change)
     at_peak = dict.fromkeys(CATEGORIES, 0)
     for sid in alive:
-        at_peak[category[sid]] += _rank_bytes(tracker.nbytes[sid], category[sid], shards)
+        at_peak[category[sid]] += _rank_bytes(tracker.nbytes[sid], kinds[sid], shards)
     places = [tracker.places[i] for i in tracker.at]
     return Accounts(timeline, places, peak_index, at_peak, category)
 

@@ -118,6 +118,11 @@ def run_step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
              options: StepOptions, tracker: StorageTracker) -> StepFacts:
     """Run one step of ``model`` (a fake copy, inside its fake mode) under ``tracker``."""
     model.train(options.training)
+    config: Any = getattr(model, "config", None)
+    if options.training and getattr(config, "use_cache", None):
+        # a training step keeps no key-value cache (transformers turns it off under
+        # gradient checkpointing, whose recompute would otherwise append to it again)
+        config.use_cache = False
     owned = _owned_parameters(model)
     params = [p for _, p in owned if p.requires_grad]
     optimizer = None
