@@ -182,3 +182,21 @@ def test_llama_70b_is_planned_on_meta_without_allocating_it() -> None:
     assert plan.at_peak["gradients"] == params
     assert plan.modules[0].optimizer_states == 2 * params + 4 * len(list(model.parameters()))
     assert plan.peak_bytes > 4 * params
+
+
+def test_autocast_saves_bf16_activations_and_weight_copies() -> None:
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(512, 2048), nn.GELU(), nn.Linear(2048, 512))
+    plan = hookscope.memory_plan(mlp, torch.randn(64, 512), autocast="bf16")
+    saved = {m.path: m.saved_activations for m in plan.modules}
+    assert saved["1"] == 64 * 2048 * 2  # GELU's bf16 output, saved by the next Linear
+    assert saved["2"] == 2048 * 512 * 2  # autocast's bf16 copy of its weight
+    assert plan.autocast == "bfloat16"
+
+
+def test_to_dataframe_has_one_row_per_module() -> None:
+    pytest.importorskip("pandas")
+    model = _mlp()
+    frame = hookscope.memory_plan(model, torch.randn(8, 64)).to_dataframe()
+    assert list(frame["path"]) == [p for p, _ in model.named_modules()]
+    assert frame.loc[0, "parameters"] == _param_bytes(model)
