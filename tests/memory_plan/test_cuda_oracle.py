@@ -9,9 +9,9 @@ import functools
 
 import pytest
 import torch
+from oracles import loss_of
 
 import hookscope
-from oracles import loss_of
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

@@ -77,3 +77,11 @@ def test_lstm_without_onednn_matches_a_measured_step() -> None:
         measured = measured_peak(model, inputs, torch.optim.AdamW)
         plan = hookscope.memory_plan(model, *inputs, optimizer="adamw")
     assert plan.peak_bytes == pytest.approx(measured, rel=0.05)
+
+
+def test_the_lstm_plan_says_what_it_cannot_see() -> None:
+    model, inputs = lstm()
+    plan = hookscope.memory_plan(model, *inputs)
+    assert any("mkldnn_rnn_layer" in note for note in plan.notes)
+    convnet, images = resnet()
+    assert not hookscope.memory_plan(convnet, *images).notes

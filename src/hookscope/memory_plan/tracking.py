@@ -28,6 +28,11 @@ import torch
 from hookscope.core import torch_private
 from hookscope.core.torch_private import TorchDispatchMode, pytree, storage_key
 
+_OPAQUE_WORKSPACE = frozenset(
+    getattr(getattr(torch.ops.aten, name, None), "default", None)
+    for name in ("mkldnn_rnn_layer", "_cudnn_rnn", "miopen_rnn")) - {None}
+"""Ops whose real kernel returns a workspace its fake kernel reports as empty."""
+
 
 @torch_private.unwrapped_dispatch_mode
 class StorageTracker(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch: untyped
@@ -45,6 +50,7 @@ class StorageTracker(TorchDispatchMode):  # type: ignore[no-untyped-call]  # tor
         owners: storage id -> module path that owns it (parameters, and what the
             optimizer makes from them).
         saved: storage ids autograd saved for backward.
+        opaque: the ops that ran whose workspace the plan cannot see.
     """
 
     def __init__(self) -> None:
@@ -59,6 +65,7 @@ class StorageTracker(TorchDispatchMode):  # type: ignore[no-untyped-call]  # tor
         self.places: list[tuple[str, str]] = []
         self.owners: dict[int, str] = {}
         self.saved: set[int] = set()
+        self.opaque: set[str] = set()
         self._place_index: dict[tuple[str, str], int] = {}
         self._ids: dict[int, int] = {}  # storage key -> id, while the storage lives
         self._refs: dict[int, weakref.ref[Any]] = {}
@@ -144,6 +151,8 @@ class StorageTracker(TorchDispatchMode):  # type: ignore[no-untyped-call]  # tor
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
                            kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
+        if func in _OPAQUE_WORKSPACE:
+            self.opaque.add(func.name())
         owner = self._input_owner(args) if self.phase == "optimizer" else None
         self._owner_now = owner or ""
         for leaf in pytree.tree_leaves(out):
