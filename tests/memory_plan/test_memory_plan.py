@@ -13,6 +13,7 @@ from test_plan_oracles import gpt2
 from torch import nn
 
 import hookscope
+import zoo
 from helpers import assert_state_unchanged, snapshot_state, total_hooks
 
 
@@ -200,3 +201,23 @@ def test_to_dataframe_has_one_row_per_module() -> None:
     frame = hookscope.memory_plan(model, torch.randn(8, 64)).to_dataframe()
     assert list(frame["path"]) == [p for p, _ in model.named_modules()]
     assert frame.loc[0, "parameters"] == _param_bytes(model)
+
+
+@pytest.mark.parametrize("cls", zoo.ALL_ZOO, ids=lambda c: c.__name__)
+def test_every_zoo_model_is_planned_or_refused_and_left_unchanged(cls: type[zoo.ZooModel]) -> None:
+    torch.manual_seed(0)
+    model = cls()
+    args, kwargs = cls.example_inputs()
+    before = snapshot_state(model)
+    hooks = total_hooks(model)
+    try:
+        plan = hookscope.memory_plan(model, *args, kwargs=kwargs, optimizer="sgd")
+    except Exception as e:  # the model's own failure, or one a fake tensor cannot run
+        assert cls.RAISES or isinstance(e, hookscope.SpecError), repr(e)
+        if cls.FAILING_PATH is not None and not isinstance(e, hookscope.SpecError):
+            assert repr(cls.FAILING_PATH) in "".join(getattr(e, "__notes__", []))
+    else:
+        assert not cls.RAISES
+        assert plan.peak_bytes >= sum(p.numel() * p.element_size() for p in model.parameters())
+    assert_state_unchanged(before, model)
+    assert total_hooks(model) == hooks

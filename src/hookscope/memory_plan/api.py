@@ -155,6 +155,12 @@ def plan_once(request: PlanRequest, *, batch_size: int | None = None) -> MemoryP
         where = f" in {tracker.stack[-1]!r}" if tracker.stack else ""
         raise SpecError(f"the model reads tensor values{where} ({type(e).__name__}: {e}), "
                         "which a memory plan's fake tensors do not have") from e
+    except Exception as e:
+        last = tracker.last_entered
+        where = f" in module {last!r}" if last else ""
+        e.add_note(f"(raised while hookscope.memory_plan ran the {tracker.phase}{where} "
+                   "of a copy of the model on fake tensors)")
+        raise
     del args, kwargs
     paths = [p for p, _ in fake.named_modules()]
     held = {p: {tracker.track(t) for t in m.parameters()} for p, m in fake.named_modules()}

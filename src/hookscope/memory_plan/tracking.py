@@ -130,10 +130,13 @@ class StorageTracker(TorchDispatchMode):  # type: ignore[no-untyped-call]  # tor
         return self._owner_now
 
     _owner_now = ""
+    last_entered: str | None = None
+    """The module whose forward started last (where a failure happened)."""
 
     def enter(self, path: str) -> int | None:
         """A module's forward starts: the sequence number its first node will get."""
         self.stack.append(path)
+        self.last_entered = path
         return torch_private.next_sequence_nr()
 
     def exit(self, path: str, start: int | None) -> None:
