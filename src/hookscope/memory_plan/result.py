@@ -154,9 +154,8 @@ class MemoryPlan:
         return plot_timeline(self, path)
 
     def __str__(self) -> str:
-        return f"{self.headline()}\n{self.table(ascii=True)}"
+        return str(self.table(ascii=True))  # its title is the answer line
 
     def _repr_html_(self) -> str:
-        from html import escape
-
-        return f"<p><b>{escape(self.headline())}</b></p>{self.table()._repr_html_()}"
+        html: str = self.table()._repr_html_()  # its caption is the answer line
+        return html
