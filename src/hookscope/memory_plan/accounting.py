@@ -10,7 +10,15 @@ what it turned out to be (:data:`CATEGORIES`, first match wins).
 Sharding (``shards=N``, FSDP2-style): a rank holds ``1/N`` of each parameter, gradient
 and optimizer state, and steps the optimizer on its shards (so the optimizer's scratch
 tensors are ``1/N`` too); activations and the forward's and backward's temporaries are
-whole. NB: the parameters a rank
+whole.
+
+A rank also holds, while it computes, whole copies of one unit's parameters (the
+unit being computed, and the next one all-gathered ahead: FSDP2's prefetch) and, in
+backward, that unit's unsharded gradients before their reduce-scatter: ``gathered``,
+two units' parameters in forward and three in backward, a unit being a repeated
+block (what ``fully_shard`` is applied to), else the whole model.
+NB: the copy-out from the all-gather buffer and the reduce-scatter's input are
+transient and counted as part of these. NB: the parameters a rank
 all-gathers for the block it computes, and the unsharded gradients before their
 reduce-scatter, are not counted (one block's worth at a time).
 """
@@ -23,7 +31,8 @@ from hookscope.memory_plan.step import StepFacts
 from hookscope.memory_plan.tracking import StorageTracker
 
 CATEGORIES = ("parameters", "buffers", "inputs", "gradients", "optimizer_states",
-              "saved_activations", "temporaries")
+              "saved_activations", "temporaries", "gathered")
+_GATHERED_UNITS = {"forward": 2, "backward": 3}
 SHARDED = frozenset({"parameters", "gradients", "optimizer_states"})
 
 
@@ -71,17 +80,21 @@ def _sharded_kinds(tracker: StorageTracker, category: dict[int, str]) -> dict[in
             for sid, kind in category.items()}
 
 
-def account(tracker: StorageTracker, facts: StepFacts, *, shards: int = 1) -> Accounts:
-    """The timeline, the peak and what is alive at it, per rank of ``shards``."""
+def account(tracker: StorageTracker, facts: StepFacts, *, shards: int = 1,
+            unit_bytes: int = 0) -> Accounts:
+    """The timeline, the peak and what is alive at it, per rank of ``shards``
+    (``unit_bytes``: the parameters of the largest unit sharding gathers whole)."""
     category = categorize(tracker, facts)
     kinds = _sharded_kinds(tracker, category)
     timeline: list[int] = []
     total = 0
-    for change in tracker.changes:
+    gathered = [_GATHERED_UNITS.get(phase, 0) * unit_bytes if shards > 1 else 0
+                for phase, _ in tracker.places]
+    for change, place in zip(tracker.changes, tracker.at, strict=True):
         sid = abs(change)
         size = _rank_bytes(tracker.nbytes[sid], kinds[sid], shards)
         total += size if change > 0 else -size
-        timeline.append(total)
+        timeline.append(total + gathered[place])
     peak_index = max(range(len(timeline)), key=timeline.__getitem__) if timeline else 0
     alive: set[int] = set()
     for change in tracker.changes[:peak_index + 1]:
@@ -93,6 +106,8 @@ def account(tracker: StorageTracker, facts: StepFacts, *, shards: int = 1) -> Ac
     for sid in alive:
         at_peak[category[sid]] += _rank_bytes(tracker.nbytes[sid], kinds[sid], shards)
     places = [tracker.places[i] for i in tracker.at]
+    if timeline:
+        at_peak["gathered"] = gathered[tracker.at[peak_index]]
     return Accounts(timeline, places, peak_index, at_peak, category)
 
 

@@ -34,13 +34,15 @@ from hookscope.memory_plan.options import (
     parse_bytes,
     parse_dtype,
     positive,
+    repeated_blocks,
 )
 from hookscope.memory_plan.result import MemoryPlan, MemoryPoint, ModuleMemory
 from hookscope.memory_plan.step import StepOptions, run_step
 from hookscope.memory_plan.tracking import StorageTracker
 
-_NOTE_SHARDS = ("per rank: parameters, gradients and optimizer states are sharded; the "
-                "parameters all-gathered for the block being computed are not counted")
+_NOTE_SHARDS = ("per rank: parameters, gradients and optimizer states are sharded; "
+                "'gathered' is the whole parameters and gradients of the blocks being "
+                "computed and prefetched (2 blocks in forward, 3 in backward)")
 
 
 @dataclass(frozen=True)
@@ -164,7 +166,7 @@ def plan_once(request: PlanRequest, *, batch_size: int | None = None) -> MemoryP
     del args, kwargs
     paths = [p for p, _ in fake.named_modules()]
     held = {p: {tracker.track(t) for t in m.parameters()} for p, m in fake.named_modules()}
-    accounts = account(tracker, facts, shards=request.shards)
+    accounts = account(tracker, facts, shards=request.shards, unit_bytes=_unit_bytes(fake))
     rows = per_module(tracker, facts, accounts, held, shards=request.shards)
     classes = {p: type(m).__name__ for p, m in fake.named_modules()}
     phase, module = accounts.places[accounts.peak_index] if accounts.places else ("", "")
@@ -182,6 +184,14 @@ def plan_once(request: PlanRequest, *, batch_size: int | None = None) -> MemoryP
         notes=_notes(request, tracker),
         structure=inspect(request.model),
     )
+
+
+def _unit_bytes(model: nn.Module) -> int:
+    """Bytes of the parameters of the largest repeated block (else of the model)."""
+    modules = dict(model.named_modules())
+    units = [modules[p] for p in repeated_blocks(model)] or [model]
+    return int(max(sum(p.numel() * p.element_size() for p in unit.parameters())
+                   for unit in units))
 
 
 def _notes(request: PlanRequest, tracker: StorageTracker) -> list[str]:

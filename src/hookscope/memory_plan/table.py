@@ -26,7 +26,8 @@ _ASCII_BARS = "_.-~=+*#"
 _SPARK_WIDTH = 36
 _LABELS = {"parameters": "params", "buffers": "buffers", "inputs": "inputs",
            "gradients": "grads", "optimizer_states": "optimizer",
-           "saved_activations": "saved", "temporaries": "temporaries"}
+           "saved_activations": "saved", "temporaries": "temporaries",
+           "gathered": "gathered"}
 
 
 def headline(plan: MemoryPlan) -> str:
