@@ -221,3 +221,8 @@ def test_every_zoo_model_is_planned_or_refused_and_left_unchanged(cls: type[zoo.
         assert plan.peak_bytes >= sum(p.numel() * p.element_size() for p in model.parameters())
     assert_state_unchanged(before, model)
     assert total_hooks(model) == hooks
+
+
+def test_an_inference_table_has_no_training_columns() -> None:
+    text = hookscope.memory_plan(_mlp(), torch.randn(8, 64), training=False).table().to_text()
+    assert "Params" in text and "Grads" not in text and "Saved" not in text

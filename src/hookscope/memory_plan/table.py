@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 _BARS = "▁▂▃▄▅▆▇█"
 _ASCII_BARS = "_.-~=+*#"
 _SPARK_WIDTH = 36
+_TRAINING_ONLY = frozenset({"gradients", "optimizer_states", "saved_activations"})
 _LABELS = {"parameters": "params", "buffers": "buffers", "inputs": "inputs",
            "gradients": "grads", "optimizer_states": "optimizer",
            "saved_activations": "saved", "temporaries": "temporaries",
@@ -109,6 +110,8 @@ def plan_table(plan: MemoryPlan, *, ascii: bool = False, fold: bool = True) -> G
             GridColumn("phase", "Peak phase", [p.peak_phase if p else "" for p in peaks],
                        numeric=False, priority=40),
         ]
+        if not plan.training:  # no gradients, states or saved activations to show
+            cols = [c for c in cols if c.name not in _TRAINING_ONLY]
         return Grid(cols, _caption(plan, rows, ascii=ascii), list(plan.notes),
                     title=headline(plan))
 
