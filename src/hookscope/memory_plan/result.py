@@ -51,6 +51,7 @@ class ModuleMemory:
 
     @classmethod
     def of(cls, path: str, class_name: str, b: ModuleBytes) -> ModuleMemory:
+        """The row of module ``path`` from its accounted bytes."""
         return cls(path, class_name, b.parameters, b.gradients, b.optimizer_states,
                    b.saved_activations, b.peak, b.peak_phase)
 
