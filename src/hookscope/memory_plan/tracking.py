@@ -71,6 +71,8 @@ class StorageTracker(TorchDispatchMode):  # type: ignore[no-untyped-call]  # tor
         self._refs: dict[int, weakref.ref[Any]] = {}
         self._total = 0
         self._seq_owner: dict[int, str] = {}
+        self._owner_now = ""  # the owner of the running optimizer op's inputs
+        self.last_entered: str | None = None  # where a failure happened
 
     # -- storages ---------------------------------------------------------------------
 
@@ -129,9 +131,6 @@ class StorageTracker(TorchDispatchMode):  # type: ignore[no-untyped-call]  # tor
                 return self._seq_owner.get(seq, "")
         return self._owner_now
 
-    _owner_now = ""
-    last_entered: str | None = None
-    """The module whose forward started last (where a failure happened)."""
 
     def enter(self, path: str) -> int | None:
         """A module's forward starts: the sequence number its first node will get."""
