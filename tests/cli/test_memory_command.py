@@ -97,3 +97,24 @@ def test_plot_draws_the_timeline(capsys: pytest.CaptureFixture[str], spec: str,
                            "--no-color")
     assert code == 0, err
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_model_that_reads_its_weights_when_built_is_built_off_meta(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    spec = model_spec(tmp_path, """
+        import torch
+        from torch import nn
+
+        class Scaled(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(8, 8)
+                self.scale = float(self.fc.weight.abs().max().item())
+
+            def forward(self, x):
+                return self.fc(x) * self.scale
+    """, "Scaled")
+    code, out, err = run_cli(capsys, "memory", spec, "-i", "4,8", "--format", "json")
+    assert code == 0, err
+    assert "cannot be built on the meta device" in err
+    assert json.loads(out)["modules"][0]["parameters"] == (8 * 8 + 8) * 4

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -79,7 +79,7 @@ def memory_command(
     """Peak memory of a training step per module (parameters, gradients, optimizer
     states, saved activations), planned without allocating it."""
     import hookscope
-    from hookscope.cli.running import check_output, prepare
+    from hookscope.cli.running import check_output
 
     target = OutputTarget(output, no_color, width)
     with failure_boundary(debug=debug):
@@ -89,7 +89,7 @@ def memory_command(
 
             _check_plot(plot)
         with model_prints_to_stderr():
-            prepared = prepare(model, inputs=inputs or [], config=config, device="meta")
+            prepared = _prepare(model, inputs or [], config)
             plan = hookscope.memory_plan(
                 prepared.loaded.model, *prepared.args, kwargs=prepared.kwargs,
                 training=not inference, optimizer=optimizer, dtype=dtype, autocast=autocast,
@@ -101,6 +101,22 @@ def memory_command(
             plan.plot(str(plot))
             sys.stderr.write(f"note: timeline drawn to {plot}\n")
         target.write(memory_view(plan, fmt.value, fold=not no_fold))
+
+
+def _prepare(model: str, inputs: list[str], config: str | None) -> Any:
+    """The model and inputs built on the meta device; one whose ``__init__`` reads its
+    own weights' values, which meta has none of, is built as its code builds it."""
+    from hookscope.cli.running import prepare
+    from hookscope.errors import SpecError
+
+    try:
+        return prepare(model, inputs=inputs, config=config, device="meta")
+    except SpecError as e:
+        if "meta" not in str(e):
+            raise
+        sys.stderr.write("note: the model cannot be built on the meta device "
+                         f"({str(e).rsplit(': ', 1)[-1]}); building it as its code does\n")
+        return prepare(model, inputs=inputs, config=config, device=None)
 
 
 def memory_view(plan: MemoryPlan, fmt: str, *, fold: bool = True) -> Rendered:
