@@ -226,3 +226,47 @@ def test_every_zoo_model_is_planned_or_refused_and_left_unchanged(cls: type[zoo.
 def test_an_inference_table_has_no_training_columns() -> None:
     text = hookscope.memory_plan(_mlp(), torch.randn(8, 64), training=False).table().to_text()
     assert "Params" in text and "Grads" not in text and "Saved" not in text
+
+
+class _Wide(nn.Module):
+    """A block whose backward allocates the most: the gradients of a wide tanh."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x.repeat(1, 8)).reshape(x.shape[0], 8, -1).sum(1)
+
+
+def test_the_backward_peak_is_in_the_module_whose_backward_runs_then() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 1024), _Wide(), nn.Linear(1024, 4))
+    x = torch.randn(256, 32, requires_grad=True)  # so the first module's hooks bracket it
+    plan = hookscope.memory_plan(model, x, optimizer=None)
+    # the oracle: module backward hooks mark which module's backward runs while a
+    # dispatch mode counts live storages on a real step
+    running: list[str] = []
+    live = LiveStorages()
+
+    def enter(name: str) -> None:
+        running.append(name)
+
+    def leave() -> None:
+        running.pop()
+
+    for name, module in model.named_children():
+        module.register_full_backward_pre_hook(lambda m, g, name=name: enter(name))
+        module.register_full_backward_hook(lambda m, gi, go: leave())
+    peaks: list[tuple[int, str]] = []
+    original = live.add
+
+    def add(t: torch.Tensor) -> None:
+        original(t)
+        peaks.append((live.now, running[-1] if running else ""))
+
+    live.add = add  # type: ignore[method-assign]
+    with live:
+        for t in [*model.parameters(), x]:
+            live.add(t)
+        out = model(x)
+        out.sum().backward()
+    measured_module = max(peaks, key=lambda p: p[0])[1]
+    assert plan.peak_phase == "backward"
+    assert plan.peak_module == measured_module == "1"
