@@ -39,6 +39,7 @@ ENTRY_POINTS: dict[str, Callable[[Any], Any]] = {
     "hooks": lambda m: hookscope.hooks(m),
     "lint": lambda m: hookscope.lint(m),
     "inspect": lambda m: hookscope.inspect(m),
+    "memory_plan": lambda m: hookscope.memory_plan(m, X),
     "annotated_repr": lambda m: hookscope.annotated_repr(
         m, hookscope.trace(nn.Sequential(nn.Linear(4, 4)), X)),
 }

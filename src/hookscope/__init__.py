@@ -57,6 +57,7 @@ if _typing.TYPE_CHECKING:
     from hookscope.interventions.storage_reader import load_activations
     from hookscope.lint.findings import Finding, Severity
     from hookscope.lint.runner import lint
+    from hookscope.memory_plan import MemoryPlan, memory_plan
     from hookscope.monitor import GradAnomaly, GradientAnomalyError, GradientMonitor
     from hookscope.render.feature_maps import plot_feature_maps
     from hookscope.render.summary import Summary
@@ -112,6 +113,8 @@ _EXPORTS: dict[str, str] = {
     "lint": "hookscope.lint",  # the callable package (hookscope/lint/__init__.py says why)
     "Finding": "hookscope.lint.findings",
     "Severity": "hookscope.lint.findings",
+    "MemoryPlan": "hookscope.memory_plan",
+    "memory_plan": "hookscope.memory_plan",  # the callable package, as lint
     "GradAnomaly": "hookscope.monitor",
     "GradientAnomalyError": "hookscope.monitor",
     "GradientMonitor": "hookscope.monitor",
@@ -148,6 +151,7 @@ __all__ = [
     "GradientMonitor",
     "HookInventory",
     "HookscopeError",
+    "MemoryPlan",
     "MissingDependencyError",
     "ModelInfo",
     "ModelRunError",
@@ -183,6 +187,7 @@ __all__ = [
     "lint",
     "load_activations",
     "median_times",
+    "memory_plan",
     "patch",
     "patch_inputs",
     "patches",

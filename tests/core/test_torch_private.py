@@ -790,3 +790,35 @@ def test_torch_machinery_in_unknown_files_is_added_with_a_warning(
         warnings.simplefilter("error")
         assert torch_private.is_torch_machinery(torch.autograd.backward.__code__.co_filename)
 
+
+
+def test_fake_tensors_have_storages_of_the_real_size_that_die_with_their_last_tensor() -> None:
+    import gc
+    import weakref
+
+    from hookscope.core.torch_private import fake
+
+    mode = fake.fake_mode()
+    with mode:
+        t = torch.empty(3, 5)
+        view = t[1:]
+    assert fake.is_fake(t) and not fake.is_fake(torch.empty(1))
+    storage = t.untyped_storage()
+    assert storage.nbytes() == 3 * 5 * 4
+    assert view.untyped_storage() is storage  # one Python object per storage
+    died: list[bool] = []
+    ref = weakref.ref(storage, lambda _r: died.append(True))
+    del storage, t
+    gc.collect()
+    assert not died  # the view keeps it
+    del view
+    assert died and ref() is None
+
+
+def test_fake_tensors_refuse_to_read_values() -> None:
+    from hookscope.core.torch_private import fake
+
+    with fake.fake_mode():
+        t = torch.empty(4)
+        with pytest.raises(fake.VALUE_DEPENDENT):
+            t.nonzero()

@@ -40,6 +40,7 @@ from hookscope.cli.failure_boundary import (
 from hookscope.cli.grads_command import grads_command
 from hookscope.cli.hooks_command import hooks_command
 from hookscope.cli.lint_command import lint_command
+from hookscope.cli.memory_command import memory_command
 from hookscope.cli.output import OutputTarget, Rendered, color_choice
 from hookscope.cli.report_command import report_command
 from hookscope.cli.shared_options import (
@@ -327,3 +328,4 @@ app.command("grads")(grads_command)
 app.command("hooks")(hooks_command)
 app.command("lint")(lint_command)
 app.command("report")(report_command)
+app.command("memory")(memory_command)

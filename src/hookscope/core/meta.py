@@ -150,10 +150,18 @@ def meta_copy(model: nn.Module) -> nn.Module:
                 f"({type(module).__name__}) to the meta device; analyse the model "
                 "before scripting it, or trace it on its own device"
             )
+    return copy_with_tensors(model, _meta_tensor)
+
+
+def copy_with_tensors(model: nn.Module,
+                      convert: Callable[[torch.Tensor], torch.Tensor]) -> nn.Module:
+    """A deep copy of ``model`` whose parameters, buffers and tensor attributes are
+    ``convert(t)`` of the originals (one call per tensor: tied tensors stay tied); no
+    original tensor is copied or touched."""
     memo: dict[int, Any] = {}
     for t in _module_tensors(model):
         if id(t) not in memo:
-            memo[id(t)] = _meta_tensor(t)
+            memo[id(t)] = convert(t)
     # deepcopy keeps originals alive in memo[id(memo)]; keep ours alive the same way.
     memo[id(memo)] = list(memo.values())
     copied: nn.Module = copy.deepcopy(model, memo)

@@ -49,6 +49,8 @@ the names below (``torch_private.next_sequence_nr()``); the submodules hold them
   (:func:`original_module`), how it was compiled (:func:`compiled_form`),
   ``torch._dynamo.explain`` without its cache reset (:func:`explain_run`) and the guard
   failures dynamo recorded when it recompiled (:func:`recompile_reasons`).
+- ``fake.py``: fake tensors (:func:`fake_mode`, :func:`is_fake`, the exceptions of an
+  op that reads values, :data:`VALUE_DEPENDENT`), which the memory plan runs on.
 - ``frames.py``: torch's source files a module call and a backward pass run through
   to reach a hook (:func:`is_torch_machinery`), which a breakpoint's stack hides.
 - ``modules.py``: the process-wide module hook dicts (:func:`global_hooks`,
