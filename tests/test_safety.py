@@ -373,6 +373,11 @@ NOT_MODEL_ENTRY_POINTS = {
     # matrix (every zoo model, train and eval, state and hooks) is
     # tests/compare/test_compare_safety.py
     "compare", "CompareResult",
+    "write_chrome_trace",  # writes finished traces: no model
+    "CompileReport",  # dynamo's explanation of a compiled model, as a record
+    # the memory plan runs a fake-tensor copy, never the model: its check that every zoo
+    # model is left unchanged is tests/memory_plan/test_memory_plan.py
+    "memory_plan", "MemoryPlan",
 }
 
 
