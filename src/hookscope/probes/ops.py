@@ -2,7 +2,9 @@
 
 ``install`` enters a ``TorchDispatchMode`` for the tracer's lifetime. The mode sees each
 aten op below autograd, runs it, and records an :class:`~hookscope.core.records.values.OpRecord`:
-overload name, input and output shapes, phase, FLOPs (``hookscope/flops/registry.py``), and the
+overload name, input and output shapes, phase, FLOPs (``hookscope/flops/registry.py``), its
+start and host time (two ``time.perf_counter_ns`` reads around the op, on the clock of the
+calls' ``start_ns``; on CUDA the time of the launch, not of the kernel), and the
 call it is attributed to:
 
 - forward ops: the innermost module call running (``tracer.current_call``);
@@ -23,6 +25,7 @@ the facts ``self_flops``/``flops`` of every call and ``totals_flops``, ``uncount
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -137,6 +140,8 @@ class _OpsMode(torch_private.TorchDispatchMode):  # type: ignore[no-untyped-call
         self._probe = probe
         self._tracer = tracer
         self._infos: dict[Any, _OpInfo] = {}
+        run = tracer.run
+        self._origin = 0 if run is None else run.origin_ns
 
     def __torch_dispatch__(
         self,
@@ -156,8 +161,12 @@ class _OpsMode(torch_private.TorchDispatchMode):  # type: ignore[no-untyped-call
                 result = func.decompose(*args, **kwargs)
             if result is not NotImplemented:
                 return result
+        # NB: host time around the call: on CUDA the launch, not the kernel (which runs
+        # later, asynchronously); the time probe's CUDA events time the kernels per call.
+        start = perf_counter_ns()
         out = func(*args, **kwargs)
-        self._probe.record(info, args, kwargs, out)
+        end = perf_counter_ns()
+        self._probe.record(info, args, kwargs, out, start - self._origin, end - start)
         return out
 
 
@@ -234,9 +243,11 @@ class OpsProbe(Probe):
         return [CallbackHandle(lambda: _exit_mode(mode))]
 
     def record(
-        self, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
+        self, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any,
+        start_ns: int | None = None, time_ns: int | None = None,
     ) -> None:
-        """Append the record of one executed op (called by the dispatch mode)."""
+        """Append the record of one executed op (called by the dispatch mode), with its
+        start on the trace's clock and its host time, when measured."""
         tracer = self._tracer
         assert tracer is not None
         if not torch_private.graph_task_running():
@@ -259,6 +270,7 @@ class OpsProbe(Probe):
             OpRecord(
                 len(self._ops), info.name, call, phase, _metas(tensors),
                 _metas(_outputs(out)), flops, rule is not FlopRule.UNCOUNTED, rule,
+                start_ns, time_ns,
             )
         )
 

@@ -142,14 +142,18 @@ def memory_in(d: dict[str, Any]) -> MemoryRecord:
 
 
 def ops_out(ops: list[OpRecord]) -> list[dict[str, Any]]:
-    return [
-        {
-            "index": o.index, "name": o.name, "call": o.call, "phase": o.phase.value,
-            "inputs": metas_out(list(o.inputs)), "outputs": metas_out(list(o.outputs)),
-            "flops": o.flops, "counted": o.counted, "rule": o.rule.value,
-        }
-        for o in ops
-    ]
+    return [_op_out(o) for o in ops]
+
+
+def _op_out(o: OpRecord) -> dict[str, Any]:
+    d: dict[str, Any] = {
+        "index": o.index, "name": o.name, "call": o.call, "phase": o.phase.value,
+        "inputs": metas_out(list(o.inputs)), "outputs": metas_out(list(o.outputs)),
+        "flops": o.flops, "counted": o.counted, "rule": o.rule.value,
+    }
+    if o.time_ns is not None:  # traces recorded without op times keep their old form
+        d["start_ns"], d["time_ns"] = o.start_ns, o.time_ns
+    return d
 
 
 def ops_in(ds: list[dict[str, Any]]) -> list[OpRecord]:
@@ -158,6 +162,7 @@ def ops_in(ds: list[dict[str, Any]]) -> list[OpRecord]:
             index=d["index"], name=d["name"], call=d["call"], phase=Phase(d["phase"]),
             inputs=tuple(metas_in(d["inputs"])), outputs=tuple(metas_in(d["outputs"])),
             flops=d["flops"], counted=d["counted"], rule=FlopRule(d["rule"]),
+            start_ns=d.get("start_ns"), time_ns=d.get("time_ns"),
         )
         for d in ds
     ]

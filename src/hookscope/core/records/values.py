@@ -222,6 +222,10 @@ class OpRecord:
             has no formula (then ``counted`` is False, unless the op is known free).
         counted: False for ops that do arithmetic but have no formula.
         rule: how ``flops`` was obtained (formula, free, 0 by convention, uncounted).
+        start_ns: when the op started, in nanoseconds since the trace started (the clock
+            of ``Call.start_ns``); ``None`` in traces recorded without op times.
+        time_ns: how long the op ran on the host (``time.perf_counter_ns`` around the
+            kernel call; on CUDA the launch, not the kernel); ``None`` like ``start_ns``.
     """
 
     index: int
@@ -233,3 +237,5 @@ class OpRecord:
     flops: int | None
     counted: bool = True
     rule: FlopRule = FlopRule.FORMULA
+    start_ns: int | None = None
+    time_ns: int | None = None
