@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -102,10 +103,39 @@ def innermost(slices: list[dict[str, Any]], ts: float) -> dict[str, Any] | None:
     return min(holding, key=lambda e: e["dur"], default=None)
 
 
+def check_op_slices(events: list[dict[str, Any]]) -> int:
+    """Each op slice (``cat: "op"``) lies inside the call slice its ``args["call"]`` names,
+    on the same track, and overlaps none of that call's other slices (its children);
+    the op slices of one call are disjoint and in the order they ran (``args["index"]``).
+    The number of op slices."""
+    count = 0
+    for slices in tracks(events).values():
+        calls = [e for e in slices if e.get("cat") != "op"]
+        mine: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        for op in (e for e in slices if e.get("cat") == "op"):
+            start, end = op["ts"], op["ts"] + op["dur"]
+            named = [e for e in calls if e["name"] == op["args"]["call"]
+                     and e["ts"] - EPS <= start and end <= e["ts"] + e["dur"] + EPS]
+            assert named, op  # a call of that name (a module run twice: either) holds it
+            call = named[0]
+            inside = [e for e in calls if e is not call and call["ts"] <= e["ts"]
+                      and e["ts"] + e["dur"] <= call["ts"] + call["dur"]
+                      and e["ts"] + EPS < end and start < e["ts"] + e["dur"] - EPS]
+            assert not inside, (op, inside)
+            mine[id(call)].append(op)
+            count += 1
+        for ops in mine.values():
+            ops.sort(key=lambda e: e["args"]["index"])
+            for a, b in pairwise(ops):
+                assert a["ts"] + a["dur"] <= b["ts"] + EPS, (a, b)
+    return count
+
+
 def check_all(path: Path) -> list[dict[str, Any]]:
-    """Load, check fields and nesting; the events."""
+    """Load, check fields, nesting and op slices; the events."""
     events = load(path)
     check_fields(events)
     check_nesting(events)
     check_truncated_nesting(events)
+    check_op_slices(events)
     return events

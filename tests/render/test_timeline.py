@@ -46,8 +46,16 @@ def tid_of(events: list[dict[str, Any]], track: str, pid: int = 0) -> int | None
 
 
 def slices_of(events: list[dict[str, Any]], track: str, pid: int = 0) -> list[dict[str, Any]]:
+    """The call slices of a track (not the op slices)."""
     tid = tid_of(events, track, pid)
-    return [] if tid is None else tracks(events).get((pid, tid), [])
+    found = [] if tid is None else tracks(events).get((pid, tid), [])
+    return [e for e in found if e.get("cat") != "op"]
+
+
+def ops_of(events: list[dict[str, Any]], track: str) -> list[dict[str, Any]]:
+    """The op events of a track: slices (ops with times) or instants (without)."""
+    tid = tid_of(events, track)
+    return [e for e in events if e.get("cat") == "op" and e["tid"] == tid]
 
 
 def by_call(slices: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
@@ -67,18 +75,20 @@ def check_tree(trace: Trace, slices: list[dict[str, Any]]) -> None:
 
 
 def check_ops(events: list[dict[str, Any]], track: str) -> int:
-    """Each op mark on track ``track`` lies in its call's slice and in none of that
-    slice's children (a mark on a child's edge is the call's: its own time may be 0);
-    the number of marks."""
+    """Each op on track ``track`` lies in its call's slice and in none of that slice's
+    children (an op on a child's edge is the call's: its own time may be 0); the
+    number of ops."""
     slices = slices_of(events, track)
-    by_name = {e["name"]: e for e in slices}
-    ops = [e for e in events if e["ph"] == "i" and e["tid"] == tid_of(events, track)]
+    ops = ops_of(events, track)
     for op in ops:
-        call = by_name[op["args"]["call"]]
-        assert call["ts"] - 1e-6 <= op["ts"] <= call["ts"] + call["dur"] + 1e-6, (call, op)
+        start, end = op["ts"], op["ts"] + op.get("dur", 0)
+        named = [e for e in slices if e["name"] == op["args"]["call"]
+                 and e["ts"] - 1e-6 <= start and end <= e["ts"] + e["dur"] + 1e-6]
+        assert named, op  # a call of that name (a module run twice: either) holds it
+        call = named[0]
         inside = [e for e in slices if e is not call and call["ts"] <= e["ts"]
                   and e["ts"] + e["dur"] <= call["ts"] + call["dur"]
-                  and e["ts"] + 1e-6 < op["ts"] < e["ts"] + e["dur"] - 1e-6]
+                  and e["ts"] + 1e-6 < end and start < e["ts"] + e["dur"] - 1e-6]
         assert not inside, (op, inside)
     return len(ops)
 
@@ -137,7 +147,8 @@ def test_each_op_lies_in_the_call_that_ran_it(tmp_path: Path) -> None:
     classes = dict(model.named_modules())
     for track in (FORWARD, BACKWARD):
         slices = slices_of(events, track)
-        ops = [e for e in events if e["ph"] == "i" and e["tid"] == tid_of(events, track)]
+        ops = ops_of(events, track)
+        assert {e["ph"] for e in ops} == {"X"}  # the ops carry times: slices
         assert check_ops(events, track) == len(ops) > 0
         if track == FORWARD:  # the oracle: what a Linear, a ReLU and a Tanh compute
             paths = {e["name"]: e["args"]["path"] for e in slices}
@@ -325,7 +336,7 @@ def test_resnet18_forward_with_ops(tmp_path: Path) -> None:
     assert trace.total_time_ns is not None
     root = by_call(forward)["", 0]
     assert root["dur"] == pytest.approx(trace.total_time_ns / 1000, abs=1e-3)
-    convs = [e for e in events if e["ph"] == "i" and e["name"] == "aten.convolution.default"]
+    convs = [e for e in ops_of(events, FORWARD) if e["name"] == "aten.convolution.default"]
     assert len(convs) == sum(isinstance(m, nn.Conv2d) for m in model.modules())
     modules = dict(model.named_modules())
     for op in convs:
@@ -403,3 +414,60 @@ def test_a_model_nested_deeper_than_the_recursion_limit(tmp_path: Path) -> None:
     events = write(trace, tmp_path)  # the file is made and checked under the usual limit
     assert len(slices_of(events, FORWARD)) == depth + 1
     check_tree(trace, slices_of(events, FORWARD))
+
+
+def _op(index: int, call: int, start: int, time: int) -> Any:
+    from hookscope.core.records.values import OpRecord, Phase
+
+    return OpRecord(index, f"aten.op{index}.default", call, Phase.FORWARD, (), (), 0,
+                    start_ns=start, time_ns=time)
+
+
+def test_op_slices_keep_measured_times_and_squeeze_only_into_a_narrow_gap(
+    tmp_path: Path,
+) -> None:
+    # call 0 measured 5 µs holds children of 4 + 3 µs: widened to 7 µs, no own time left
+    trace = hand_trace({0: 5_000, 1: 4_000, 2: 3_000, 3: 5_000, 4: 1_000, 5: 1_000},
+                       {0: 0, 1: 1_000, 2: 6_000, 3: 30_000, 4: 30_100, 5: 30_200},
+                       device="cpu")
+    trace.facts["ops"] = [_op(0, 0, 100, 300), _op(1, 0, 500, 200),  # before child a
+                          _op(2, 1, 1_200, 1_000), _op(3, 1, 2_500, 1_500)]  # in leaf a
+    trace.probes.append("ops")
+    events = write(trace, tmp_path)
+    ops = {e["name"]: e for e in ops_of(events, FORWARD)}
+    assert check_ops(events, FORWARD) == 4
+    a = by_call(slices_of(events, FORWARD))["a", 0]
+    # the leaf's own gap is 4 µs, the ops' span 2.8 µs: measured offsets and durations
+    first, second = ops["aten.op2.default"], ops["aten.op3.default"]
+    assert (first["ts"], first["dur"]) == (pytest.approx(a["ts"]), pytest.approx(1.0))
+    assert second["ts"] == pytest.approx(a["ts"] + 1.3)
+    assert second["dur"] == pytest.approx(1.5)
+    assert "scaled" not in first["args"] and first["args"]["measured_ns"] == 1_000
+    # the widened call's ops have no room before child a: squeezed there, marked
+    for name in ("aten.op0.default", "aten.op1.default"):
+        assert ops[name]["args"]["scaled"] is True
+        assert ops[name]["ts"] + ops[name]["dur"] <= a["ts"] + 1e-6
+
+
+def test_a_trace_without_op_times_keeps_instant_ops(tmp_path: Path) -> None:
+    import dataclasses
+
+    trace = hookscope.trace(mlp(), torch.randn(3, 4), ops=True)
+    trace.facts["ops"] = [dataclasses.replace(o, start_ns=None, time_ns=None)
+                          for o in trace.facts["ops"]]
+    events = write(trace, tmp_path)
+    ops = ops_of(events, FORWARD)
+    assert ops and {e["ph"] for e in ops} == {"i"}
+    assert check_ops(events, FORWARD) == len(ops)
+
+
+def test_op_slices_of_a_real_run_show_the_recorded_times(tmp_path: Path) -> None:
+    trace = hookscope.trace(mlp(), torch.randn(3, 4), ops=True)
+    events = write(trace, tmp_path)
+    recorded = {o.index: o.time_ns for o in trace.facts["ops"]}
+    shown = ops_of(events, FORWARD)
+    assert len(shown) == len(recorded)
+    for e in shown:
+        assert e["args"]["measured_ns"] == recorded[e["args"]["index"]]
+        if not e["args"].get("scaled"):
+            assert e["dur"] == pytest.approx(recorded[e["args"]["index"]] / 1000, abs=1e-3)

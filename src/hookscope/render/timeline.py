@@ -11,13 +11,12 @@ in the list):
 
 - track ``forward`` (thread id ``(pid + 1) * 1000 + 1``): every timed call a
   complete event (``ph: "X"``), nested by the call tree; the ops probe's aten ops as
-  instant events (``ph: "i"``) inside their call's own time, in the order they ran
-  (the probe records no time per op: their position is their order, not a
-  measurement);
+  complete events inside their call's own time, with their measured host durations
+  (``render/timeline_layout.py``'s :func:`op_slices` says where they go), or, in traces
+  recorded without op times, as instant events (``ph: "i"``) in the order they ran;
 - track ``backward`` (thread id ``+ 2``; with ``backward=True``): every call's
   backward a complete event, and a flow arrow (``ph: "s"`` to ``ph: "f"``) from each
-  forward call to its backward; backward ops as instant events inside their call's
-  backward;
+  forward call to its backward; backward ops likewise inside their call's backward;
 - counters (``ph: "C"``) when the memory probe ran: the bytes saved for backward so
   far, each call's output bytes, and on CUDA each call's peak allocated bytes;
 - metadata (``ph: "M"``) naming the process (model class, rank) and the tracks.
@@ -44,6 +43,7 @@ from hookscope.render.timeline_layout import (
     first_ops,
     forward_slices,
     op_positions,
+    op_slices,
 )
 
 __all__ = ["chrome_trace", "chrome_trace_events", "trace_to_chrome_trace", "write_chrome_trace"]
@@ -187,10 +187,26 @@ class _Emitter:
     def ops(
         self, s: Slice, tid: int, ops: list[Any], firsts: dict[int, int] | None
     ) -> list[dict[str, Any]]:
-        return [{"ph": "i", "s": "t", "name": op.name, "cat": "op", "ts": self.us(at),
-                 "pid": self.pid, "tid": tid,
-                 "args": {"index": op.index, "flops": op.flops, "call": _label(s.call)}}
+        """Slices of the ops with times; instant events of those without (older traces)."""
+        common = {"cat": "op", "pid": self.pid, "tid": tid}
+        timed = [op for op in ops if getattr(op, "time_ns", None) is not None
+                 and getattr(op, "start_ns", None) is not None]
+        if len(timed) == len(ops):
+            events = []
+            for op, (at, dur, scaled) in zip(ops, op_slices(s, ops, firsts), strict=True):
+                args = {**_op_args(op, s), "measured_ns": op.time_ns}
+                if scaled:
+                    args["scaled"] = True  # the gap is shorter than the ops' measured span
+                events.append({"ph": "X", "name": op.name, "ts": self.us(at),
+                               "dur": microseconds(dur), **common, "args": args})
+            return events
+        return [{"ph": "i", "s": "t", "name": op.name, "ts": self.us(at), **common,
+                 "args": _op_args(op, s)}
                 for op, at in zip(ops, op_positions(s, ops, firsts), strict=True)]
+
+
+def _op_args(op: Any, s: Slice) -> dict[str, Any]:
+    return {"index": op.index, "flops": op.flops, "call": _label(s.call)}
 
 
 def microseconds(ns: int) -> float:

@@ -23,9 +23,14 @@ A call whose children's durations add up to more than its own (a clamped self ti
 backwards of parallel branches whose windows overlap) is widened to hold them and
 marked ``widened``, so every child lies inside its parent on the same track.
 
-The ops probe records no time per op: :func:`op_positions` spreads a call's own ops
-evenly along its own time, in the order they ran (a forward op in the gap between the
-children it ran between): their position is their order, not a measurement.
+A call's own ops go in its own time. A forward op goes in the gap between the children
+it ran between (a backward op in the call's widest gap). With op times (the ops probe
+measures each op's host time), :func:`op_slices` starts each gap's ops at the gap's start
+and keeps their measured durations and offsets from the first of them; where the gap
+is shorter than their measured span (the gaps are laid out, not measured), offsets and
+durations are scaled down to fit. Without op times (older traces), :func:`op_positions`
+spreads the ops evenly along the own time, in the order they ran: their position is
+their order, not a measurement.
 """
 
 from __future__ import annotations
@@ -36,7 +41,9 @@ from typing import Any
 
 from hookscope.core.records.trace import Call, Trace
 
-__all__ = ["Slice", "backward_slices", "first_ops", "forward_slices", "op_positions"]
+__all__ = [
+    "Slice", "backward_slices", "first_ops", "forward_slices", "op_positions", "op_slices",
+]
 
 
 @dataclass(slots=True)
@@ -193,6 +200,49 @@ def op_positions(s: Slice, ops: list[Any], firsts: dict[int, int] | None) -> lis
         return []
     if firsts is None:
         return _along(s.gaps, len(ops))
+    at: list[int] = [0] * len(ops)
+    for (a, b), members in zip(s.gaps, _gap_groups(s, ops, firsts), strict=True):
+        for k, i in enumerate(members):
+            at[i] = a + (b - a) * (k + 1) // (len(members) + 1)
+    return at
+
+
+def op_slices(
+    s: Slice, ops: list[Any], firsts: dict[int, int] | None
+) -> list[tuple[int, int, bool]]:
+    """``(start, dur, scaled)`` of each of a call's own ops that carry times
+    (``OpRecord.start_ns``/``time_ns``), in the order given: each gap's ops start at the
+    gap's start, at their measured offsets from the first of them and with their measured
+    durations, scaled down (``scaled``) where the gap is shorter than their span.
+    Forward ops (``firsts`` given) go in the gap between the children they ran between,
+    backward ops in the widest gap."""
+    if not ops:
+        return []
+    if firsts is None:
+        widest = max(range(len(s.gaps)), key=lambda k: s.gaps[k][1] - s.gaps[k][0])
+        groups: list[list[int]] = [[] for _ in s.gaps]
+        groups[widest] = list(range(len(ops)))
+    else:
+        groups = _gap_groups(s, ops, firsts)
+    placed: list[tuple[int, int, bool]] = [(0, 0, False)] * len(ops)
+    for (a, b), members in zip(s.gaps, groups, strict=True):
+        if not members:
+            continue
+        first = ops[members[0]].start_ns
+        last = ops[members[-1]]
+        span, room = last.start_ns + last.time_ns - first, b - a
+        for i in members:
+            begin, end = ops[i].start_ns - first, ops[i].start_ns + ops[i].time_ns - first
+            if span > room:  # keeps order and non-overlap: the map is monotone
+                begin, end = begin * room // span, end * room // span
+            placed[i] = (a + begin, end - begin, span > room)
+    return placed
+
+
+def _gap_groups(s: Slice, ops: list[Any], firsts: dict[int, int]) -> list[list[int]]:
+    """The indices into ``ops`` of the forward ops in each gap of ``s``: an op goes in
+    the gap after the last child that started before it (``firsts``: each call's first
+    forward op, its subtree's)."""
     starts = [(firsts[c.call.index], k) for k, c in enumerate(s.children)
               if c.call.index in firsts]
     keys = [first for first, _ in starts]
@@ -200,11 +250,7 @@ def op_positions(s: Slice, ops: list[Any], firsts: dict[int, int] | None) -> lis
     for i, op in enumerate(ops):
         before = bisect.bisect_left(keys, op.index)  # children that started before it
         groups[starts[before - 1][1] + 1 if before else 0].append(i)
-    at: list[int] = [0] * len(ops)
-    for (a, b), members in zip(s.gaps, groups, strict=True):
-        for k, i in enumerate(members):
-            at[i] = a + (b - a) * (k + 1) // (len(members) + 1)
-    return at
+    return groups
 
 
 def first_ops(trace: Trace, ops: dict[tuple[str, int], list[Any]]) -> dict[int, int]:
