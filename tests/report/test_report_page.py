@@ -6,6 +6,7 @@ changed, folding of repeated blocks, escaping of the model's names, the size of 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from html.parser import HTMLParser
@@ -83,6 +84,33 @@ def test_sections_appear_only_with_their_data() -> None:
     full = hookscope.trace(mlp(), x, ops=True, backward=True).to_html()
     assert sections(full) == {"tree", "time", "flops", "stats", "memory", "grads"}
     assert "<th>FLOPs</th>" in full and "<th>time</th>" in full
+
+
+def _chart_bars(html: str, title: str) -> dict[str, str]:
+    """The bars of the chart titled ``title``: label -> the value its tooltip shows."""
+    found = re.search(rf'aria-label="{re.escape(title)}".*?</svg>', html, re.S)
+    assert found, title
+    return dict(re.findall(r"<title>([^<:]+): ([^<]+)</title>", found.group(0)))
+
+
+def test_the_time_by_op_chart_appears_iff_the_ops_carry_times() -> None:
+    from hookscope.render.units import format_time
+
+    trace = hookscope.trace(mlp(), torch.randn(5, 4), ops=True)
+    ops = trace.facts["ops"]
+    assert ops and all(o.time_ns is not None for o in ops)
+    html = trace.to_html()
+    bars = _chart_bars(html, "Time by aten op type")
+    # the oracle: each op type's bar is the sum of its ops' recorded times
+    expected: dict[str, int] = {}
+    for o in ops:
+        expected[o.name] = expected.get(o.name, 0) + o.time_ns
+    assert {n: v.strip() for n, v in bars.items()} == {
+        n: format_time(t) for n, t in expected.items()}
+    assert '<text class="axis"' in html.split('aria-label="Time by aten op type"')[1]
+    trace.facts["ops"] = [dataclasses.replace(o, start_ns=None, time_ns=None) for o in ops]
+    old = trace.to_html()
+    assert "Time by aten op type" not in old and "FLOPs by aten op type" in old
 
 
 def test_the_header_s_totals_are_the_model_s() -> None:
@@ -218,6 +246,10 @@ def test_golden_page_of_the_seed_model(golden: Any) -> None:
 
     trace = hookscope.trace(seed_model(), torch.ones(2, 2), time=False, stats=False,
                             memory=False, ops=True)
+    # fixed op times (the measured ones vary run to run): the time-by-op chart is drawn
+    trace.facts["ops"] = [dataclasses.replace(o, start_ns=1_000 * o.index,
+                                              time_ns=100 * (o.index + 1))
+                          for o in trace.facts["ops"]]
     trace.meta.clear()
     trace.meta.update(torch_version="TORCH", hookscope_version="HOOKSCOPE", device="cpu")
     golden("report", trace.to_html(), ext="html")

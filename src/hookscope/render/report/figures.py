@@ -2,12 +2,14 @@
 
 Each function returns the ``<figure>`` elements of one kind of chart, or nothing when
 the trace lacks the facts (a trace without the time probe has no time chart): time and
-FLOPs of the heaviest calls (self and inclusive), FLOPs and executions by aten op type,
+FLOPs of the heaviest calls (self and inclusive), FLOPs, host time (when the ops carry
+times) and executions by aten op type,
 activation statistics, memory and gradient flow per layer. "Per layer" is per leaf
 call (a call that made no module call inside), in call order: the calls that do the
 work, each once.
 
-NB: op records carry no times, so there is no time-by-op chart.
+NB: the time by aten op type is host time (``OpRecord.time_ns``): on CUDA the time to
+launch each kernel, not the kernel's.
 """
 
 from __future__ import annotations
@@ -97,13 +99,28 @@ def flops_charts(trace: Trace) -> list[str]:
     if heavy:
         out.append(figure(hbar_chart("FLOPs by aten op type", heavy, fmt=_count,
                                      axis="FLOPs")))
+    out += op_time_charts(trace)
     runs = sorted(groups, key=lambda nt: -nt[1].count)[:TOP_BARS]
     if runs:
         out.append(figure(hbar_chart(
             "Executions by aten op type", [Bar(n, float(t.count)) for n, t in runs],
-            fmt=_count, axis="executions"), "Ops carry no times: time per op type is not "
-            "recorded."))
+            fmt=_count, axis="executions")))
     return out
+
+
+def op_time_charts(trace: Trace) -> list[str]:
+    """Host time by aten op type (forward and backward), when the ops carry times."""
+    times: dict[str, int] = {}
+    for op in trace.facts.get("ops") or ():
+        if op.time_ns is not None:
+            times[op.name] = times.get(op.name, 0) + op.time_ns
+    rows = sorted(times.items(), key=lambda nt: (-nt[1], nt[0]))[:TOP_BARS]
+    if not rows:
+        return []
+    svg = hbar_chart("Time by aten op type", [Bar(n, float(t)) for n, t in rows],
+                     fmt=_time, axis="time")
+    return [figure(svg, "Host time around each op, forward and backward (on CUDA: the "
+                        "time to launch its kernels, not the kernels' time).")]
 
 
 def _first_stats(call: Call) -> Any:
