@@ -162,7 +162,8 @@ def match_calls(
         match: side A's path -> side B's path, for modules whose paths differ
             (``{"features.1": "features.0.bn"}``); a path maps its whole subtree,
             ``""`` the root. Wrapper prefixes (``module.`` of DDP, ``_orig_mod.`` of
-            ``torch.compile``) need no mapping.
+            ``torch.compile``, in calls recorded by other tools: hookscope's own traces
+            look through those wrappers) need no mapping.
 
     Returns:
         The pairs, in side A's call order, and the calls of each side left without
@@ -172,8 +173,9 @@ def match_calls(
         SpecError: ``match`` names a path that no call on its side has (nor under it).
 
     Example:
-        >>> m = match_calls(trace_fp32, trace_ddp)  # B's paths start with "module."
-        >>> [(a.path, b.path) for a, b in m.pairs][:2]
+        >>> m = match_calls(trace_a, trace_b)  # B recorded under a wrapper: "module."
+        >>> pairs = [(a.path, b.path) for a, b in m.pairs]
+        >>> pairs[:2]
         [('', 'module'), ('conv1', 'module.conv1')]
     """
     a, b = list(calls_a), list(calls_b)
