@@ -174,9 +174,9 @@ def match_calls(
 
     Example:
         >>> m = match_calls(trace_a, trace_b)  # B recorded under a wrapper: "module."
-        >>> pairs = [(a.path, b.path) for a, b in m.pairs]
-        >>> pairs[:2]
-        [('', 'module'), ('conv1', 'module.conv1')]
+        >>> first, second = m.pairs[:2]
+        >>> second[0].path, second[1].path
+        ('conv1', 'module.conv1')
     """
     a, b = list(calls_a), list(calls_b)
     mapping = _check_mapping(match or {}, a, b)
