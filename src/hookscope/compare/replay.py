@@ -67,10 +67,11 @@ class StoredUses:
         and its children's outputs (replayed)."""
         counts: Counter[int] = Counter()
         for a, _ in pairs:
-            value = store_a[a.name]
-            for part in (value["input"], value["output"],
-                         *(store_a[trace_a.calls[i].name]["output"] for i in a.children)):
-                counts.update(id(t) for _, t in iter_tensors(part, "v"))
+            for name, parts in ((a.name, ("input", "output")),
+                                *((trace_a.calls[i].name, ("output",)) for i in a.children)):
+                value = store_a.get(name, {})
+                for part in parts:
+                    counts.update(id(t) for _, t in iter_tensors(value.get(part), "v"))
         return cls(counts)
 
     def spend(self, value: Any) -> set[int]:
