@@ -9,18 +9,26 @@ measures against every candidate the matching can choose among: side A's calls o
 same call index whose path, as it is, with its wrapper segments removed, or mapped by
 ``match=``, is side B's path as it is or with its wrapper segments removed (usually one,
 two for a wrapper and the module it wraps).
+
+A container's output is often its last child's, the same tensor on both sides (side A's
+capture keeps one copy of it): such a pair, unchanged since it was measured (the same
+objects and version counters), is measured once (:class:`_Remembered`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import weakref
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import torch
 from torch import nn
 
 from hookscope.compare.matching import WRAPPER_PREFIXES, WRAPPER_SEGMENTS
-from hookscope.compare.numerics import TensorError, value_errors
+from hookscope.compare.numerics import TensorError, tensor_error, value_errors
+from hookscope.core import torch_private
 from hookscope.core.engine.probe import Probe
 from hookscope.core.records.trace import Call
 
@@ -60,6 +68,28 @@ def candidates_index(calls_a: Sequence[Call], match: Mapping[str, str] | None
     return index
 
 
+_Seen = tuple["weakref.ref[torch.Tensor]", "weakref.ref[torch.Tensor]", int, int, TensorError]
+
+
+class _Remembered:
+    """:func:`tensor_error` that measures a pair of tensors once while neither was
+    written (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[int, int], _Seen] = {}
+
+    def __call__(self, a: torch.Tensor, b: torch.Tensor, *, path: str) -> TensorError:
+        va, vb = torch_private.version_counter(a), torch_private.version_counter(b)
+        if va is None or vb is None:  # inference tensors count no writes
+            return tensor_error(a, b, path=path)
+        seen = self._seen.get((id(a), id(b)))
+        if seen is not None and seen[0]() is a and seen[1]() is b and seen[2:4] == (va, vb):
+            return dataclasses.replace(seen[4], path=path)
+        found = tensor_error(a, b, path=path)
+        self._seen[(id(a), id(b))] = (weakref.ref(a), weakref.ref(b), va, vb, found)
+        return found
+
+
 class SideBMeasure(Probe):
     """Measures each side B call's output against its candidate side A calls' outputs
     as the call ends (see the module docstring)."""
@@ -71,6 +101,7 @@ class SideBMeasure(Probe):
         self.store_a = store_a
         self.index = index
         self.measured: Measured = {}
+        self._measure = _Remembered()
 
     def on_exit(
         self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -83,4 +114,4 @@ class SideBMeasure(Probe):
             names += self.index.get((path, call.call_index), [])
         for name in dict.fromkeys(names):
             self.measured[(name, call.name)] = value_errors(
-                self.store_a[name]["output"], output)
+                self.store_a[name]["output"], output, measure=self._measure)

@@ -21,7 +21,7 @@ output tensors: the largest errors, the smallest cosine and SQNR.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,16 +115,17 @@ def _missing(path: str, note: str) -> TensorError:
     return TensorError(path, nan, nan, nan, nan, note)
 
 
-def value_errors(a: Any, b: Any) -> list[TensorError]:
+def value_errors(a: Any, b: Any, *,
+                 measure: Callable[..., TensorError] = tensor_error) -> list[TensorError]:
     """The measures of each tensor of side A's value ``a`` (a call's output: a tensor,
     or tuples, dicts, dataclasses of them) against the tensor at the same place in
-    ``b``."""
+    ``b`` (``measure``: :func:`tensor_error`, or one that remembers its answers)."""
     theirs = dict(iter_tensors(b, "out"))
     out = []
     for path, t in iter_tensors(a, "out"):
         other = theirs.pop(path, None)
         out.append(_missing(path, "side B has no tensor here") if other is None
-                   else tensor_error(t, other, path=path))
+                   else measure(t, other, path=path))
     out += [_missing(path, "side A has no tensor here") for path in theirs]
     return out
 

@@ -9,12 +9,15 @@ error is that of the module's own code: a block's residual add, an attention's s
 a leaf's kernel. A submodule side A did not call there (or called fewer times) runs as
 it is.
 
-Side A's values are handed to the re-run as they are stored, not copied, though the
-module may write them in place (an in-place ReLU, a residual ``+=``): each is used once.
-A call's inputs serve its own re-run only, and its output, after it served as its own
-re-run's reference, only its parent's re-run; so the calls are re-run children first
-(:func:`introduced_errors`, in reverse call order). Its measures from the two runs were
-taken before any re-run.
+Side A's values are handed to the re-runs as they are stored, though a module may write
+them in place (an in-place ReLU, a residual ``+=``), where that is their last use: a
+call's inputs serve its own re-run, its output first its own re-run's reference, then
+its parent's re-run (so the calls are re-run children first, in reverse call order:
+:func:`introduced_errors`). One stored copy can serve several calls (the capture keeps
+one copy of a tensor that one call returns and the next receives unchanged, and of a
+container's output that is its last child's): such a copy is handed to a re-run that
+may write it as a new copy, unless no use of it is left after that one
+(:class:`StoredUses`). The measures from the two runs were taken before any re-run.
 
 Nothing of the model is left changed: the instance ``forward`` attributes are removed
 again (or the ones there were put back), and buffers that a forward in training mode
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +39,7 @@ from torch import nn
 from hookscope.compare.numerics import max_abs_error
 from hookscope.compare.sides import SideB
 from hookscope.core.model.buffer_state import restore_buffers, saved_buffers
+from hookscope.core.records.tensor_paths import iter_tensors
 from hookscope.core.records.trace import Call, Trace
 
 
@@ -47,17 +52,58 @@ class Introduced:
     note: str = ""
 
 
+class StoredUses:
+    """How many uses by the re-runs each stored tensor has left (none counted: every
+    stored tensor is used as it is, as for values read from disk, which are read anew
+    for each use)."""
+
+    def __init__(self, counts: Counter[int] | None = None) -> None:
+        self.left: Counter[int] = counts if counts is not None else Counter()
+
+    @classmethod
+    def of(cls, pairs: Sequence[tuple[Call, Call]], trace_a: Trace,
+           store_a: Mapping[str, Any]) -> StoredUses:
+        """The uses the re-runs of ``pairs`` can make: each call's inputs and output,
+        and its children's outputs (replayed)."""
+        counts: Counter[int] = Counter()
+        for a, _ in pairs:
+            for name, parts in ((a.name, ("input", "output")),
+                                *((trace_a.calls[i].name, ("output",)) for i in a.children)):
+                value = store_a.get(name, {})
+                for part in parts:
+                    counts.update(id(t) for _, t in iter_tensors(value.get(part), "v"))
+        return cls(counts)
+
+    def spend(self, value: Any) -> set[int]:
+        """Spend one use of each tensor of ``value``; the ``id``s of those with uses
+        left."""
+        left = set()
+        for _, t in iter_tensors(value, "v"):
+            self.left[id(t)] -= 1
+            if self.left[id(t)] > 0:
+                left.add(id(t))
+        return left
+
+    def take(self, value: Any, side: SideB) -> Any:
+        """``value`` as side B takes it (:meth:`SideB.inputs`) for a use that may write
+        it: a tensor with uses left after this one is handed as a new copy."""
+        return side.inputs(value, copy_ids=self.spend(value))
+
+
 def introduced_errors(pairs: Sequence[tuple[Call, Call]], trace_a: Trace,
-                      store_a: Mapping[str, Any], side: SideB) -> list[Introduced]:
+                      store_a: Mapping[str, Any], side: SideB, *,
+                      uses: StoredUses | None = None) -> list[Introduced]:
     """:func:`introduced_error` of each matched pair, in the order given, run in reverse
-    call order (see the module docstring)."""
-    found = {a.index: introduced_error(a, b, trace_a, store_a, side)
+    call order (see the module docstring); ``uses``: the stored tensors' uses, counted
+    where one stored copy can serve several calls."""
+    uses = uses or StoredUses()
+    found = {a.index: introduced_error(a, b, trace_a, store_a, side, uses)
              for a, b in sorted(pairs, key=lambda pair: -pair[0].index)}
     return [found[a.index] for a, _ in pairs]
 
 
 def introduced_error(a: Call, b: Call, trace_a: Trace, store_a: Mapping[str, Any],
-                     side: SideB) -> Introduced:
+                     side: SideB, uses: StoredUses) -> Introduced:
     """Side B's module of call ``b`` re-run on side A's inputs of call ``a``, measured
     against side A's output (see the module docstring)."""
     try:
@@ -66,23 +112,25 @@ def introduced_error(a: Call, b: Call, trace_a: Trace, store_a: Mapping[str, Any
         return Introduced(None, f"side B has no module {b.path!r} to run again")
     value = store_a[a.name]
     args, kwargs = value["input"]
-    replays = _replays(a, trace_a, store_a, module, side)
+    args, kwargs = uses.take(args, side), uses.take(kwargs, side)
+    replays = _replays(a, trace_a, store_a, module, side, uses)
     saved = saved_buffers(module.modules())
     try:
         with _replaying(replays), torch.no_grad(), side.running():
-            out = module(*side.inputs(args), **side.inputs(kwargs))
+            out = module(*args, **kwargs)
     except Exception as e:  # NB: a module that cannot run alone (it reads state its
         # parent set) has no introduced error, the row says why
         return Introduced(None, f"could not run alone: {type(e).__name__}: {e}"[:200])
     finally:
         restore_buffers(saved)
+    uses.spend(value["output"])  # read only: the reference
     max_abs = max_abs_error(value["output"], out)
     return Introduced(None if math.isnan(max_abs) else max_abs,
                       "no output tensor to compare" if math.isnan(max_abs) else "")
 
 
 def _replays(a: Call, trace_a: Trace, store_a: Mapping[str, Any], module: nn.Module,
-             side: SideB) -> dict[int, tuple[nn.Module, list[Callable[[], Any]]]]:
+             side: SideB, uses: StoredUses) -> dict[int, tuple[nn.Module, list[Callable[[], Any]]]]:
     """Side B's submodules that side A's call ``a`` called, each with side A's outputs
     of those calls in order (read when replayed: a spilled store loads them then)."""
     out: dict[int, tuple[nn.Module, list[Callable[[], Any]]]] = {}
@@ -93,12 +141,13 @@ def _replays(a: Call, trace_a: Trace, store_a: Mapping[str, Any], module: nn.Mod
             sub = module.get_submodule(child.path.removeprefix(prefix))
         except AttributeError:
             continue
-        out.setdefault(id(sub), (sub, []))[1].append(_reader(store_a, child.name, side))
+        out.setdefault(id(sub), (sub, []))[1].append(_reader(store_a, child.name, side, uses))
     return out
 
 
-def _reader(store_a: Mapping[str, Any], name: str, side: SideB) -> Callable[[], Any]:
-    return lambda: side.inputs(store_a[name]["output"])
+def _reader(store_a: Mapping[str, Any], name: str, side: SideB,
+            uses: StoredUses) -> Callable[[], Any]:
+    return lambda: uses.take(store_a[name]["output"], side)
 
 
 @contextlib.contextmanager

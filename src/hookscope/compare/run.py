@@ -37,7 +37,7 @@ from torch import nn
 from hookscope.compare.matching import match_calls
 from hookscope.compare.measure import Measured, SideBMeasure, candidates_index
 from hookscope.compare.numerics import TensorError, worst
-from hookscope.compare.replay import introduced_errors
+from hookscope.compare.replay import StoredUses, introduced_errors
 from hookscope.compare.result import CallError, CompareResult, MemoryUse
 from hookscope.compare.sides import SideB, Weights, side_b
 from hookscope.core.engine.failures import describe_failure
@@ -116,7 +116,8 @@ def compare(
     trace_b = _run_b(side, side.inputs(inputs), side.inputs(kwargs), measure)
     matching = match_calls(trace_a.calls, trace_b.calls, match=match)
     rows = [_row(a, b, measure.measured) for a, b in matching.pairs]
-    introduced = introduced_errors(matching.pairs, trace_a, store_a, side)
+    uses = StoredUses.of(matching.pairs, trace_a, store_a) if where is None else None
+    introduced = introduced_errors(matching.pairs, trace_a, store_a, side, uses=uses)
     rows = [row.with_introduced(i) for row, i in zip(rows, introduced, strict=True)]
     first = next((r for r in rows if r.introduced_max_abs is not None
                   and r.introduced_max_abs > tolerance), None)
@@ -174,6 +175,7 @@ def _record_a(model: nn.Module, inputs: tuple[Any, ...], kwargs: dict[str, Any],
     # the forward is run here, for the caller: the capture puts back what it moved
     # (training-mode buffers, flags), as hookscope.capture does
     cap._restore_state = True
+    cap._share_copies = True  # one copy of what one call returns and the next receives
     started = False
     try:
         with torch.random.fork_rng(devices=_cuda_devices()):
@@ -253,7 +255,9 @@ def _memory(store_a: Mapping[str, Any], side: SideB, *, spilled: Path | None) ->
 
     NB: counted, not measured: the bytes of the values kept (in memory, or the shards'
     sizes on disk, of which a capture holds at most one shard's worth at a time) and of
-    side B's copy; the forwards' own memory is the models'.
+    side B's copy; the forwards' own memory is the models'. In memory, a copy kept
+    under two calls (what one returns and the next receives) counts under each: an
+    upper bound.
     """
     if spilled is None:
         stored = _nbytes(store_a.values())

@@ -16,6 +16,7 @@ import contextlib
 import copy
 import os
 from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,17 +79,20 @@ class SideB:
     compiled: str | None = None
     home: torch.device | None = None
 
-    def inputs(self, value: Any, *, copy: bool = False) -> Any:
+    def inputs(self, value: Any, *, copy: bool = False,
+               copy_ids: AbstractSet[int] = frozenset()) -> Any:
         """Side A's ``value`` (inputs of a call, or a call's output) as side B takes it:
         floating tensors cast to :attr:`dtype`, every tensor moved to :attr:`device`
-        (``copy``: always a new tensor, which the call may write in place)."""
+        (``copy``: always a new tensor, which the call may write in place; ``copy_ids``:
+        a new tensor for the tensors whose ``id`` it holds)."""
         device = self.device or self.home
-        if self.dtype is None and device is None and not copy:
+        if self.dtype is None and device is None and not copy and not copy_ids:
             return value
 
         def move(t: torch.Tensor) -> torch.Tensor:
             dtype = self.dtype if self.dtype is not None and t.is_floating_point() else None
-            return t.to(device=device or t.device, dtype=dtype or t.dtype, copy=copy)
+            return t.to(device=device or t.device, dtype=dtype or t.dtype,
+                        copy=copy or id(t) in copy_ids)
 
         return map_tensors(move, value)
 

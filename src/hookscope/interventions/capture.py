@@ -39,6 +39,7 @@ from hookscope.core.torch_private import original_module, pytree
 from hookscope.errors import HookscopeError, ModelRunError, SpecError
 from hookscope.interventions.recording import (
     CapturedActivations,
+    SharedCopies,
     What,
     _InputCapture,
     _OutputCapture,
@@ -146,6 +147,11 @@ class Capture:
         #: (``Tracer(restore_state=True)``); in a ``with Capture`` block the forward
         #: is the user's own.
         self._restore_state = False
+        #: ``hookscope.compare`` keeps one copy of a value that one call returns and
+        #: the next receives (``SharedCopies``; in memory only); a user's capture keeps
+        #: values that may be changed in place independent
+        self._share_copies = False
+        self._shared: SharedCopies | None = None
 
     @property
     def activations(self) -> Mapping[str, Any]:
@@ -175,6 +181,8 @@ class Capture:
         self._memory, self._started = CapturedActivations(), {}
         if self._save_to is not None:
             self._writer = ShardWriter(self._save_to, shard_bytes=self._shard_bytes)
+        share = self._share_copies and self._writer is None
+        self._shared = SharedCopies() if share else None
         probe = _OutputCapture(self) if self.what is What.OUTPUT else _InputCapture(self)
         chosen = self._chosen
         tracer = Tracer(self.model, shapes=False, probes=[probe],
@@ -195,6 +203,7 @@ class Capture:
         tb: TracebackType | None,
     ) -> None:
         tracer, self._tracer = self._tracer, None
+        self._shared = None
         try:
             if tracer is not None:
                 self.trace = tracer.trace  # the calls seen, also of a run that failed

@@ -6,6 +6,8 @@ capture, and the dict the copies are kept in, in memory (:class:`CapturedActivat
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +47,29 @@ class CapturedActivations(dict[str, Any]):
         return [value for _, value in sorted(found, key=lambda item: item[0])]
 
 
+class SharedCopies:
+    """One copy per tensor and version: a tensor that one call returns and the next
+    receives unchanged (same object, same version counter) is copied once and the copy
+    kept under both calls (what ``hookscope.compare`` asks for; a capture to disk
+    copies each time, as safetensors refuses tensors that share memory)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[int, tuple[weakref.ref[torch.Tensor], int, torch.Tensor]] = {}
+
+    def copy(self, t: torch.Tensor, make: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """The copy of ``t`` made before if ``t`` has not been written since, else
+        ``make()``."""
+        version = torch_private.version_counter(t)
+        if version is None:  # an inference tensor counts no writes: copied each time
+            return make()
+        seen = self._seen.get(id(t))
+        if seen is not None and seen[0]() is t and seen[1] == version:
+            return seen[2]
+        made = make()
+        self._seen[id(t)] = (weakref.ref(t), version, made)
+        return made
+
+
 class _OutputCapture(Probe):
     """Copies each observed call's output at its exit."""
 
@@ -78,6 +103,9 @@ class _OutputCapture(Probe):
                 )
             return t.detach().to(t.device if device is None else device, copy=True)
 
+        shared = self.capture._shared
+        if shared is not None:
+            return map_tensors(lambda t: shared.copy(t, lambda: copy(t)), value)
         return map_tensors(copy, value)  # also into dataclasses, which pytree leaves whole
 
 
