@@ -247,7 +247,9 @@ def _unforeseen(b: Call) -> TensorError:
 
 
 def _nbytes(values: Iterable[Any]) -> int:
-    return sum(t.nbytes for v in values for _, t in iter_tensors(v, "v"))
+    """The bytes of the tensors in ``values``, a copy kept under several calls once."""
+    unique = {id(t): t for v in values for _, t in iter_tensors(v, "v")}
+    return sum(t.nbytes for t in unique.values())
 
 
 def _memory(store_a: Mapping[str, Any], side: SideB, *, spilled: Path | None) -> MemoryUse:
@@ -256,8 +258,7 @@ def _memory(store_a: Mapping[str, Any], side: SideB, *, spilled: Path | None) ->
     NB: counted, not measured: the bytes of the values kept (in memory, or the shards'
     sizes on disk, of which a capture holds at most one shard's worth at a time) and of
     side B's copy; the forwards' own memory is the models'. In memory, a copy kept
-    under two calls (what one returns and the next receives) counts under each: an
-    upper bound.
+    under two calls (what one returns and the next receives) counts once.
     """
     if spilled is None:
         stored = _nbytes(store_a.values())
