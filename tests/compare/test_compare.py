@@ -469,7 +469,7 @@ Sequential              0        0       1      inf                   0
     2.0 (Linear)        0        0       1      inf                   0
     2.1 (Tanh)          0        0       1      inf                   0
   3 (Linear)            0        0       1      inf                   0
-side B: model_b _Wrapper | tolerance 0.0001 | extra peak memory 3.52 KiB (values 3.52 KiB, copy 0 B)
+side B: model_b _Wrapper | tolerance 0.0001 | extra peak memory 1.45 KiB (values 1.45 KiB, copy 0 B)
 only on side B (1): <root>
 """
 
