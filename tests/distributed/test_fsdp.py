@@ -67,6 +67,20 @@ def test_trace_backward_norms_are_the_full_parameters(
     assert ranks[0]["trace_grads"] == ranks[1]["trace_grads"]  # the same x on both
 
 
+def test_tracer_around_fsdps_own_backward_reports_the_full_gradients(
+    ranks: list[dict[str, Any]],
+) -> None:
+    """FSDP's reduce-scattered gradients (the mean over the ranks' halves of the batch):
+    the unsharded model's on the whole batch, and ``.grad.full_tensor()``'s."""
+    for found in ranks:
+        oracle = found["monitor"]["oracle"]
+        assert list(found["tracer_grads"]) == list(oracle)
+        for path, (status, norm) in found["tracer_grads"].items():
+            assert status == "ok", path
+            assert math.isclose(norm, oracle[path], rel_tol=1e-5), path
+            assert math.isclose(norm, found["tracer_full"][path], rel_tol=1e-6), path
+
+
 def test_trace_backward_leaves_the_fsdp_model_as_it_was(
     ranks: list[dict[str, Any]],
 ) -> None:

@@ -227,6 +227,12 @@ def fsdp(rank: int) -> dict[str, Any]:
         nn.functional.mse_loss(net(xs[part]), ys[part]).backward()
         opt.step()
         opt.zero_grad()
+    with hookscope.Tracer(net, grads=True) as tr:  # FSDP's own backward, its .grads
+        nn.functional.mse_loss(net(xs[part]), ys[part]).backward()
+    found["tracer_grads"] = {g.path: [g.status, g.norm] for g in tr.trace.param_grads}
+    found["tracer_full"] = {n: float(p.grad.full_tensor().double().norm())
+                            for n, p in net.named_parameters()}
+    opt.zero_grad()
     nn.functional.mse_loss(plain(xs), ys).backward()
     found["monitor"] = {"names": list(mon.names), "norms": mon.history.norms[0],
                         "step_norms": mon.history.step_norms[0],
