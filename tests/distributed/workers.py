@@ -205,7 +205,7 @@ def fsdp(rank: int) -> dict[str, Any]:
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 5))
     plain = copy.deepcopy(net)  # the unsharded oracle
-    fully_shard(net[0])
+    fully_shard(net[0], reshard_after_forward=False)  # unsharded until the backward
     fully_shard(net[2])
     fully_shard(net)
     found: dict[str, Any] = {"numel": sum(p.numel() for p in plain.parameters())}
@@ -218,11 +218,7 @@ def fsdp(rank: int) -> dict[str, Any]:
     shapes = {c.path: [list(m.shape) for m in c.outputs] for c in s.trace.calls}
     found["shapes"] = shapes
     found["plain_shapes"] = {"0": [list(plain[0](x).shape)], "2": [[4, 5]]}
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        t = hookscope.trace(net, x, backward=True)
-    found["trace_grads"] = [g.status for g in t.param_grads]
-    found["warned"] = [str(w.message) for w in caught if "FSDP2" in str(w.message)]
+    found.update(_fsdp_trace_grads(net, plain, x))
     torch.manual_seed(7)
     xs, ys = torch.randn(8, 8), torch.randn(8, 5)
     part = slice(4 * rank, 4 * rank + 4)
@@ -231,11 +227,60 @@ def fsdp(rank: int) -> dict[str, Any]:
         nn.functional.mse_loss(net(xs[part]), ys[part]).backward()
         opt.step()
         opt.zero_grad()
+    with hookscope.Tracer(net, grads=True) as tr:  # FSDP's own backward, its .grads
+        nn.functional.mse_loss(net(xs[part]), ys[part]).backward()
+    found["tracer_grads"] = {g.path: [g.status, g.norm] for g in tr.trace.param_grads}
+    found["tracer_full"] = {n: float(p.grad.full_tensor().double().norm())
+                            for n, p in net.named_parameters()}
+    opt.zero_grad()
     nn.functional.mse_loss(plain(xs), ys).backward()
     found["monitor"] = {"names": list(mon.names), "norms": mon.history.norms[0],
                         "step_norms": mon.history.step_norms[0],
                         "oracle": {n: float(p.grad.double().norm())
                                    for n, p in plain.named_parameters()}}
+    return found
+
+
+def _fsdp_trace_grads(net: nn.Module, plain: nn.Module, x: torch.Tensor) -> dict[str, Any]:
+    """trace(backward=True) on the FSDP2 model: its norms, the unsharded model's
+    (``torch.autograd.grad`` of the same default loss, the sum of the output), the
+    assumption of ``torch_private.fsdp_unsharded_params``, and the model left as it was;
+    then with the unsharded parameters hidden (the planted fault): a warning."""
+    from hookscope.core import torch_private
+
+    found: dict[str, Any] = {}
+    pairs = torch_private.fsdp_unsharded_params(net)  # after summary's forward
+    unsharded = {id(s): u for s, u in pairs}
+    # net[0] (reshard_after_forward=False) holds its unsharded parameters now
+    of = {id(t): (s, u) for s, u in pairs for t in (s, u)}
+    found["unsharded"] = {n: [hasattr(of[id(p)][0], "device_mesh"), list(of[id(p)][1].shape),
+                              list(of[id(p)][0].shape), of[id(p)][1] is p]
+                          for n, p in net.named_parameters()}
+    hooks_before = [len(t._backward_hooks or {}) for t in unsharded.values()]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        t = hookscope.trace(net, x, backward=True)
+    found["warned"] = [str(w.message) for w in caught if "FSDP2" in str(w.message)]
+    found["trace_grads"] = {g.path: [g.status, g.norm] for g in t.param_grads}
+    grads = torch.autograd.grad(plain(x).sum(), list(plain.parameters()))
+    found["trace_oracle"] = {n: float(g.double().norm())
+                             for (n, _), g in zip(plain.named_parameters(), grads, strict=True)}
+    found["grads_after"] = [p.grad is None for p in net.parameters()] + \
+        [u.grad is None for u in unsharded.values()]
+    found["hooks_same"] = hooks_before == [len(t._backward_hooks or {})
+                                           for t in unsharded.values()]
+    found["sharded_back"] = all(is_sharded for is_sharded in
+                                (hasattr(p, "device_mesh") for p in net.parameters()))
+    hidden, torch_private.fsdp_unsharded_params = (  # type: ignore[assignment]
+        torch_private.fsdp_unsharded_params, lambda model: [])
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            t = hookscope.trace(net, x, backward=True)
+    finally:
+        torch_private.fsdp_unsharded_params = hidden
+    found["hidden_grads"] = sorted({g.status for g in t.param_grads})
+    found["hidden_warned"] = [str(w.message) for w in caught if "FSDP2" in str(w.message)]
     return found
 
 

@@ -31,7 +31,7 @@ from hookscope.core.inputs import (
 )
 from hookscope.core.meta import inputs_to_meta, is_meta_request, is_on_meta, meta_copy
 from hookscope.core.model.selectors import ModuleSelector
-from hookscope.core.model.wrappers import has_sharded_params, unwrap, wrapper_names
+from hookscope.core.model.wrappers import unwrap, wrapper_names
 from hookscope.core.options import check_flags, check_optional_flags
 from hookscope.core.records.tensor_paths import call_input_metas, metas
 from hookscope.core.records.trace import Call, Trace
@@ -143,13 +143,6 @@ def trace(
     # wrapper's collectives (buffer broadcast, gradient all-reduce) or its state
     wrappers = wrapper_names(model)
     model = unwrap(model)
-    if backward and (grads is None or grads) and has_sharded_params(model):
-        warnings.warn(
-            "hookscope: FSDP2 gives its sharded parameters their gradients in its own "
-            "hooks, which trace(backward=True) (torch.autograd.grad) does not run: they "
-            "are listed without a gradient (no_backward). The full gradients' norms: "
-            "hookscope.GradientMonitor(model) around your training loop",
-            UserWarning, stacklevel=_outside_hookscope())
     on_meta = is_meta_request(device) or (device is None and is_on_meta(model))
     if on_meta:  # analyse a meta copy: the user's model is not touched
         _warn_autocast_ignored()

@@ -13,7 +13,8 @@ registers no hook):
   (``backward_ns``, inclusive; ``backward_self_ns`` = inclusive minus the direct
   children's, set in ``finalize``; none on the meta device, where nothing runs);
 - ``on_param_grad``: per parameter, the norm, max-abs, mean, NaN and Inf counts of its
-  gradient (after accumulation for ``.backward()``).
+  gradient (after accumulation for ``.backward()``; FSDP2's sharded gradient is
+  all-gathered first: the full parameter's).
 
 Every value is computed on the gradient's own device and kept there as a 0-d
 tensor (``probes/grad_values.py``); ``finalize`` moves them to the host in one
@@ -202,7 +203,7 @@ class GradsProbe(Probe):
                 _skipped_batched()  # nor does it erase those of a real one before it
                 slot.events += 1
                 return
-            slot.values = None if grad.grad.is_meta else _grad_stats(grad.grad)
+            slot.values = None if grad.grad.is_meta else _grad_stats(_full(grad.grad))
             slot.events += 1
 
     def finalize(self, trace: Trace) -> None:
@@ -238,6 +239,16 @@ class GradsProbe(Probe):
         self._norms, self._params, self._reached, self._walked = [], {}, None, {}
         self._accumulated = False
         self._tracer = None
+
+
+def _full(grad: torch.Tensor) -> torch.Tensor:
+    """The whole gradient of a sharded one (FSDP2 puts a ``DTensor`` shard of the
+    reduce-scattered gradient into ``.grad`` and runs its post-accumulate hooks): an
+    all-gather, which every rank makes in the same order, that of FSDP's own
+    reduce-scatters in their backward. NB: it holds one full gradient at a time."""
+    if hasattr(grad, "device_mesh") and hasattr(grad, "full_tensor"):
+        return grad.full_tensor()  # type: ignore[no-any-return]
+    return grad
 
 
 def _reachable(roots: list[Any], found: set[int], seen: dict[int, Any]) -> None:

@@ -273,6 +273,22 @@ class BackwardWatch:
 
         return hook
 
+    def watch_unsharded(self, named: Iterable[tuple[str, torch.Tensor, torch.Tensor]]) -> None:
+        """A hook on each ``(path, sharded, unsharded)``'s unsharded tensor (FSDP2's
+        all-gathered parameter, ``torch_private.fsdp_unsharded_params``), for a
+        ``torch.autograd.grad`` with respect to it: its gradient, the full parameter's,
+        is delivered as the sharded parameter's."""
+        for path, param, unsharded in named:
+            self._handles.add(unsharded.register_hook(  # type: ignore[no-untyped-call]
+                self._unsharded_hook(path, param)))
+
+    def _unsharded_hook(self, path: str, p: torch.Tensor) -> Callable[[torch.Tensor], None]:
+        def hook(grad: torch.Tensor) -> None:
+            self._queue_end()
+            self._dispatch("on_param_grad", None, ParamGrad(path, p, grad, False))
+
+        return hook
+
     def _accumulated_hook(self, path: str) -> Callable[[torch.Tensor], None]:
         def hook(p: torch.Tensor) -> None:
             self._pending.pop(id(p), None)

@@ -5,16 +5,25 @@ parameter and every input that requires grad, so no ``.grad`` of the user's mode
 changes; the tracer's backward events (``core/engine/backward.py``) see the pass. The loss (the
 user's ``loss=``, or the sum of every floating output) is computed as internal work:
 its ops are not the model's.
+
+FSDP2 (``fully_shard``): the forward differentiates the all-gathered unsharded
+parameters, not the sharded ``DTensor``\\ s on the module; the gradients are taken with
+respect to those (``torch_private.fsdp_unsharded_params``) and delivered as the sharded
+parameters': the full gradient of this rank's loss, not reduced over the data-parallel
+ranks (no ``.grad`` is set, so FSDP's post-backward reduce-scatters nothing).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
+from hookscope.core import torch_private
+from hookscope.core.internal import outside_hookscope
 from hookscope.core.records.tensor_paths import iter_tensors
 from hookscope.errors import SpecError
 
@@ -46,7 +55,7 @@ def run_backward(
                     "returns it"
                 ) from e
         _check_loss(loss)
-        _gradients(loss, _grad_targets(model, args, kw))
+        _gradients(loss, _grad_targets(tracer, model, args, kw))
         return
     roots = backward_roots(output)
     if not roots:
@@ -54,7 +63,7 @@ def run_backward(
             "backward=True needs an output that requires grad; no floating output of the "
             "model requires grad (are all parameters frozen?)"
         )
-    targets = _grad_targets(model, args, kw)
+    targets = _grad_targets(tracer, model, args, kw)
     with tracer.internal_work():
         # the sum of the outputs, not the outputs as roots with seeds of ones (the
         # same gradients): autograd runs no tensor hook on a graph root, so the model's
@@ -91,9 +100,9 @@ def _gradients(loss: torch.Tensor, targets: list[torch.Tensor]) -> None:
 
 
 def _grad_targets(
-    model: nn.Module, args: tuple[Any, ...], kw: dict[str, Any]
+    tracer: Tracer, model: nn.Module, args: tuple[Any, ...], kw: dict[str, Any]
 ) -> list[torch.Tensor]:
-    targets: list[torch.Tensor] = [p for p in model.parameters() if p.requires_grad]
+    targets = _fsdp_targets(tracer, model, [p for p in model.parameters() if p.requires_grad])
     # also inputs that are not leaves (``x = w * 2``): the backward stops there
     targets += [t for _, t in iter_tensors((args, kw), "in") if t.requires_grad]
     if not targets:
@@ -103,6 +112,32 @@ def _grad_targets(
             "an input with requires_grad=True or unfreeze a parameter"
         )
     return targets
+
+
+def _fsdp_targets(
+    tracer: Tracer, model: nn.Module, params: list[torch.Tensor]
+) -> list[torch.Tensor]:
+    """``params`` with FSDP2's sharded parameters (or the unsharded ones the module
+    holds until FSDP reshards) replaced by the unsharded leaves the forward used, each
+    watched for its sharded parameter when a probe takes parameters' gradients."""
+    pairs = torch_private.fsdp_unsharded_params(model) if params else []
+    run = tracer.run
+    watch = run.backward if run is not None and run.plan.backward_handlers[
+        "on_param_grad"] else None
+    if pairs:
+        of = {id(t): pair for pair in pairs for t in pair}
+        if watch is not None:
+            watch.watch_unsharded([(path, *of[id(p)]) for path, p in model.named_parameters()
+                                   if p.requires_grad and id(p) in of])
+        params = [of[id(p)][1] if id(p) in of else p for p in params]
+    if watch is not None and any(hasattr(t, "device_mesh") for t in params):
+        warnings.warn(
+            "hookscope: the forward did not differentiate FSDP2's sharded parameters "
+            "themselves and hookscope found no unsharded form of them: they are listed "
+            "without a gradient (no_backward). The full gradients' norms: "
+            "hookscope.GradientMonitor(model) around your training loop",
+            UserWarning, stacklevel=outside_hookscope())
+    return params
 
 
 def _check_loss(loss: Any) -> None:

@@ -51,6 +51,8 @@ the names below (``torch_private.next_sequence_nr()``); the submodules hold them
   failures dynamo recorded when it recompiled (:func:`recompile_reasons`).
 - ``fake.py``: fake tensors (:func:`fake_mode`, :func:`is_fake`, the exceptions of an
   op that reads values, :data:`VALUE_DEPENDENT`), which the memory plan runs on.
+- ``fsdp.py``: FSDP2's all-gathered parameters, which autograd differentiates
+  (:func:`fsdp_unsharded_params`).
 - ``frames.py``: torch's source files a module call and a backward pass run through
   to reach a hook (:func:`is_torch_machinery`), which a breakpoint's stack hides.
 - ``modules.py``: the process-wide module hook dicts (:func:`global_hooks`,
@@ -123,6 +125,7 @@ from hookscope.core.torch_private.dispatch import (
     vmap_running,
 )
 from hookscope.core.torch_private.frames import is_torch_machinery
+from hookscope.core.torch_private.fsdp import fsdp_unsharded_params
 from hookscope.core.torch_private.jit import jit_trace_scopes, jit_tracing_paused
 from hookscope.core.torch_private.module_internals import (
     BatchNormBase,
@@ -166,6 +169,7 @@ __all__ = [
     "explain_run",
     "foreach_mul_",
     "foreach_norm",
+    "fsdp_unsharded_params",
     "global_backward_hooks_are_legacy",
     "global_hooks",
     "global_module_hooks_present",
