@@ -68,8 +68,31 @@ def _owned_parameters(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
 def _warm_up(optimizer: torch.optim.Optimizer, params: list[nn.Parameter]) -> None:
     for p in params:
         p.grad = torch.zeros_like(p)
-    optimizer.step()
+    with _foreach(optimizer):
+        optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+
+
+@contextlib.contextmanager
+def _foreach(optimizer: torch.optim.Optimizer) -> Iterator[None]:
+    """The optimizer's ``foreach`` path, where it has one, for the untracked warm-up.
+
+    Only the states' layout matters there: ``torch.optim`` makes them in ``_init_group``
+    (or, for SGD's momentum, clones the gradient per parameter), the same on either
+    path, and the ``foreach`` path dispatches a few ops per group where the
+    single-tensor one (the default, which the tracked step keeps) dispatches about ten
+    per parameter.
+    """
+    chosen = [(g, g["foreach"]) for g in optimizer.param_groups
+              if "foreach" in g and not g["foreach"] and not g.get("fused")
+              and not g.get("differentiable")]
+    for group, _ in chosen:
+        group["foreach"] = True
+    try:
+        yield
+    finally:
+        for group, foreach in chosen:
+            group["foreach"] = foreach
 
 
 def _state_tensors(optimizer: torch.optim.Optimizer, p: nn.Parameter) -> list[torch.Tensor]:

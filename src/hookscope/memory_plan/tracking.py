@@ -157,9 +157,12 @@ class StorageTracker(TorchDispatchMode):  # type: ignore[no-untyped-call]  # tor
             self.opaque.add(func.name())
         owner = self._input_owner(args) if self.phase == "optimizer" else None
         self._owner_now = owner or ""
-        for leaf in pytree.tree_leaves(out):
-            if isinstance(leaf, torch.Tensor):
-                self.track(leaf, owner=owner)
+        if isinstance(out, torch.Tensor):  # most ops: no pytree walk
+            self.track(out, owner=owner)
+        else:
+            for leaf in pytree.tree_leaves(out):
+                if isinstance(leaf, torch.Tensor):
+                    self.track(leaf, owner=owner)
         self._owner_now = ""
         return out
 
