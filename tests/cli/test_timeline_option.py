@@ -32,7 +32,8 @@ def test_timeline_is_written_beside_the_table(
     assert "conv" in out.lower()  # the table still goes to stdout
     events = check_all(path)
     phases = {e["ph"] for e in events}
-    assert {"X", "M", "C", "i", "s", "f"} <= phases
+    assert {"X", "M", "C", "s", "f"} <= phases
+    assert any(e.get("cat") == "op" for e in events if e["ph"] == "X")  # ops as slices
     tracks = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
     assert tracks == {"forward (host times)", "backward (host times)"}
     assert len({e["tid"] for e in events if e["ph"] == "X"}) == 2

@@ -19,11 +19,9 @@ gives the terminal's coloured tables also in a pipe.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
 import sys
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -209,28 +207,13 @@ def write_atomically(path: Path, text: str) -> None:
     path = Path(os.path.realpath(path))
     if not path.parent.is_dir():
         raise SpecError(f"cannot write output file {shown!r}: {missing_folder(path.parent)}")
-    tmp: str | None = None
+    from hookscope.render.files import replace_atomically  # not at import: `--help` needs no torch
+
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        os.chmod(tmp, stat.S_IMODE(mode) if mode is not None else 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException as e:  # also Ctrl-C: no temporary file is left behind
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-        if not isinstance(e, OSError):
-            raise
+        replace_atomically(path, text)
+    except OSError as e:
         reason = e.strerror or type(e).__name__
         raise SpecError(f"cannot write output file {shown!r}: {reason}") from e
-
-
-def _umask() -> int:
-    """The process umask (reading it means setting it; it is put back at once)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 def missing_folder(folder: Path) -> str:

@@ -36,7 +36,7 @@ from typing import Any
 
 from hookscope.core.records.trace import Call, Trace
 from hookscope.errors import SpecError
-from hookscope.render.timeline_file import write_text_atomically
+from hookscope.render.files import write_text_atomically
 from hookscope.render.timeline_layout import (
     Slice,
     backward_slices,
@@ -84,7 +84,8 @@ def write_chrome_trace(traces: Trace | Sequence[Trace], path: str | os.PathLike[
         ['C', 'M', 'X']
     """
     document = chrome_trace([traces] if isinstance(traces, Trace) else list(traces))
-    write_text_atomically(Path(path), json.dumps(document, separators=(",", ":")))
+    write_text_atomically(Path(path), json.dumps(document, separators=(",", ":")),
+                          example="timeline.json")
 
 
 def trace_to_chrome_trace(trace: Trace, path: str | os.PathLike[str]) -> None:

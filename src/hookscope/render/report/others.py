@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hookscope.errors import SpecError
+from hookscope.render.files import write_text_atomically
 from hookscope.render.fold import FoldedModules, structure_rows
 from hookscope.render.labels import structure_fold_text, structure_text
 from hookscope.render.report.figures import figure
@@ -43,30 +42,8 @@ def write_html(html: str, path: str | os.PathLike[str]) -> Path:
     Raises:
         SpecError: the folder of ``path`` does not exist, or ``path`` is a folder.
     """
-    target = Path(path).expanduser()
-    if target.is_dir():
-        raise SpecError(f"cannot write the report to {str(path)!r}: it is a folder; "
-                        "give a file name, e.g. report.html")
-    folder = target.parent
-    if not folder.is_dir():
-        raise SpecError(f"cannot write the report to {str(path)!r}: folder {str(folder)!r} "
-                        "does not exist")
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(html)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return write_text_atomically(Path(path), html, example="report.html")
 
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def structure_report(info: ModelInfo, *, fold: bool = True) -> str:
