@@ -1,7 +1,7 @@
 """Count what one ``hookscope.summary`` costs beyond a plain forward, deterministically.
 
 Wall-clock ratios on a shared 2-core machine swing by more than the effects this
-project chases (``README.md``, session 12). This script counts instead: it runs itself
+project chases (see ``README.md``). This script counts instead: it runs itself
 under valgrind's callgrind with a cache simulation (a 32 KiB first level and a 512 KiB
 last level, like one core's L2 here), switches the measurement on and off from Python
 around each contender (``CALLGRIND_ZERO_STATS``/``CALLGRIND_DUMP_STATS``, through a
