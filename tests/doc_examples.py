@@ -19,7 +19,8 @@ An HTML comment right before a fence changes what is done with it:
 - ``<!-- docs: script NAME -->``: written to NAME and run as ``python NAME``; its
   output is compared with the ``output`` block after it.
 - ``<!-- docs: slow -->``: marked ``slow``, so run only with ``-m slow`` (CI runs
-  them); such an example imports what it uses, as the page's earlier ones do not run.
+  them); such an example imports what it uses, as the page's earlier ones do not run
+  (the files the page's earlier ``file`` blocks write are written for it).
 - ``<!-- docs: stats -->`` (before an ``output`` or ``console`` block): decimal numbers
   are masked too, for statistics of random weights that float rounding may move on
   another machine (gradient norms of a ResNet); integers (shapes, parameter counts,
@@ -126,6 +127,8 @@ class Evaluator:
         if kind == "skip":
             pytest.skip(f"not run: {arg}")
         namespace = example.namespace
+        if kind == "slow":
+            _write_files_before(example)
         if kind == "file" or kind == "script":
             Path(arg).write_text(source, encoding="utf-8")
             compile(source, arg, "exec")
@@ -154,6 +157,17 @@ class Evaluator:
         if matches(shown, actual, stats=stats):
             return None
         return f"shown:\n{shown}\nprinted (pytest --update-docs writes it):\n{actual}"
+
+
+def _write_files_before(example: Example) -> None:
+    """Write the files of the page's ``file`` blocks before ``example``, in page order:
+    under ``-m slow`` those blocks are deselected, and the example may run the files."""
+    for earlier in example.document.examples():
+        if earlier.start >= example.start:
+            return
+        _, kind, name, source = earlier.parsed
+        if kind == "file":
+            Path(name).write_text(source, encoding="utf-8")
 
 
 def _exec(example: Example, source: str) -> str:
@@ -209,6 +223,9 @@ def setup(namespace: dict[str, object]) -> None:
     for name in ("NO_COLOR", "FORCE_COLOR", "LINES", "TERM_PROGRAM"):
         os.environ.pop(name, None)
     os.environ["COLUMNS"] = "120"  # tables as a pipe gets them, whatever runs the tests
+    # torch warns on Python 3.13.0 alone (its dynamo guards run slower there): a line of
+    # the interpreter's, not of the command the page shows
+    os.environ["PYTHONWARNINGS"] = "ignore:Guards may run slower:RuntimeWarning"
     os.environ["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(ROOT / "src"), workdir, os.environ.get("PYTHONPATH")]))
     # `hookscope` and `python` in a console block are this interpreter's, also when
