@@ -822,3 +822,28 @@ def test_fake_tensors_refuse_to_read_values() -> None:
         t = torch.empty(4)
         with pytest.raises(fake.VALUE_DEPENDENT):
             t.nonzero()
+
+
+def test_the_cpu_recurrent_kernel_keeps_a_workspace_its_fake_kernel_reports_empty() -> None:
+    """The assumption the memory plan's workspace query rests on, and the query against
+    the real kernel's own answer."""
+    from hookscope.core.torch_private import fake
+
+    op = torch.ops.aten.mkldnn_rnn_layer.default
+    assert op in fake.WORKSPACE_OPS
+
+    def args(make: Any) -> list[Any]:
+        tensors = [make(12, 3, 8), make(64, 8), make(64, 16), make(64), make(64),
+                   make(3, 16), make(3, 16)]
+        #        reverse batch_sizes mode(LSTM) hidden layers biases bidir batch_first train
+        return [*tensors, False, [], 2, 16, 1, True, False, False, True]
+
+    real = op(*args(torch.randn))[3]
+    assert real.numel() > 0
+    with fake.fake_mode():
+        fake_args = args(torch.empty)
+        assert op(*fake_args)[3].numel() == 0
+        asked = fake.real_workspace_nbytes(op, tuple(fake_args), {})
+    assert asked == real.untyped_storage().nbytes()
+    with torch.no_grad():  # the kernel keeps no workspace without gradients
+        assert op(*args(torch.randn))[3] is None

@@ -11,7 +11,8 @@ few batch sizes (``search.py``).
 NB: the bytes are those of the storages torch allocates on the CPU's kernels; a CUDA
 device adds its caching allocator's rounding (512 B blocks), its workspaces (cuBLAS,
 cuDNN) and the CUDA context, and may pick other kernels (fused attention saves less
-than the math path the CPU takes).
+than the math path the CPU takes). A recurrent layer's oneDNN workspace, which fake
+tensors report as empty, is sized by its real kernel (``core/torch_private/fake.py``).
 """
 
 from __future__ import annotations
@@ -198,8 +199,8 @@ def _notes(request: PlanRequest, tracker: StorageTracker) -> list[str]:
     notes = [_NOTE_SHARDS] if request.shards > 1 else []
     for op in sorted(tracker.opaque):
         notes.append(f"{op} keeps a workspace for backward that its fake kernel reports as "
-                     "empty: the plan is low by it (oneDNN's LSTM: about a fifth of a "
-                     "small LSTM's step)")
+                     "empty and whose real kernel could not be asked its size (not on the "
+                     "CPU, or too large to run once): the plan is low by it")
     return notes
 
 

@@ -27,11 +27,7 @@ import torch
 
 from hookscope.core import torch_private
 from hookscope.core.torch_private import TorchDispatchMode, pytree, storage_key
-
-_OPAQUE_WORKSPACE = frozenset(
-    getattr(getattr(torch.ops.aten, name, None), "default", None)
-    for name in ("mkldnn_rnn_layer", "_cudnn_rnn", "miopen_rnn")) - {None}
-"""Ops whose real kernel returns a workspace its fake kernel reports as empty."""
+from hookscope.core.torch_private.fake import WORKSPACE_OPS, real_workspace_nbytes
 
 
 @torch_private.unwrapped_dispatch_mode
@@ -50,7 +46,8 @@ class StorageTracker(TorchDispatchMode):  # type: ignore[no-untyped-call]  # tor
         owners: storage id -> module path that owns it (parameters, and what the
             optimizer makes from them).
         saved: storage ids autograd saved for backward.
-        opaque: the ops that ran whose workspace the plan cannot see.
+        opaque: the ops that ran whose workspace the plan cannot see (the real kernel
+            could not be asked: ``core/torch_private/fake.py``).
     """
 
     def __init__(self) -> None:
@@ -153,8 +150,8 @@ class StorageTracker(TorchDispatchMode):  # type: ignore[no-untyped-call]  # tor
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
                            kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
-        if func in _OPAQUE_WORKSPACE:
-            self.opaque.add(func.name())
+        if func in WORKSPACE_OPS:
+            out = self._with_workspace(func, args, kwargs or {}, out)
         owner = self._input_owner(args) if self.phase == "optimizer" else None
         self._owner_now = owner or ""
         if isinstance(out, torch.Tensor):  # most ops: no pytree walk
@@ -165,6 +162,21 @@ class StorageTracker(TorchDispatchMode):  # type: ignore[no-untyped-call]  # tor
                     self.track(leaf, owner=owner)
         self._owner_now = ""
         return out
+
+    def _with_workspace(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                        out: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        """``out`` with its empty fake workspace replaced by one of the size the real
+        kernel returns (the fake mode below this one makes it), which autograd then
+        saves for the backward as it would the real one."""
+        if out[3].numel():
+            return out
+        nbytes = real_workspace_nbytes(func, args, kwargs)
+        if nbytes is None:
+            self.opaque.add(func.name())
+            return out
+        workspace = torch.empty(nbytes // out[3].element_size(), dtype=out[3].dtype,
+                                device=out[3].device)
+        return (*out[:3], workspace, *out[4:])
 
     def _input_owner(self, args: Any) -> str | None:
         for leaf in pytree.tree_leaves(args):
