@@ -289,7 +289,7 @@ def test_dynamo_s_failure_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch
     def failing(*_: Any) -> Any:
         raise RuntimeError("dynamo could not compile this\nmore detail")
 
-    monkeypatch.setattr(api_compiled, "explain_run", failing)
+    monkeypatch.setattr(api_compiled, "explain_module_run", failing)
     trace = hookscope.trace(_seq(), torch.randn(2, 4), compiled=True)
     report = CompileReport.of(trace.meta)
     assert report is not None

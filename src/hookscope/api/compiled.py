@@ -32,7 +32,7 @@ from hookscope.core.model.module_table import ModuleTable, module_table
 from hookscope.core.model.state import ModelState
 from hookscope.core.records.compile_report import CompileReport, GraphBreak, Recompile
 from hookscope.core.records.trace import Trace
-from hookscope.core.torch_private import explain_run, recompile_reasons
+from hookscope.core.torch_private import explain_module_run, recompile_reasons
 
 __all__ = ["explain_compiled"]
 
@@ -65,7 +65,7 @@ def explain_compiled(
     grad_mode = torch.enable_grad() if grad else torch.no_grad()
     try:
         with torch.random.fork_rng(devices=_cuda_indices(table)), grad_mode:
-            out = explain_run(model._call_impl, args, kwargs)
+            out = explain_module_run(model, args, kwargs)
     except Exception as e:  # dynamo's failure is a finding, not hookscope's crash
         first = (str(e).strip().splitlines() or [""])[0]
         return CompileReport(graphs=0, ops=0, breaks=(), recompiles=recompiles, guards=0,

@@ -170,12 +170,11 @@ def _record_a(model: nn.Module, inputs: tuple[Any, ...], kwargs: dict[str, Any],
               save_to: Path | None) -> tuple[Mapping[str, Any], Trace]:
     """Run side A once in a capture of every call's inputs and output; the values and
     the trace."""
-    cap = Capture(model, select=lambda path: True, what="both", to="cpu", save_to=save_to,
-                  shard_mib=_SHARD_MIB)
     # the forward is run here, for the caller: the capture puts back what it moved
-    # (training-mode buffers, flags), as hookscope.capture does
-    cap._restore_state = True
-    cap._share_copies = True  # one copy of what one call returns and the next receives
+    # (training-mode buffers, flags), as hookscope.capture does; one copy of what one
+    # call returns and the next receives
+    cap = Capture(model, select=lambda path: True, what="both", to="cpu", save_to=save_to,
+                  shard_mib=_SHARD_MIB, restore_state=True, share_copies=True)
     started = False
     try:
         with torch.random.fork_rng(devices=_cuda_devices()):

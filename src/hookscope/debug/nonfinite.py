@@ -139,7 +139,7 @@ class NonFiniteProbe(Probe):
                 mode.ended_finite(call.index)  # no output to blame its ops for
             return
         for path, t in iter_tensors(output, "out"):
-            if self._checked(t, _version(t)) or _kept_finite(module, args, t, versions, self):
+            if self.checked(t, _version(t)) or _kept_finite(module, args, t, versions, self):
                 continue
             if not all_finite(t):
                 made: OpFinding | bool = True
@@ -158,7 +158,7 @@ class NonFiniteProbe(Probe):
                     self._debug(anomaly, in_call, module, call.path, args, kwargs, output)
                 self._found(anomaly)
                 return
-            self._remember(t)
+            self.remember(t)
         if mode is not None:
             mode.ended_finite(call.index)
 
@@ -171,7 +171,7 @@ class NonFiniteProbe(Probe):
             found |= {id(t) for t in (*model.parameters(), *model.buffers())}
         return found
 
-    def _checked(self, t: torch.Tensor, version: int | None, writes_since: int = 0) -> bool:
+    def checked(self, t: torch.Tensor, version: int | None, writes_since: int = 0) -> bool:
         """Whether ``t`` was found finite when it was at ``version``, with exactly
         ``writes_since`` ops writing into any tensor since: a container's output is
         usually its last child's, checked already. Only with the op check on: it
@@ -184,7 +184,8 @@ class NonFiniteProbe(Probe):
             seen == version and at == writes and ref() is t for ref, seen, at in self._finite
         )
 
-    def _remember(self, t: torch.Tensor) -> None:
+    def remember(self, t: torch.Tensor) -> None:
+        """Note that ``t`` is finite at its current version (for :meth:`checked`)."""
         mode, version = self._mode, _version(t)
         if mode is None or version is None:
             return
@@ -244,9 +245,9 @@ def _kept_finite(
     if versions is None or len(versions) != 1 or len(args) != 1 or args[0] is not t:
         return False
     before = versions[0]
-    if before is None or _version(t) != before + 1 or not probe._checked(t, before, writes_since=1):
+    if before is None or _version(t) != before + 1 or not probe.checked(t, before, writes_since=1):
         return False
-    probe._remember(t)
+    probe.remember(t)
     return True
 
 

@@ -93,6 +93,15 @@ class Capture:
             ``interventions/storage.py``); ``None`` keeps them in memory.
         shard_mib: with ``save_to``, values are written every ``shard_mib`` MiB, which
             bounds the memory the capture holds.
+        restore_state: put the model's training flags, ``requires_grad`` and
+            training-mode buffers (BatchNorm's running statistics) back when the block
+            ends, for a forward run on the caller's behalf (``hookscope.capture`` does);
+            by default the forwards in the block are the user's own and keep their
+            effects.
+        share_copies: in memory, keep one copy of a tensor that one call returns and
+            the next receives unchanged (the same object at the same version), under
+            both calls (``hookscope.compare`` does). By default each call's values are
+            copies of their own, which may be changed independently.
 
     Raises:
         SpecError: a bad option, a selector that matches nothing, or a ``save_to`` that
@@ -110,7 +119,7 @@ class Capture:
     def __init__(
         self, model: nn.Module, *, select: ModuleSelector, what: str = "output",
         to: str | torch.device | None = "cpu", save_to: str | os.PathLike[str] | None = None,
-        shard_mib: float = 64.0,
+        shard_mib: float = 64.0, restore_state: bool = False, share_copies: bool = False,
     ) -> None:
         try:
             self.what = What(what)
@@ -142,16 +151,7 @@ class Capture:
         self._started: dict[str, int] = {}  # call name -> its index in the run
         self._writer: ShardWriter | None = None
         self._tracer: Tracer | None = None
-        #: ``capture()`` runs the forward for its caller: it restores the model's
-        #: training flags, ``requires_grad`` and training-mode buffers afterwards
-        #: (``Tracer(restore_state=True)``); in a ``with Capture`` block the forward
-        #: is the user's own.
-        self._restore_state = False
-        #: ``hookscope.compare`` keeps one copy of a value that one call returns and
-        #: the next receives (``SharedCopies``; in memory only); a user's capture keeps
-        #: values that may be changed in place independent
-        self._share_copies = False
-        self._shared: SharedCopies | None = None
+        self._restore_state, self._share_copies = restore_state, share_copies
 
     @property
     def activations(self) -> Mapping[str, Any]:
@@ -181,9 +181,9 @@ class Capture:
         self._memory, self._started = CapturedActivations(), {}
         if self._save_to is not None:
             self._writer = ShardWriter(self._save_to, shard_bytes=self._shard_bytes)
-        share = self._share_copies and self._writer is None
-        self._shared = SharedCopies() if share else None
-        probe = _OutputCapture(self) if self.what is What.OUTPUT else _InputCapture(self)
+        shared = SharedCopies() if self._share_copies and self._writer is None else None
+        recorder = _OutputCapture if self.what is What.OUTPUT else _InputCapture
+        probe = recorder(self, self._keep, shared)
         chosen = self._chosen
         tracer = Tracer(self.model, shapes=False, probes=[probe],
                         select=lambda path: path in chosen, restore_state=self._restore_state,
@@ -203,7 +203,6 @@ class Capture:
         tb: TracebackType | None,
     ) -> None:
         tracer, self._tracer = self._tracer, None
-        self._shared = None
         try:
             if tracer is not None:
                 self.trace = tracer.trace  # the calls seen, also of a run that failed
@@ -265,10 +264,9 @@ def capture(
         torch.Size([8, 64, 56, 56])
     """
     cap = Capture(model, select=select, what=what, to=to, save_to=save_to,
-                  shard_mib=shard_mib)
+                  shard_mib=shard_mib, restore_state=True)
     if any(isinstance(t, torch.Tensor) and t.is_meta for t in pytree.tree_leaves((inputs, kwargs))):
         raise SpecError(_ON_META)
-    cap._restore_state = True  # the forward run here leaves the model as it was
     started = False
     try:
         with cap, torch.no_grad():

@@ -75,8 +75,11 @@ class _OutputCapture(Probe):
 
     name = "capture"
 
-    def __init__(self, capture: Capture) -> None:
+    def __init__(self, capture: Capture, keep: Callable[[Call, Any], None],
+                 shared: SharedCopies | None) -> None:
         self.capture = capture
+        self.keep = keep  # where a call's copied value goes (memory or the shard writer)
+        self.shared = shared
 
     def on_exit(
         self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -84,7 +87,7 @@ class _OutputCapture(Probe):
     ) -> None:
         if failed:
             return
-        self.capture._keep(call, self._copy(output, call))
+        self.keep(call, self._copy(output, call))
 
     def _copy(self, value: Any, call: Call) -> Any:
         device = self.capture.to
@@ -103,7 +106,7 @@ class _OutputCapture(Probe):
                 )
             return t.detach().to(t.device if device is None else device, copy=True)
 
-        shared = self.capture._shared
+        shared = self.shared
         if shared is not None:
             return map_tensors(lambda t: shared.copy(t, lambda: copy(t)), value)
         return map_tensors(copy, value)  # also into dataclasses, which pytree leaves whole
@@ -113,8 +116,9 @@ class _InputCapture(_OutputCapture):
     """Copies what ``forward`` receives when the call starts (before it can change it in
     place), and the output too for ``what="both"``."""
 
-    def __init__(self, capture: Capture) -> None:
-        super().__init__(capture)
+    def __init__(self, capture: Capture, keep: Callable[[Call, Any], None],
+                 shared: SharedCopies | None) -> None:
+        super().__init__(capture, keep, shared)
         self._pending: dict[int, ModuleInputs] = {}
 
     def on_enter(
@@ -131,6 +135,6 @@ class _InputCapture(_OutputCapture):
         if failed or inputs is None:
             return
         if self.capture.what is What.INPUT:
-            self.capture._keep(call, inputs)
+            self.keep(call, inputs)
         else:
-            self.capture._keep(call, {"input": inputs, "output": self._copy(output, call)})
+            self.keep(call, {"input": inputs, "output": self._copy(output, call)})

@@ -39,24 +39,29 @@ the names below (``torch_private.next_sequence_nr()``); the submodules hold them
 - ``dispatch.py``: functorch's wrappers and batches, version counters, the
   dispatcher's kernel table, and Python dispatch (:func:`dispatch_off`,
   :func:`unwrapped_dispatch_mode`).
-- ``ops.py``: the operator classes (:class:`OpOverload`, :class:`OpOverloadPacket`,
+- ``operators.py``: the operator classes (:class:`OpOverload`, :class:`OpOverloadPacket`,
   :class:`HigherOrderOperator`), :class:`TorchDispatchMode`, an op's schema
   (:func:`op_schema`) and a custom op's overload (:func:`custom_op_overload`).
-- ``tensors.py``: version counters (:func:`version_counter`), storage identity
+- ``tensor_internals.py``: version counters (:func:`version_counter`), storage identity
   (:func:`storage_key`), a sparse tensor's parts (:func:`sparse_coo_parts`) and the
   ``_foreach`` kernels (:func:`foreach_norm`, :func:`foreach_mul_`).
 - ``compiler.py``: ``torch.compile``: the module a compiled model wraps
   (:func:`original_module`), how it was compiled (:func:`compiled_form`),
-  ``torch._dynamo.explain`` without its cache reset (:func:`explain_run`) and the guard
+  ``torch._dynamo.explain`` without its cache reset (:func:`explain_run`, of a module's
+  call: :func:`explain_module_run`) and the guard
   failures dynamo recorded when it recompiled (:func:`recompile_reasons`).
 - ``fake.py``: fake tensors (:func:`fake_mode`, :func:`is_fake`, the exceptions of an
-  op that reads values, :data:`VALUE_DEPENDENT`), which the memory plan runs on.
+  op that reads values, :data:`VALUE_DEPENDENT`), which the memory plan runs on, and
+  the workspace a kernel keeps for backward that they report as empty
+  (:func:`real_workspace_nbytes`).
 - ``fsdp.py``: FSDP2's all-gathered parameters, which autograd differentiates
   (:func:`fsdp_unsharded_params`).
 - ``frames.py``: torch's source files a module call and a backward pass run through
   to reach a hook (:func:`is_torch_machinery`), which a breakpoint's stack hides.
-- ``modules.py``: the process-wide module hook dicts (:func:`global_hooks`,
+- ``module_internals.py``: the process-wide module hook dicts (:func:`global_hooks`,
   :func:`global_backward_hooks_are_legacy`) and :data:`BatchNormBase`.
+- ``_source.py``: a torch function's body as text, which ``call_impl.py`` and
+  ``jit.py`` compare once per process with the copy they rely on.
 - ``_warnings.py``: :class:`HookscopeTorchWarning` and the warn-once bookkeeping every
   fallback shares.
 
@@ -111,6 +116,7 @@ from hookscope.core.torch_private.call_impl import (
 )
 from hookscope.core.torch_private.compiler import (
     compiled_form,
+    explain_module_run,
     explain_run,
     original_module,
     recompile_reasons,
@@ -166,6 +172,7 @@ __all__ = [
     "custom_op_overload",
     "dispatch_has_composite_kernel",
     "dispatch_off",
+    "explain_module_run",
     "explain_run",
     "foreach_mul_",
     "foreach_norm",

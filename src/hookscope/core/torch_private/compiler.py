@@ -34,6 +34,7 @@ from hookscope.core.torch_private._warnings import _warn_once
 
 __all__ = [
     "compiled_form",
+    "explain_module_run",
     "explain_run",
     "original_module",
     "recompile_reasons",
@@ -123,6 +124,13 @@ def explain_run(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, A
             return dynamo.explain(fn)(*args, **kwargs)
     finally:
         logging.disable(quiet)
+
+
+def explain_module_run(model: nn.Module, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+    """:func:`explain_run` of one call of ``model``, through ``Module._call_impl`` (as
+    ``torch.compile(model)`` compiles it: the module's hooks inside the graph), not
+    through a new ``OptimizedModule`` that ``explain(model)`` would wrap it in."""
+    return explain_run(model._call_impl, args, kwargs)
 
 
 def recompile_reasons() -> dict[CodeType, list[str]]:
