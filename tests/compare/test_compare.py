@@ -116,6 +116,35 @@ def test_one_perturbed_layer_is_named_first_and_its_error_propagates() -> None:
     assert result.row("2.0").origin(result.tolerance) == "introduced"
 
 
+def test_first_is_the_first_call_to_end_not_the_block_that_passes_its_output_on() -> None:
+    """Cast to bfloat16, a model whose root returns what its last layer returned: the
+    root's re-run gives back that layer's side A output rounded to bfloat16, so the
+    root's introduced error is above the tolerance too, but it ends after the layers
+    inside it; the first is the layer that ended first with an error of its own: the
+    embedding, whose bfloat16 weights are where the values part (by hand: the rows
+    looked up, rounded)."""
+
+    class Tagger(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(10, 8)
+            self.proj = nn.Linear(8, 8)
+
+        def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+            return self.proj(self.embed(tokens))
+
+    torch.manual_seed(0)
+    model, tokens = Tagger(), torch.tensor([[1, 2, 3]])
+    result = compare(model, None, tokens, b_dtype=torch.bfloat16)
+    root = result.row("")
+    assert root.introduced_max_abs is not None and root.introduced_max_abs > result.tolerance
+    assert result.first is not None and result.first.path == "embed"
+    rows = model.embed.weight.detach()[tokens]
+    expected = (rows - rows.to(torch.bfloat16).float()).abs().max().item()
+    assert result.first.introduced_max_abs == pytest.approx(expected, rel=1e-6)
+    assert "first differs at 'embed'" in str(result)
+
+
 def _assert_rows_match_hand(result: Any, a: dict[Any, list[torch.Tensor]],
                             b: dict[Any, list[torch.Tensor]]) -> int:
     checked = 0

@@ -101,12 +101,16 @@ class SideBMeasure(Probe):
         self.store_a = store_a
         self.index = index
         self.measured: Measured = {}
+        #: side B call name -> its place in the order the calls ended (a module's call
+        #: ends after the calls inside it)
+        self.ended: dict[str, int] = {}
         self._measure = _Remembered()
 
     def on_exit(
         self, call: Call, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
         output: Any, failed: bool,
     ) -> None:
+        self.ended[call.name] = len(self.ended)
         if failed:
             return
         names: list[str] = []

@@ -115,8 +115,9 @@ class CompareResult:
 
     Attributes:
         rows: one per matched call, in side A's call order.
-        first: the first row whose introduced error is above ``tolerance`` (``None``:
-            no call introduced one).
+        first: the row whose introduced error is above ``tolerance`` whose call ended
+            first, in execution order (a module's call ends after the calls inside it;
+            ``None``: no call introduced one).
         tolerance: the introduced ``max_abs`` error that counts.
         only_a: side A's calls that matched none of side B's.
         only_b: side B's calls that matched none of side A's.

@@ -79,8 +79,8 @@ def compare(
             file or a ``torch.save`` file (read with ``weights_only=True``).
         match: side A path -> side B path for modules whose paths differ; a prefix maps
             its subtree (``{"encoder": "model.encoder"}``).
-        tolerance: the introduced ``max_abs`` error above which a call is
-            :attr:`CompareResult.first`.
+        tolerance: the introduced ``max_abs`` error above which a call can be
+            :attr:`CompareResult.first` (the first such call to end).
         spill: a new (or empty) directory: side A's call inputs and outputs are streamed
             there instead of kept in memory.
 
@@ -119,13 +119,22 @@ def compare(
     uses = StoredUses.of(matching.pairs, trace_a, store_a) if where is None else None
     introduced = introduced_errors(matching.pairs, trace_a, store_a, side, uses=uses)
     rows = [row.with_introduced(i) for row, i in zip(rows, introduced, strict=True)]
-    first = next((r for r in rows if r.introduced_max_abs is not None
-                  and r.introduced_max_abs > tolerance), None)
+    first = _first(rows, [measure.ended.get(b.name, math.inf) for _, b in matching.pairs],
+                   tolerance)
     memory = _memory(store_a, side, spilled=where)
     return CompareResult(rows=rows, first=first, tolerance=tolerance,
                          only_a=list(matching.only_a), only_b=list(matching.only_b),
                          memory=memory, trace_a=trace_a, trace_b=trace_b,
                          settings=_settings(side, model_b))
+
+
+def _first(rows: list[CallError], ended: list[float], tolerance: float) -> CallError | None:
+    """The row whose introduced error is above ``tolerance`` and whose side B call ended
+    first: in execution order, as :func:`hookscope.find_anomaly` reads calls (a block
+    that only passes on its child's output ends after that child)."""
+    above = [(end, i) for i, (row, end) in enumerate(zip(rows, ended, strict=True))
+             if row.introduced_max_abs is not None and row.introduced_max_abs > tolerance]
+    return rows[min(above)[1]] if above else None
 
 
 def _check_match(match: Mapping[str, str] | None, model_a: nn.Module,
