@@ -714,3 +714,39 @@ def test_a_failing_call_names_its_inputs_dtypes(capsys: pytest.CaptureFixture[st
     assert_one_error_line(code, err, "with inputs args[0]=[1, 3, 32, 32] int64:")
     code, _, err = run_cli(capsys, "summary", CNN, "-i", "1,4,32,32")
     assert_one_error_line(code, err, "with inputs args[0]=[1, 4, 32, 32]:")  # float32
+
+
+@pytest.mark.parametrize(("command", "name", "check"), [
+    (["trace", "hookscope.examples:small_cnn", "-i", "1,3,32,32"], "out.json",
+     lambda text: json.loads(text)["calls"]),
+    (["trace", "hookscope.examples:small_cnn", "-i", "1,3,32,32"], "out.CSV",
+     lambda text: text.splitlines()[0].split(",")[:2] == ["index", "path"]),
+    (["summary", "hookscope.examples:small_cnn", "-i", "1,3,32,32"], "out.json",
+     lambda text: json.loads(text)["calls"]),
+    (["inspect", "hookscope.examples:small_cnn"], "out.json",
+     lambda text: json.loads(text)),
+    (["lint", "hookscope.examples:small_cnn", "-i", "1,3,32,32"], "out.json",
+     lambda text: "findings" in json.loads(text)),
+])
+def test_an_output_file_s_extension_chooses_the_format(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, command: list[str], name: str,
+        check: Any) -> None:
+    path = tmp_path / name
+    code, _, err = run_cli(capsys, *command, "-o", str(path))
+    assert code == 0, err
+    assert check(path.read_text())
+
+
+def test_format_given_wins_over_the_extension(capsys: pytest.CaptureFixture[str],
+                                              tmp_path: Path) -> None:
+    path = tmp_path / "table.json"
+    code, _, err = run_cli(capsys, "summary", "hookscope.examples:small_cnn", "-i",
+                           "1,3,32,32", "-f", "table", "-o", str(path))
+    assert code == 0, err
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(path.read_text())
+    assert "Layer (type)" in path.read_text()
+    other = tmp_path / "plain.txt"  # any other name: the table
+    assert run_cli(capsys, "summary", "hookscope.examples:small_cnn", "-i", "1,3,32,32",
+                   "-o", str(other))[0] == 0
+    assert "Layer (type)" in other.read_text()

@@ -51,15 +51,18 @@ from hookscope.cli.shared_options import (
     DeviceOpt,
     DtypeOpt,
     Format,
+    FormatOpt,
     InputOpt,
     ModelArg,
     NoColorOpt,
     NoFoldOpt,
     OpsOpt,
     OutputOpt,
+    TableFormatOpt,
     TimelineOpt,
     TraceFormat,
     WidthOpt,
+    chosen_format,
     split_names,
 )
 
@@ -117,7 +120,7 @@ def summary_command(
     inputs: InputOpt = None,
     depth: DepthOpt = None,
     device: DeviceOpt = None,
-    fmt: Annotated[Format, typer.Option("--format", "-f", help="table or json.")] = Format.TABLE,
+    fmt: FormatOpt = None,
     output: OutputOpt = None,
     config: ConfigOpt = None,
     no_color: NoColorOpt = False,
@@ -133,6 +136,7 @@ def summary_command(
     from hookscope.cli.running import check_output, dtype_hints, prepare
     from hookscope.cli.views import check_summary_view, summary_view
 
+    fmt = chosen_format(fmt, output, Format)
     target = OutputTarget(output, no_color, width)
     with failure_boundary(debug=debug):
         check_summary_view(depth, fmt.value, fold=not no_fold)
@@ -172,8 +176,7 @@ def trace_command(
     columns: Annotated[str | None, typer.Option(
         metavar="A,B,...", show_default=False, help="Columns to show, comma-separated.")] = None,
     depth: DepthOpt = None,
-    fmt: Annotated[TraceFormat, typer.Option(
-        "--format", "-f", help="table, json or csv.")] = TraceFormat.TABLE,
+    fmt: TableFormatOpt = None,
     output: OutputOpt = None,
     device: DeviceOpt = None,
     config: ConfigOpt = None,
@@ -212,6 +215,7 @@ def trace_command(
     )
     from hookscope.cli.views import TraceView, check_trace_view, trace_view, unmeasured
 
+    fmt = chosen_format(fmt, output, TraceFormat)
     merged = target = OutputTarget(output, no_color, width)
     view = TraceView(split_names(columns), sort, top, depth, ops, fold=not no_fold)
     with failure_boundary(debug=debug):
@@ -272,7 +276,7 @@ def inspect_command(
     model: ModelArg,
     device: DeviceOpt = None,
     config: ConfigOpt = None,
-    fmt: Annotated[Format, typer.Option("--format", "-f", help="table or json.")] = Format.TABLE,
+    fmt: FormatOpt = None,
     output: OutputOpt = None,
     no_color: NoColorOpt = False,
     width: WidthOpt = None,
@@ -287,6 +291,7 @@ def inspect_command(
     from hookscope.cli.views import structure_view
     from hookscope.errors import SpecError
 
+    fmt = chosen_format(fmt, output, Format)
     target = OutputTarget(output, no_color, width)
     with failure_boundary(debug=debug):
         check_output(output)

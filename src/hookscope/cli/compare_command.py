@@ -8,7 +8,6 @@ its rows as JSON or CSV. It is registered on the app of ``cli/app.py``.
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -26,16 +25,11 @@ from hookscope.cli.shared_options import (
     NoColorOpt,
     NoFoldOpt,
     OutputOpt,
+    TableFormatOpt,
+    TraceFormat,
     WidthOpt,
+    chosen_format,
 )
-
-
-class CompareFormat(str, Enum):
-    """Output formats of ``compare``."""
-
-    TABLE = "table"
-    JSON = "json"
-    CSV = "csv"
 
 
 def compare_command(
@@ -67,8 +61,7 @@ def compare_command(
     spill: Annotated[Path | None, typer.Option(
         metavar="DIR", show_default=False,
         help="Stream the calls' values to this new directory instead of memory.")] = None,
-    fmt: Annotated[CompareFormat, typer.Option(
-        "--format", "-f", help="table, json or csv.")] = CompareFormat.TABLE,
+    fmt: TableFormatOpt = None,
     depth: DepthOpt = None,
     no_fold: NoFoldOpt = False,
     output: OutputOpt = None,
@@ -83,6 +76,7 @@ def compare_command(
     import hookscope
     from hookscope.cli.running import check_output, load, prepare
 
+    fmt = chosen_format(fmt, output, TraceFormat)
     target = OutputTarget(output, no_color, width)
     with failure_boundary(debug=debug):
         check_output(output)
@@ -106,9 +100,9 @@ def compare_command(
 
                     shutil.rmtree(spill, ignore_errors=True)
                 raise
-        if fmt is CompareFormat.JSON:
+        if fmt is TraceFormat.JSON:
             target.write(Rendered.of_text(result.to_json()))
-        elif fmt is CompareFormat.CSV:
+        elif fmt is TraceFormat.CSV:
             target.write(Rendered.of_text(result.to_csv()))
         else:
             from hookscope.compare.table import compare_table

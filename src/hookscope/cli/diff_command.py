@@ -9,7 +9,6 @@ JSON document or its CSV rows. Registered on the app by ``cli/app.py``.
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -17,16 +16,16 @@ import typer
 
 from hookscope.cli.failure_boundary import failure_boundary
 from hookscope.cli.output import OutputTarget, Rendered
-from hookscope.cli.shared_options import DebugOpt, NoColorOpt, OutputOpt, WidthOpt
+from hookscope.cli.shared_options import (
+    DebugOpt,
+    NoColorOpt,
+    OutputOpt,
+    TableFormatOpt,
+    TraceFormat,
+    WidthOpt,
+    chosen_format,
+)
 from hookscope.errors import SpecError
-
-
-class DiffFormat(str, Enum):
-    """Output formats of ``diff``."""
-
-    TABLE = "table"
-    JSON = "json"
-    CSV = "csv"
 
 
 def parse_match(pairs: list[str] | None) -> dict[str, str]:
@@ -59,8 +58,7 @@ def diff_command(
         "largest change).")] = None,
     top: Annotated[int, typer.Option(
         min=0, metavar="N", help="Rows in the table, most changed first (0: all).")] = 20,
-    fmt: Annotated[DiffFormat, typer.Option("--format", "-f",
-                                            help="table, json or csv.")] = DiffFormat.TABLE,
+    fmt: TableFormatOpt = None,
     output: OutputOpt = None,
     no_color: NoColorOpt = False,
     width: WidthOpt = None,
@@ -70,13 +68,14 @@ def diff_command(
     import hookscope
     from hookscope.cli.running import check_output
 
+    fmt = chosen_format(fmt, output, TraceFormat)
     target = OutputTarget(output, no_color, width)
     with failure_boundary(debug=debug):
         check_output(output)
         result = hookscope.diff(trace_a, trace_b, match=parse_match(match), sort=sort)
-        if fmt is DiffFormat.JSON:
+        if fmt is TraceFormat.JSON:
             target.write(Rendered.of_text(result.to_json()))
-        elif fmt is DiffFormat.CSV:
+        elif fmt is TraceFormat.CSV:
             target.write(Rendered.of_text(result.to_csv()))
         else:
             from hookscope.compare.diff_table import diff_table

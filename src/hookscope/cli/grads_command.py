@@ -30,11 +30,13 @@ from hookscope.cli.shared_options import (
     DebugOpt,
     DeviceOpt,
     Format,
+    FormatOpt,
     InputOpt,
     ModelArg,
     NoColorOpt,
     OutputOpt,
     WidthOpt,
+    chosen_format,
 )
 
 if TYPE_CHECKING:
@@ -91,8 +93,7 @@ def grads_command(
     fail_on: Annotated[FailOn | None, typer.Option(
         show_default=False, help="Exit with 1 (after the output) when an anomaly of this "
         "kind was flagged: exploding, vanishing, nonfinite or any.")] = None,
-    fmt: Annotated[Format, typer.Option("--format", "-f", help="table or json.")
-                   ] = Format.TABLE,
+    fmt: FormatOpt = None,
     plot: Annotated[Path | None, typer.Option(
         metavar="FILE.png", show_default=False,
         help="Also draw the norms over steps (needs matplotlib).")] = None,
@@ -109,6 +110,7 @@ def grads_command(
     from hookscope.cli.grads_training import train
     from hookscope.cli.running import check_output, prepare
 
+    fmt = chosen_format(fmt, output, Format)
     target = OutputTarget(output, no_color, width)
     with failure_boundary(debug=debug):
         check_output(output)  # before the model is trained and --plot written

@@ -13,9 +13,7 @@ The command is registered on the app of ``cli/app.py`` when that module is impor
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
-
-import typer
+from typing import TYPE_CHECKING
 
 from hookscope.cli.failure_boundary import failure_boundary, model_prints_to_stderr
 from hookscope.cli.output import OutputTarget, Rendered
@@ -24,10 +22,12 @@ from hookscope.cli.shared_options import (
     DebugOpt,
     DeviceOpt,
     Format,
+    FormatOpt,
     ModelArg,
     NoColorOpt,
     OutputOpt,
     WidthOpt,
+    chosen_format,
 )
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ def hooks_command(
     model: ModelArg,
     device: DeviceOpt = None,
     config: ConfigOpt = None,
-    fmt: Annotated[Format, typer.Option("--format", "-f", help="table or json.")] = Format.TABLE,
+    fmt: FormatOpt = None,
     output: OutputOpt = None,
     no_color: NoColorOpt = False,
     width: WidthOpt = None,
@@ -48,6 +48,7 @@ def hooks_command(
     import hookscope
     from hookscope.cli.running import check_output, load
 
+    fmt = chosen_format(fmt, output, Format)
     target = OutputTarget(output, no_color, width)
     with failure_boundary(debug=debug):
         check_output(output)  # before the model is built

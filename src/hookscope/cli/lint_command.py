@@ -28,6 +28,7 @@ from hookscope.cli.shared_options import (
     DeviceOpt,
     InputOpt,
     OutputOpt,
+    chosen_format,
     split_names,
 )
 
@@ -58,8 +59,9 @@ def lint_command(
     inputs: InputOpt = None,
     backward: Annotated[bool, typer.Option(
         "--backward", help="Also take gradients (finds parameters that get none).")] = False,
-    fmt: Annotated[LintFormat, typer.Option(
-        "--format", "-f", help="text or json.")] = LintFormat.TEXT,
+    fmt: Annotated[LintFormat | None, typer.Option(
+        "--format", "-f", show_default=False,
+        help="text or json. Default: json for -o FILE.json, else text.")] = None,
     fail_on: Annotated[FailOn, typer.Option(
         "--fail-on", help="Exit with 1 on a finding this severe or worse.")] = FailOn.ERROR,
     select: Annotated[str | None, typer.Option(
@@ -83,6 +85,7 @@ def lint_command(
     from hookscope.errors import SpecError
     from hookscope.lint.runner import cli_notes
 
+    fmt = chosen_format(fmt, output, LintFormat)
     target = OutputTarget(output, True, None)
     with failure_boundary(debug=debug):
         if explain is not None:

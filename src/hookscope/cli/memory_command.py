@@ -27,8 +27,10 @@ from hookscope.cli.shared_options import (
     NoColorOpt,
     NoFoldOpt,
     OutputOpt,
+    TableFormatOpt,
     TraceFormat,
     WidthOpt,
+    chosen_format,
 )
 
 if TYPE_CHECKING:
@@ -67,8 +69,7 @@ def memory_command(
     plot: Annotated[Path | None, typer.Option(
         metavar="FILE", show_default=False,
         help="Also draw the timeline to FILE.png (needs matplotlib).")] = None,
-    fmt: Annotated[TraceFormat, typer.Option(
-        "--format", "-f", help="table, json or csv.")] = TraceFormat.TABLE,
+    fmt: TableFormatOpt = None,
     output: OutputOpt = None,
     config: ConfigOpt = None,
     no_color: NoColorOpt = False,
@@ -81,6 +82,7 @@ def memory_command(
     import hookscope
     from hookscope.cli.running import check_output
 
+    fmt = chosen_format(fmt, output, TraceFormat)
     target = OutputTarget(output, no_color, width)
     with failure_boundary(debug=debug):
         check_output(output)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import typer
 
@@ -19,11 +19,36 @@ class Format(str, Enum):
 
 
 class TraceFormat(str, Enum):
-    """Output formats of ``trace``."""
+    """Output formats of ``trace``, ``memory``, ``compare`` and ``diff``."""
 
     TABLE = "table"
     JSON = "json"
     CSV = "csv"
+
+
+_F = TypeVar("_F", bound=Enum)
+
+
+def chosen_format(given: _F | None, output: Path | None, kind: type[_F]) -> _F:
+    """``--format`` as given, else the format ``-o FILE``'s extension names (``.json``,
+    ``.csv``), else ``kind``'s first (the table, or lint's text)."""
+    if given is not None:
+        return given
+    if output is not None and str(output) != "-":
+        suffix = output.suffix.lower().removeprefix(".")
+        for member in kind:
+            if member.value == suffix:
+                return member
+    return next(iter(kind))
+
+
+FormatOpt = Annotated[Format | None, typer.Option(
+    "--format", "-f", show_default=False,
+    help="table or json. Default: json for -o FILE.json, else table.")]
+TableFormatOpt = Annotated[TraceFormat | None, typer.Option(
+    "--format", "-f", show_default=False,
+    help="table, json or csv. Default: as -o FILE's extension says (.json, .csv), "
+    "else table.")]
 
 
 ModelArg = Annotated[str, typer.Argument(
@@ -48,7 +73,7 @@ ConfigOpt = Annotated[str | None, typer.Option(
 OutputOpt = Annotated[Path | None, typer.Option(
     "--output", "-o", metavar="FILE", show_default=False,
     help="Write to FILE (replaced only when everything succeeded) instead of stdout; "
-    "'-' is stdout.")]
+    "'-' is stdout. FILE.json and FILE.csv get that format unless --format says another.")]
 TimelineOpt = Annotated[Path | None, typer.Option(
     "--timeline", metavar="FILE", show_default=False,
     help="Also write the calls as a timeline (Chrome trace-event JSON) to open in "
