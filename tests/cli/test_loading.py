@@ -371,6 +371,37 @@ def test_transformers_gpt2_forward() -> None:
     assert out.last_hidden_state.shape == (1, 128, 768)
 
 
+def test_transformers_config_directory_builds_that_config(tmp_path: Path) -> None:
+    from transformers import GPT2Config, GPT2LMHeadModel, GPT2Model
+
+    GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=64).save_pretrained(tmp_path)
+    loaded = load_model(f"transformers:{tmp_path}")
+    assert type(loaded.model) is GPT2Model and len(loaded.model.h) == 2
+    assert loaded.model.config.n_embd == 32
+    head = load_model(f"transformers:{tmp_path}/causal-lm", config={"n_layer": 1})
+    assert type(head.model) is GPT2LMHeadModel and len(head.model.transformer.h) == 1
+    assert forward(head).logits.shape[-1] == head.model.config.vocab_size
+
+
+def test_transformers_checkpoint_id_in_the_local_cache(tmp_path: Path) -> None:
+    """A checkpoint id whose config the Hugging Face cache holds is built from it (in a
+    fresh process: the hub reads where its cache is when it is imported)."""
+    from transformers import GPT2Config
+
+    snapshot = tmp_path / "models--acme--tiny-gpt2" / "snapshots" / "0123abc"
+    GPT2Config(n_layer=3, n_embd=48, n_head=3).save_pretrained(snapshot)
+    (tmp_path / "models--acme--tiny-gpt2" / "refs").mkdir()
+    (tmp_path / "models--acme--tiny-gpt2" / "refs" / "main").write_text("0123abc")
+    code = ("from hookscope.cli.loading import load_model; "
+            "m = load_model('transformers:acme/tiny-gpt2').model; "
+            "print(type(m).__name__, len(m.h), m.config.n_embd)")
+    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["GPT2Model", "3", "48"]
+
+
 def test_transformers_bert_masked_lm_forward() -> None:
     loaded = load_model("transformers:bert/masked-lm", config={"num_hidden_layers": 2})
     model: Any = loaded.model
@@ -539,7 +570,8 @@ def test_user_factory_returning_transformers_model_gets_defaults(tmp_path: Path)
     ("spec", "fragments"),
     [
         ("transformers:lama", ["no model type 'lama'", "close matches: llama", "model type"]),
-        ("transformers:bert-base-uncased", ["close matches: bert", "not a checkpoint id"]),
+        ("transformers:bert-base-uncased", ["close matches: bert", "nothing is downloaded",
+                                            "a checkpoint id whose config is cached"]),
         ("transformers:meta-llama/Llama-2-7b-hf", ["close matches: llama"]),
         ("transformers:gpt2/foo", ["task 'foo'", "base, causal-lm, masked-lm, seq2seq-lm, "
                                    "sequence-classification, image-classification"]),

@@ -53,7 +53,8 @@ TableFormatOpt = Annotated[TraceFormat | None, typer.Option(
 
 ModelArg = Annotated[str, typer.Argument(
     metavar="MODEL", show_default=False,
-    help="file.py:factory, package.module:factory, torchvision:NAME or transformers:NAME[/TASK]",
+    help="file.py:factory, package.module:factory, torchvision:NAME or "
+    "transformers:NAME[/TASK] (a model type, a cached checkpoint id or a config directory)",
 )]
 InputOpt = Annotated[list[str] | None, typer.Option(
     "--input", "-i", metavar="[NAME=]SHAPE[:DTYPE]", show_default=False,

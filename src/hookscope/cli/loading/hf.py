@@ -66,11 +66,17 @@ def load_transformers(
 ) -> LoadedModel:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # belt and braces: nothing is downloaded
     transformers = require("transformers", spec=spec, extra="transformers")
-    model_type, task = _split_transformers_name(name, spec, transformers.CONFIG_MAPPING.keys())
+    types = transformers.CONFIG_MAPPING.keys()
+    saved = None if name.partition("/")[0] in types else _saved_config(transformers, name)
+    if saved is None:
+        model_type, task = _split_transformers_name(name, spec, types)
+    else:
+        model_type, task = saved[1].model_type, saved[2]
     build_kwargs = _pop_build_kwargs(overrides)
     if dtype is not None:
         build_kwargs["dtype"] = dtype
-    config = _transformers_config(transformers, model_type, overrides)
+    config = _transformers_config(transformers, model_type, overrides,
+                                  saved=None if saved is None else saved[0])
     auto = getattr(transformers, TRANSFORMERS_TASKS[task])
     if type(config) not in auto._model_mapping:
         valid = _valid_tasks(transformers, config)
@@ -107,6 +113,23 @@ def _valid_tasks(transformers: ModuleType, config: Any) -> list[str]:
     ]
 
 
+def _saved_config(transformers: ModuleType, name: str) -> tuple[str, Any, str] | None:
+    """``(where, config, task)`` of a checkpoint id whose config is in the local Hugging
+    Face cache, or a directory holding a ``config.json`` (a trailing ``/TASK`` split
+    off), else ``None``. Only local files are read: nothing is downloaded."""
+    where, _, last = name.rpartition("/")
+    tries = [(name, "base")]
+    if where and TASK_ALIASES.get(last, last) in TRANSFORMERS_TASKS:
+        tries.append((where, TASK_ALIASES.get(last, last)))
+    for source, task in tries:
+        try:
+            config = transformers.AutoConfig.from_pretrained(source, local_files_only=True)
+        except Exception:  # not cached, not a directory, not a config: try the next
+            continue
+        return source, config, task
+    return None
+
+
 def _split_transformers_name(name: str, spec: str, known: Any) -> tuple[str, str]:
     model_type, slash, task = name.partition("/")
     if slash and not task:
@@ -121,8 +144,10 @@ def _split_transformers_name(name: str, spec: str, known: Any) -> tuple[str, str
         words = [w for w in re.split(r"[-_/.]", name.lower()) if w in types]
         hint = f" (close matches: {', '.join(dict.fromkeys(words))})" if words else ""
         raise SpecError(
-            f"transformers has no model type {name!r}{hint or suggest(model_type, types)}; "
-            "NAME is a model type such as 'gpt2', 'bert' or 'llama', not a checkpoint id"
+            f"transformers has no model type {name!r}{hint or suggest(model_type, types)}, "
+            "and no config of that name is in the local Hugging Face cache (nothing is "
+            "downloaded); NAME is a model type such as 'gpt2', 'bert' or 'llama', a "
+            "checkpoint id whose config is cached, or a directory with a config.json"
         )
     task = TASK_ALIASES.get(task, task or "base")
     if task not in TRANSFORMERS_TASKS:
@@ -146,14 +171,23 @@ def _pop_build_kwargs(overrides: dict[str, object]) -> dict[str, object]:
 
 
 def _transformers_config(
-    transformers: ModuleType, model_type: str, overrides: dict[str, Any]
+    transformers: ModuleType, model_type: str, overrides: dict[str, Any], *,
+    saved: str | None = None,
 ) -> Any:
+    """The config of ``model_type`` (or of the checkpoint or directory ``saved``) with
+    ``overrides``."""
     auto_config = transformers.AutoConfig
-    default = auto_config.for_model(model_type)
+
+    def make(**kwargs: Any) -> Any:
+        if saved is None:
+            return auto_config.for_model(model_type, **kwargs)
+        return auto_config.from_pretrained(saved, local_files_only=True, **kwargs)
+
+    default = make()
     overrides = _nest(default, overrides)
     overrides = {k: _coerce(v, getattr(default, k, None)) for k, v in overrides.items()}
     try:
-        config = auto_config.for_model(model_type, **overrides)
+        config = make(**overrides)
     except Exception as e:
         raise SpecError(
             f"config overrides for {model_type!r} are invalid: {describe(e, whole=True)}"
