@@ -66,12 +66,13 @@ class ModelRunError(HookscopeError, RuntimeError):
 
     Attributes:
         trace: the partial trace recorded up to the failure (calls that finished, and
-            the failing call with its inputs).
+            the failing call with its inputs); ``None`` where the run records no trace
+            (a memory plan runs a fake copy of the model).
         path: fully qualified name of the innermost module whose call raised
             (``""`` for the root module, ``None`` when the failure was outside any module).
     """
 
-    def __init__(self, message: str, *, trace: Trace, path: str | None) -> None:
+    def __init__(self, message: str, *, trace: Trace | None, path: str | None) -> None:
         super().__init__(message)
         self.trace = trace
         self.path = path

@@ -171,6 +171,8 @@ def partial_on_failure(
     try:
         yield
     except ModelRunError as e:
+        if e.trace is None:
+            raise
         # a bad --columns, a closed stdout or an unwritable file must not hide the
         # model's own error.
         try:

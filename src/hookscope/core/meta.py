@@ -76,11 +76,17 @@ _MAPPINGS = (dict, OrderedDict)
 
 
 def _module_tensors(model: nn.Module) -> Iterator[torch.Tensor]:
+    """Every tensor a module of ``model`` holds: parameters, buffers, and tensors in
+    plain attributes, also inside lists, tuples and dicts of them (torchvision's
+    ``AnchorGenerator.cell_anchors`` is a list of tensors, neither buffer nor
+    parameter)."""
     tensor = torch.Tensor
     for module in _all_modules(model):
         for t in (*module._parameters.values(), *module._buffers.values(), *vars(module).values()):
             if isinstance(t, tensor):
                 yield t
+            elif isinstance(t, (list, tuple, dict)) and t:
+                yield from (leaf for leaf in pytree.tree_leaves(t) if isinstance(leaf, tensor))
 
 
 def _first_parameter(model: nn.Module) -> torch.Tensor | None:

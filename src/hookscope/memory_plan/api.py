@@ -26,7 +26,7 @@ from torch import nn
 from hookscope.core.model.selectors import Selector
 from hookscope.core.model.structure import inspect
 from hookscope.core.torch_private.fake import VALUE_DEPENDENT, fake_mode
-from hookscope.errors import SpecError
+from hookscope.errors import HookscopeError, ModelRunError, SpecError
 from hookscope.memory_plan.accounting import account, per_module
 from hookscope.memory_plan.fake_copy import batch_size_of, fake_inputs, fake_model
 from hookscope.memory_plan.options import (
@@ -158,12 +158,18 @@ def plan_once(request: PlanRequest, *, batch_size: int | None = None) -> MemoryP
         where = f" in {tracker.stack[-1]!r}" if tracker.stack else ""
         raise SpecError(f"the model reads tensor values{where} ({type(e).__name__}: {e}), "
                         "which a memory plan's fake tensors do not have") from e
-    except Exception as e:
-        last = tracker.last_entered
-        where = f" in module {last!r}" if last else ""
-        e.add_note(f"(raised while hookscope.memory_plan ran the {tracker.phase}{where} "
-                   "of a copy of the model on fake tensors)")
+    except HookscopeError:
         raise
+    except Exception as e:
+        last = tracker.stack[-1] if tracker.stack else tracker.last_entered
+        where = "" if last is None else (
+            " in the root module" if last == "" else f" in module {last!r}")
+        first_line = (str(e).strip().splitlines() or [""])[0]
+        hint = _TRAINING_HINT if request.step.training and tracker.phase == "forward" else ""
+        raise ModelRunError(
+            f"the model raised {type(e).__name__}{where} in the {tracker.phase} of the "
+            f"planned step, run on fake tensors: {first_line}{hint}", trace=None,
+            path=last) from e
     del args, kwargs
     paths = [p for p, _ in fake.named_modules()]
     held = {p: {tracker.track(t) for t in m.parameters()} for p, m in fake.named_modules()}
@@ -185,6 +191,11 @@ def plan_once(request: PlanRequest, *, batch_size: int | None = None) -> MemoryP
         notes=_notes(request, tracker),
         structure=inspect(request.model),
     )
+
+
+_TRAINING_HINT = ("; a training step runs the model in training mode: give the inputs "
+                  "that mode needs (a detection model's targets), or plan inference "
+                  "(training=False, --inference)")
 
 
 def _unit_bytes(model: nn.Module) -> int:
