@@ -185,6 +185,26 @@ def test_a_model_that_raises_is_one_model_error_naming_the_module() -> None:
     assert hookscope.memory_plan(model, torch.randn(2, 4), training=False).peak_bytes > 0
 
 
+def test_a_fake_kernel_s_failure_is_raised_once_not_logged(
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """A float32 Mixtral's experts call ``torch._grouped_mm``, whose fake kernel takes
+    only bfloat16 on the CPU: FakeTensorMode logs such a failure with its traceback
+    before it raises; the plan raises it as the model's error and nothing is logged."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.MixtralConfig(
+        num_hidden_layers=1, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+        num_key_value_heads=2, num_local_experts=4, vocab_size=128)
+    model = transformers.MixtralModel(config)
+    tokens = torch.randint(0, 128, (1, 8))
+    try:
+        plan = hookscope.memory_plan(model, tokens)
+    except hookscope.ModelRunError as e:
+        assert e.path is not None and "experts" in e.path
+    else:  # a torch whose kernel takes float32 plans it
+        assert plan.peak_bytes > 0
+    assert "Traceback" not in capfd.readouterr().err
+
+
 def test_tensors_held_in_a_list_attribute_are_faked_too() -> None:
     """torchvision's AnchorGenerator keeps its anchors in a plain list: the plan copies
     them onto fake tensors like parameters and buffers, and counts none of their bytes

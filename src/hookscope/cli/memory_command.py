@@ -80,7 +80,7 @@ def memory_command(
     """Peak memory of a training step per module (parameters, gradients, optimizer
     states, saved activations), planned without allocating it."""
     import hookscope
-    from hookscope.cli.running import check_output
+    from hookscope.cli.running import check_output, dtype_hints
 
     fmt = chosen_format(fmt, output, TraceFormat)
     target = OutputTarget(output, no_color, width)
@@ -92,6 +92,7 @@ def memory_command(
             _check_plot(plot)
         with model_prints_to_stderr():
             prepared = _prepare(model, inputs or [], config)
+        with model_prints_to_stderr(), dtype_hints(prepared):
             plan = hookscope.memory_plan(
                 prepared.loaded.model, *prepared.args, kwargs=prepared.kwargs,
                 training=not inference, optimizer=optimizer, dtype=dtype, autocast=autocast,

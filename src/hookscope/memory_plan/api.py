@@ -25,7 +25,11 @@ from torch import nn
 
 from hookscope.core.model.selectors import Selector
 from hookscope.core.model.structure import inspect
-from hookscope.core.torch_private.fake import VALUE_DEPENDENT, fake_mode
+from hookscope.core.torch_private.fake import (
+    VALUE_DEPENDENT,
+    fake_mode,
+    quiet_fake_kernel_errors,
+)
 from hookscope.errors import HookscopeError, ModelRunError, SpecError
 from hookscope.memory_plan.accounting import account, per_module
 from hookscope.memory_plan.fake_copy import batch_size_of, fake_inputs, fake_model
@@ -152,7 +156,7 @@ def plan_once(request: PlanRequest, *, batch_size: int | None = None) -> MemoryP
                                batch_size=batch_size)
     tracker = StorageTracker()
     try:
-        with mode:
+        with mode, quiet_fake_kernel_errors():
             facts = run_step(fake, args, kwargs, request.step, tracker)
     except VALUE_DEPENDENT as e:
         where = f" in {tracker.stack[-1]!r}" if tracker.stack else ""
@@ -165,7 +169,8 @@ def plan_once(request: PlanRequest, *, batch_size: int | None = None) -> MemoryP
         where = "" if last is None else (
             " in the root module" if last == "" else f" in module {last!r}")
         first_line = (str(e).strip().splitlines() or [""])[0]
-        hint = _TRAINING_HINT if request.step.training and tracker.phase == "forward" else ""
+        training = request.step.training and "train" in first_line.lower()
+        hint = _TRAINING_HINT if training else ""
         raise ModelRunError(
             f"the model raised {type(e).__name__}{where} in the {tracker.phase} of the "
             f"planned step, run on fake tensors: {first_line}{hint}", trace=None,

@@ -14,6 +14,9 @@ knows (oneDNN's LSTM/GRU layer on the CPU): their fake kernels report it as empt
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -42,6 +45,20 @@ def fake_mode() -> Any:
         _warn_once("memory plans", "has no torch._subclasses.fake_tensor.FakeTensorMode")
         return None
     return FakeTensorMode(allow_non_fake_inputs=False)
+
+
+@contextlib.contextmanager
+def quiet_fake_kernel_errors() -> Iterator[None]:
+    """Keep ``FakeTensorMode`` from logging a kernel's failure with its traceback
+    (``torch._subclasses.fake_tensor`` logs at ERROR before it raises): the exception
+    it raises reaches the caller, which says it in one line."""
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def is_fake(t: torch.Tensor) -> bool:
