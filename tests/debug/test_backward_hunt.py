@@ -342,3 +342,33 @@ def test_the_users_anomaly_mode_is_left_as_it_was() -> None:
         assert torch.is_anomaly_enabled() and not torch.is_anomaly_check_nan_enabled()
     finally:
         torch.autograd.set_detect_anomaly(False)
+
+
+def test_the_hunt_records_no_stacks_and_reads_the_line_from_a_second_forward() -> None:
+    """Stacks on every node are most of the hunt's cost: its run records none (anomaly
+    mode off), and only when a node is found does a second forward, with stacks, give
+    its line; a clean run is one forward."""
+    seen: list[bool] = []
+
+    class Probe(nn.Module):
+        def __init__(self, fault: bool) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+            self.fault = fault
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen.append(torch.is_anomaly_enabled())
+            y = self.lin(x)
+            return sqrt_below_zero(y) if self.fault else y
+
+    torch.manual_seed(0)
+    x = torch.randn(3, 4)
+    assert hookscope.find_anomaly(Probe(fault=False), x, backward=True) is None
+    assert seen == [False]
+    seen.clear()
+    report = hookscope.find_anomaly(Probe(fault=True), x, backward=True)
+    assert report is not None and report.first.node is not None
+    assert seen == [False, True]
+    source = report.first.node.source
+    assert source is not None and source.line == fault_line(sqrt_below_zero)
+    assert not torch.is_anomaly_enabled()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -19,10 +20,15 @@ from torch import nn
 
 from hookscope.api.tracing import trace as _trace
 from hookscope.core import torch_private
+from hookscope.core.engine.run_facts import cuda_devices
 from hookscope.core.meta import is_on_meta
+from hookscope.core.model.module_table import module_table
+from hookscope.core.model.state import ModelState
 from hookscope.core.model.structure import check_model
 from hookscope.core.options import check_flags
+from hookscope.core.records.tensor_paths import iter_tensors
 from hookscope.debug.anomaly_records import AnomalyReport
+from hookscope.debug.grad_nodes import node_line_of_rerun
 from hookscope.debug.grad_probe import NonFiniteGradProbe
 from hookscope.debug.nonfinite import NonFiniteError, NonFiniteProbe
 from hookscope.errors import SpecError
@@ -58,8 +64,9 @@ def find_anomaly(
             finite gradients (``SqrtBackward0``), the module call whose forward made
             that node, the forward op, the line of the model's code that called it,
             and the statistics of the gradients the node received and computed.
-            The forward then runs with anomaly mode on, which records a stack per
-            autograd node (slower).
+            The line is read from a second forward (and ``loss``) with anomaly mode
+            on, run only when a node was found (``pdb=True``: the first forward
+            records the stacks, which costs a fifth more).
         loss: ``loss(output) -> Tensor``: the scalar to differentiate, as for
             :func:`hookscope.trace` (default: the sum of every floating output); a
             gradient its own ops make non-finite is found too, outside any module.
@@ -94,18 +101,28 @@ def find_anomaly(
             "find_anomaly looks for NaN and Inf values, and the meta device has shapes "
             "but no values; run it with the model and inputs on 'cpu' or 'cuda'"
         )
-    probe = (NonFiniteGradProbe if backward else NonFiniteProbe)(
-        collect_all=collect_all, ops=ops, pdb=pdb)
+    probe: NonFiniteProbe
+    if backward:  # the found node's line comes from a second forward (grad_nodes.py)
+        probe = NonFiniteGradProbe(collect_all=collect_all, ops=ops, pdb=pdb,
+                                   node_stacks=False)
+    else:
+        probe = NonFiniteProbe(collect_all=collect_all, ops=ops, pdb=pdb)
+    hunted = loss
     if loss is not None and callable(loss) and isinstance(probe, NonFiniteGradProbe):
-        loss = _hunted(loss, probe)
+        hunted = _hunted(loss, probe)
+    report: AnomalyReport | None
     try:
         result = _trace(
-            model, *inputs, kwargs=kwargs, backward=backward, loss=loss, shapes=False,
+            model, *inputs, kwargs=kwargs, backward=backward, loss=hunted, shapes=False,
             time=False, stats=False, memory=False, grads=False, probes=[probe],
         )
     except NonFiniteError as e:
-        return e.report
-    return probe.report(result)
+        report = e.report
+    else:
+        report = probe.report(result)
+    if isinstance(probe, NonFiniteGradProbe) and report is not None:
+        report = _with_node_line(report, probe, lambda: _rerun(model, inputs, kwargs, loss))
+    return report
 
 
 @contextmanager
@@ -161,6 +178,42 @@ def _hunted(
         return value
 
     return hunted
+
+
+def _with_node_line(report: AnomalyReport, probe: NonFiniteGradProbe,
+                    run: Callable[[], list[torch.Tensor]]) -> AnomalyReport:
+    """``report`` with the line of the autograd node it names, read from a second
+    forward (``run``), where the hunt recorded no stacks."""
+    found_at = probe.hunt.found_at
+    pending = [a for a in report.anomalies if a.node is not None and a.node.source is None]
+    if found_at is None or not pending or probe.node_stacks:
+        return report
+    try:
+        source = node_line_of_rerun(run, found_at)
+    except Exception:  # a model that does not run twice keeps the node without its line
+        return report
+    if source is None:
+        return report
+    anomalies = tuple(
+        replace(a, node=replace(a.node, source=source)) if a in pending and a.node else a
+        for a in report.anomalies)
+    return replace(report, anomalies=anomalies)
+
+
+def _rerun(model: nn.Module, inputs: tuple[Any, ...], kwargs: dict[str, Any] | None,
+           loss: Callable[[Any], torch.Tensor] | None) -> list[torch.Tensor]:
+    """The model's forward once more (and ``loss``), leaving its flags, buffers and
+    random state as they were: the tensors whose graphs hold the hunt's nodes."""
+    table = module_table(model, extra_repr=False)
+    state = ModelState(table, buffers=True)
+    try:
+        with torch.random.fork_rng(devices=[d.index or 0 for d in cuda_devices(table)]):
+            output = model(*inputs, **(kwargs or {}))
+            value = loss(output) if loss is not None else None
+    finally:
+        state.restore()
+    found = [t for _, t in iter_tensors(output, "out")]
+    return [*found, value] if isinstance(value, torch.Tensor) else found
 
 
 def _on_meta(model: nn.Module, inputs: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:

@@ -21,6 +21,14 @@ hookscope is the model's line. Which module call made it is the tracer's
 
 Anomaly mode is turned off again before the backward: with it on, autograd prints
 the forward stack of the node whose hook raised. A user who had it on keeps it on.
+
+Recording a stack on every node is most of the hunt's cost (a fifth of a ResNet-50's
+forward and backward), for one line of one node. Where the hunt owns the run
+(:func:`~hookscope.find_anomaly` without ``pdb``), it records none
+(``NodeHunt(stacks=False)``): the node found is remembered by its place in the
+forward's graph (:attr:`NodeHunt.found_at`, its sequence number counted from the
+forward's first), and the line is read afterwards from a second forward with stacks
+on (:func:`node_line_of_rerun`), whose node at that place is the same op.
 """
 
 from __future__ import annotations
@@ -59,8 +67,12 @@ class NodeHunt:
         found: called from the node's post-hook, during the backward.
     """
 
-    def __init__(self, found: NodeFound) -> None:
+    def __init__(self, found: NodeFound, *, stacks: bool = True) -> None:
         self._found = found
+        self._stacks = stacks
+        #: ``(sequence number counted from the forward's first, node name)`` of the
+        #: node found, for a second forward to read its line from
+        self.found_at: tuple[int, str] | None = None
         self._handles: list[Any] = []
         self._hooked: set[int] = set()  # sequence numbers of the nodes hooked
         self._start: int | None = None  # the first sequence number of this forward's graph
@@ -78,7 +90,7 @@ class NodeHunt:
         """Turn anomaly mode on (without its NaN check), unless it is on already."""
         if self._user_mode is None:
             self._user_mode = (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled())
-        if not torch.is_anomaly_enabled():
+        if self._stacks and not torch.is_anomaly_enabled():
             torch.autograd.set_detect_anomaly(True, check_nan=False)
 
     def forward_ends(self, outputs: Iterable[torch.Tensor]) -> None:
@@ -118,7 +130,40 @@ class NodeHunt:
         bad = next((i for i, g in enumerate(grad_inputs) if _non_finite(g)), None)
         if bad is None or any(_non_finite(g) for g in grad_outputs):
             return  # finite, or it passed on a value some node before it made
-        self._found(torch_private.current_autograd_node(), bad, grad_inputs, grad_outputs)
+        node = torch_private.current_autograd_node()
+        seq = torch_private.node_sequence_nr(node)
+        if self.found_at is None and seq is not None and self._start is not None:
+            self.found_at = (seq - self._start, str(node.name()))
+        self._found(node, bad, grad_inputs, grad_outputs)
+
+
+def node_line_of_rerun(run: Callable[[], Iterable[torch.Tensor]],
+                       found_at: tuple[int, str]) -> SourceLine | None:
+    """The line of the node at ``found_at`` (:attr:`NodeHunt.found_at`) in the graph of
+    a second forward, ``run()`` (its output tensors), made with stacks recorded;
+    ``None`` where that forward made a different node there."""
+    offset, name = found_at
+    user_mode = (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled())
+    start = torch_private.next_sequence_nr()
+    try:
+        torch.autograd.set_detect_anomaly(True, check_nan=False)
+        with torch.enable_grad():
+            outputs = list(run())
+    finally:
+        torch.autograd.set_detect_anomaly(user_mode[0], check_nan=user_mode[1])
+    if start is None:
+        return None
+    todo, seen = [t.grad_fn for t in outputs], set()
+    while todo:
+        node = todo.pop()
+        seq = None if node is None else torch_private.node_sequence_nr(node)
+        if node is None or seq is None or seq in seen or seq < start:
+            continue
+        if seq - start == offset:
+            return user_line(node) if str(node.name()) == name else None
+        seen.add(seq)
+        todo.extend(next_node for next_node, _ in node.next_functions)
+    return None
 
 
 def _non_finite(g: Any) -> bool:

@@ -37,9 +37,17 @@ class NonFiniteGradProbe(NonFiniteProbe):
     autograd node that made a non-finite gradient from finite ones
     (``debug/grad_nodes.py``), then the gradients of each call and parameter."""
 
+    def __init__(self, *, collect_all: bool = False, ops: bool = True, pdb: bool = False,
+                 node_stacks: bool = True) -> None:
+        """``node_stacks=False``: record no forward stacks on the nodes (the caller reads
+        the found node's line from a second forward: ``grad_nodes.py``); a debugger
+        opened at the node shows its line, so ``pdb`` records them."""
+        super().__init__(collect_all=collect_all, ops=ops, pdb=pdb)
+        self.node_stacks = node_stacks or pdb
+
     def install(self, tracer: Tracer) -> list[Removable]:
         handles = super().install(tracer)
-        self.hunt = NodeHunt(self._node_found)
+        self.hunt = NodeHunt(self._node_found, stacks=self.node_stacks)
         return [*handles, CallbackHandle(self.hunt.remove)]
 
     def on_enter(
