@@ -45,7 +45,8 @@ start = time.perf_counter()
 plan = hookscope.memory_plan(model, tokens, dtype="bf16", optimizer="adamw")
 seconds = time.perf_counter() - start
 params = sum(p.numel() for p in model.parameters())
-print(json.dumps({"seconds": seconds, "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps({"seconds": seconds, "rss": rss,
                   "peak": plan.peak_bytes, "phase": plan.peak_phase, "params": params}))
 """
 
