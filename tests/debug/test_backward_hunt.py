@@ -372,3 +372,25 @@ def test_the_hunt_records_no_stacks_and_reads_the_line_from_a_second_forward() -
     source = report.first.node.source
     assert source is not None and source.line == fault_line(sqrt_below_zero)
     assert not torch.is_anomaly_enabled()
+
+
+def test_collect_all_gives_the_line_of_the_first_node_only_to_that_node() -> None:
+    class TwoFaults(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = nn.Linear(4, 4)
+            self.b = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return sqrt_below_zero(self.a(x)) + log_at_zero(self.b(x))
+
+    torch.manual_seed(0)
+    report = hookscope.find_anomaly(TwoFaults(), torch.randn(3, 4), backward=True,
+                                    collect_all=True)
+    assert report is not None
+    nodes = [a.node for a in report.anomalies if a.node is not None]
+    lines = {"SqrtBackward0": fault_line(sqrt_below_zero), "LogBackward0": fault_line(log_at_zero)}
+    assert nodes and nodes[0].source is not None
+    assert nodes[0].source.line == lines[nodes[0].name]
+    for node in nodes[1:]:  # later nodes: their own line or none, never the first's
+        assert node.source is None or node.source.line == lines.get(node.name)

@@ -185,8 +185,12 @@ def _with_node_line(report: AnomalyReport, probe: NonFiniteGradProbe,
     """``report`` with the line of the autograd node it names, read from a second
     forward (``run``), where the hunt recorded no stacks."""
     found_at = probe.hunt.found_at
-    pending = [a for a in report.anomalies if a.node is not None and a.node.source is None]
-    if found_at is None or not pending or probe.node_stacks:
+    # the first node found is the one the hunt placed (with collect_all, later ones stay
+    # without a line)
+    first = next((i for i, a in enumerate(report.anomalies) if a.node is not None), None)
+    node = None if first is None else report.anomalies[first].node
+    if found_at is None or first is None or node is None or node.source is not None \
+            or probe.node_stacks or node.name != found_at[1]:
         return report
     try:
         source = node_line_of_rerun(run, found_at)
@@ -194,10 +198,9 @@ def _with_node_line(report: AnomalyReport, probe: NonFiniteGradProbe,
         return report
     if source is None:
         return report
-    anomalies = tuple(
-        replace(a, node=replace(a.node, source=source)) if a in pending and a.node else a
-        for a in report.anomalies)
-    return replace(report, anomalies=anomalies)
+    anomalies = list(report.anomalies)
+    anomalies[first] = replace(anomalies[first], node=replace(node, source=source))
+    return replace(report, anomalies=tuple(anomalies))
 
 
 def _rerun(model: nn.Module, inputs: tuple[Any, ...], kwargs: dict[str, Any] | None,
