@@ -28,7 +28,7 @@ from hookscope.core.model.structure import check_model
 from hookscope.core.options import check_flags
 from hookscope.core.records.tensor_paths import iter_tensors
 from hookscope.debug.anomaly_records import AnomalyReport
-from hookscope.debug.grad_nodes import node_line_of_rerun
+from hookscope.debug.grad_nodes import node_lines_of_rerun
 from hookscope.debug.grad_probe import NonFiniteGradProbe
 from hookscope.debug.nonfinite import NonFiniteError, NonFiniteProbe
 from hookscope.errors import SpecError
@@ -121,7 +121,8 @@ def find_anomaly(
     else:
         report = probe.report(result)
     if isinstance(probe, NonFiniteGradProbe) and report is not None:
-        report = _with_node_line(report, probe, lambda: _rerun(model, inputs, kwargs, loss))
+        report = _with_node_lines(report, probe,
+                                  lambda: _rerun(model, inputs, kwargs, loss))
     return report
 
 
@@ -180,26 +181,24 @@ def _hunted(
     return hunted
 
 
-def _with_node_line(report: AnomalyReport, probe: NonFiniteGradProbe,
-                    run: Callable[[], list[torch.Tensor]]) -> AnomalyReport:
-    """``report`` with the line of the autograd node it names, read from a second
+def _with_node_lines(report: AnomalyReport, probe: NonFiniteGradProbe,
+                     run: Callable[[], list[torch.Tensor]]) -> AnomalyReport:
+    """``report`` with the lines of the autograd nodes it names, read from a second
     forward (``run``), where the hunt recorded no stacks."""
     found_at = probe.hunt.found_at
-    # the first node found is the one the hunt placed (with collect_all, later ones stay
-    # without a line)
-    first = next((i for i, a in enumerate(report.anomalies) if a.node is not None), None)
-    node = None if first is None else report.anomalies[first].node
-    if found_at is None or first is None or node is None or node.source is not None \
-            or probe.node_stacks or node.name != found_at[1]:
+    places = [i for i, a in enumerate(report.anomalies) if a.node is not None]
+    if probe.node_stacks or not found_at or not places:
         return report
     try:
-        source = node_line_of_rerun(run, found_at)
-    except Exception:  # a model that does not run twice keeps the node without its line
-        return report
-    if source is None:
+        lines = node_lines_of_rerun(run, found_at)
+    except Exception:  # a model that does not run twice keeps its nodes without lines
         return report
     anomalies = list(report.anomalies)
-    anomalies[first] = replace(anomalies[first], node=replace(node, source=source))
+    # the report lists the nodes in the order the hunt found them
+    for i, (_, name), source in zip(places, found_at, lines, strict=False):
+        node = anomalies[i].node
+        if node is not None and node.source is None and node.name == name and source:
+            anomalies[i] = replace(anomalies[i], node=replace(node, source=source))
     return replace(report, anomalies=tuple(anomalies))
 
 

@@ -26,9 +26,9 @@ Recording a stack on every node is most of the hunt's cost (a fifth of a ResNet-
 forward and backward), for one line of one node. Where the hunt owns the run
 (:func:`~hookscope.find_anomaly` without ``pdb``), it records none
 (``NodeHunt(stacks=False)``): the node found is remembered by its place in the
-forward's graph (:attr:`NodeHunt.found_at`, its sequence number counted from the
+forward's graph (:attr:`NodeHunt.found_at`: its sequence number counted from the
 forward's first), and the line is read afterwards from a second forward with stacks
-on (:func:`node_line_of_rerun`), whose node at that place is the same op.
+on (:func:`node_lines_of_rerun`), whose node at that place is the same op.
 """
 
 from __future__ import annotations
@@ -70,9 +70,9 @@ class NodeHunt:
     def __init__(self, found: NodeFound, *, stacks: bool = True) -> None:
         self._found = found
         self._stacks = stacks
-        #: ``(sequence number counted from the forward's first, node name)`` of the
-        #: node found, for a second forward to read its line from
-        self.found_at: tuple[int, str] | None = None
+        #: ``(sequence number counted from the forward's first, node name)`` of each
+        #: node found, in the order found, for a second forward to read their lines from
+        self.found_at: list[tuple[int, str]] = []
         self._handles: list[Any] = []
         self._hooked: set[int] = set()  # sequence numbers of the nodes hooked
         self._start: int | None = None  # the first sequence number of this forward's graph
@@ -82,6 +82,7 @@ class NodeHunt:
         """The model's forward starts: record the stack of every node it makes."""
         self._start = torch_private.next_sequence_nr()
         self._hooked.clear()
+        self.found_at.clear()
         # the handles of graphs already freed: their hooks went with them
         self._handles = [h for h in self._handles if torch_private.hook_table_alive(h)]
         self.record_stacks()
@@ -132,17 +133,16 @@ class NodeHunt:
             return  # finite, or it passed on a value some node before it made
         node = torch_private.current_autograd_node()
         seq = torch_private.node_sequence_nr(node)
-        if self.found_at is None and seq is not None and self._start is not None:
-            self.found_at = (seq - self._start, str(node.name()))
+        if seq is not None and self._start is not None:
+            self.found_at.append((seq - self._start, str(node.name())))
         self._found(node, bad, grad_inputs, grad_outputs)
 
 
-def node_line_of_rerun(run: Callable[[], Iterable[torch.Tensor]],
-                       found_at: tuple[int, str]) -> SourceLine | None:
-    """The line of the node at ``found_at`` (:attr:`NodeHunt.found_at`) in the graph of
+def node_lines_of_rerun(run: Callable[[], Iterable[torch.Tensor]],
+                        found_at: list[tuple[int, str]]) -> list[SourceLine | None]:
+    """The line of each node of ``found_at`` (:attr:`NodeHunt.found_at`) in the graph of
     a second forward, ``run()`` (its output tensors), made with stacks recorded;
     ``None`` where that forward made a different node there."""
-    offset, name = found_at
     user_mode = (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled())
     start = torch_private.next_sequence_nr()
     try:
@@ -152,18 +152,19 @@ def node_line_of_rerun(run: Callable[[], Iterable[torch.Tensor]],
     finally:
         torch.autograd.set_detect_anomaly(user_mode[0], check_nan=user_mode[1])
     if start is None:
-        return None
-    todo, seen = [t.grad_fn for t in outputs], set()
+        return [None] * len(found_at)
+    nodes: dict[int, Any] = {}
+    todo = [t.grad_fn for t in outputs]
     while todo:
         node = todo.pop()
         seq = None if node is None else torch_private.node_sequence_nr(node)
-        if node is None or seq is None or seq in seen or seq < start:
+        if node is None or seq is None or seq < start or seq - start in nodes:
             continue
-        if seq - start == offset:
-            return user_line(node) if str(node.name()) == name else None
-        seen.add(seq)
+        nodes[seq - start] = node
         todo.extend(next_node for next_node, _ in node.next_functions)
-    return None
+    found = [nodes.get(offset) for offset, _ in found_at]
+    return [user_line(node) if node is not None and str(node.name()) == name else None
+            for node, (_, name) in zip(found, found_at, strict=True)]
 
 
 def _non_finite(g: Any) -> bool:
