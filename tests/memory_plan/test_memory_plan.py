@@ -177,8 +177,8 @@ def test_a_model_that_raises_is_one_model_error_naming_the_module() -> None:
 
     model = NeedsTargets()
     before = snapshot_state(model)
-    with pytest.raises(hookscope.ModelRunError, match="root module.*targets should not be "
-                       "none.*--inference") as raised:
+    with pytest.raises(hookscope.ModelRunError, match=r"root module.*targets should not be "
+                       r"none.*--inference") as raised:
         hookscope.memory_plan(model, torch.randn(2, 4))
     assert raised.value.path == "" and raised.value.trace is None
     assert_state_unchanged(before, model)
