@@ -88,6 +88,7 @@ def test_two_specs_and_csv(spec: str, capsys: pytest.CaptureFixture[str]) -> Non
     (["--match", "nope=0"], "side A's model has no module at or under that path"),
     (["--match", "0=nope"], "side B's model has no module at or under that path"),
     (["--tolerance", "-1"], "tolerance="),
+    (["--b-compile-backend", "eagr"], "close matches: eager"),
 ])
 def test_bad_input_is_one_error_line(spec: str, args: list[str], fragment: str,
                                      capsys: pytest.CaptureFixture[str]) -> None:
@@ -118,3 +119,13 @@ def make():
                            "--spill", str(spill))
     assert_one_error_line(code, err, "side A", "'1'")
     assert not spill.exists()
+
+
+def test_a_compile_backend_by_name(spec: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """eager: dynamo's graphs run as they are, no compiler needed; the values equal."""
+    code, out, err = run_cli(capsys, "compare", spec, "--input", "3,4",
+                             "--b-compile-backend", "eager", "-f", "json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["settings"]["compile"] == "eager"
+    assert all(row["max_abs"] == 0.0 for row in data["rows"])

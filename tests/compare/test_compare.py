@@ -375,6 +375,7 @@ def test_a_model_that_raises_is_left_as_it_was() -> None:
     ("b_dtype", "float8", "b_dtype= .--b-dtype. must be a floating dtype"),
     ("b_weights", {"nope": torch.zeros(1)}, "b_weights do not fit"),
     ("b_weights", "/nonexistent/w.pt", "is not a file"),
+    ("b_compile", "eagr", "not a torch.compile backend here .close matches: eager"),
 ])
 def test_bad_options_are_one_clear_error(option: str, value: Any, message: str) -> None:
     model = _mlp()

@@ -51,7 +51,11 @@ def compare_command(
         metavar="FILE", show_default=False,
         help="Side B is a copy with these weights: a .safetensors or torch.save file.")] = None,
     b_compile: Annotated[bool, typer.Option(
-        "--b-compile", help="Side B is torch.compile'd.")] = False,
+        "--b-compile", help="Side B is torch.compile'd (inductor).")] = False,
+    b_compile_backend: Annotated[str | None, typer.Option(
+        "--b-compile-backend", metavar="NAME", show_default=False,
+        help="Side B is torch.compile'd with this backend: eager, aot_eager, inductor, "
+        "...")] = None,
     match: Annotated[list[str] | None, typer.Option(
         metavar="A=B", show_default=False,
         help="Side A's module path = side B's, where they differ; repeat for more.")] = None,
@@ -91,8 +95,8 @@ def compare_command(
                 result = hookscope.compare(
                     prepared.loaded.model, other, *prepared.args, kwargs=prepared.kwargs,
                     b_autocast=b_autocast, b_dtype=b_dtype, b_device=b_device,
-                    b_compile=b_compile, b_weights=b_weights, match=mapping or None,
-                    tolerance=tolerance, spill=spill,
+                    b_compile=b_compile_backend or b_compile, b_weights=b_weights,
+                    match=mapping or None, tolerance=tolerance, spill=spill,
                 )
             except BaseException:
                 if made and spill is not None:  # a failed command leaves nothing behind

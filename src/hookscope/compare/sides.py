@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import difflib
 import os
 from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
@@ -126,6 +127,8 @@ def side_b(
         raise SpecError("b_device='meta' has no values to compare; use 'cpu' or 'cuda'")
     if not isinstance(compile, (bool, str)):
         raise SpecError(f"b_compile= must be True, False or a backend name, got {compile!r}")
+    if isinstance(compile, str):
+        _check_backend(compile)
     state = None if weights is None else read_weights(weights)
     model, copied = base, 0
     # NB: torch.compile marks the module it wraps (``_is_torch_compile``): compiled is a copy
@@ -140,6 +143,18 @@ def side_b(
         compiler: Callable[..., Any] = torch.compile
         model = compiler(model, backend=backend)
     return SideB(model, amp, cast, dev, copied, backend, dev or model_device(model))
+
+
+def _check_backend(name: str) -> None:
+    """Refuse a ``torch.compile`` backend this torch does not have, before anything runs
+    (torch would raise at side B's first call)."""
+    known = torch.compiler.list_backends(exclude_tags=())
+    if name not in known:
+        close = difflib.get_close_matches(name, known, n=3)
+        hint = f" (close matches: {', '.join(close)})" if close else ""
+        raise SpecError(f"b_compile={name!r} is not a torch.compile backend here{hint}; "
+                        f"use one of {', '.join(torch.compiler.list_backends())}, eager "
+                        "or aot_eager")
 
 
 def read_weights(weights: Weights) -> Mapping[str, torch.Tensor]:
