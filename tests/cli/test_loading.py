@@ -383,6 +383,31 @@ def test_transformers_config_directory_builds_that_config(tmp_path: Path) -> Non
     assert forward(head).logits.shape[-1] == head.model.config.vocab_size
 
 
+def test_transformers_config_directory_overrides_derive_as_for_a_model_type(
+        tmp_path: Path) -> None:
+    """A saved config lists what its class derived (Qwen2's ``layer_types``, one per
+    layer; ``rope_parameters`` from ``rope_theta``): an override derives them again,
+    and a misspelt one is refused, as for a model type's default config."""
+    from transformers import Qwen2Config
+
+    Qwen2Config(num_hidden_layers=4, hidden_size=64, intermediate_size=128,
+                num_attention_heads=4, num_key_value_heads=2, vocab_size=100,
+                ).save_pretrained(tmp_path)
+    model = load_model(f"transformers:{tmp_path}", config={"num_hidden_layers": 2}).model
+    assert len(model.layers) == 2 and len(model.config.layer_types) == 2
+    assert model.config.hidden_size == 64  # the saved settings stay
+    rope = load_model(f"transformers:{tmp_path}", config={"rope_theta": 5000.0})
+    assert rope.model.config.rope_parameters["rope_theta"] == 5000.0
+    spec_error(f"transformers:{tmp_path}", "no setting 'num_hiden_layers'",
+               "close matches: num_hidden_layers", config={"num_hiden_layers": 2})
+
+
+def test_transformers_unreadable_config_directory_says_why(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text('{"model_type": "no_such_type"}')
+    spec_error(f"transformers:{tmp_path}", "config.json", "cannot be read by transformers",
+               "no_such_type")
+
+
 def test_transformers_checkpoint_id_in_the_local_cache(tmp_path: Path) -> None:
     """A checkpoint id whose config the Hugging Face cache holds is built from it (in a
     fresh process: the hub reads where its cache is when it is imported)."""

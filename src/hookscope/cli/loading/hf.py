@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -124,7 +125,10 @@ def _saved_config(transformers: ModuleType, name: str) -> tuple[str, Any, str] |
     for source, task in tries:
         try:
             config = transformers.AutoConfig.from_pretrained(source, local_files_only=True)
-        except Exception:  # not cached, not a directory, not a config: try the next
+        except Exception as e:  # not cached, not a directory: try the next
+            if (Path(source) / "config.json").is_file():  # there, but unreadable: say why
+                raise SpecError(f"the config.json in {source!r} cannot be read by "
+                                f"transformers: {describe(e)}") from e
             continue
         return source, config, task
     return None
@@ -181,7 +185,12 @@ def _transformers_config(
     def make(**kwargs: Any) -> Any:
         if saved is None:
             return auto_config.for_model(model_type, **kwargs)
-        return auto_config.from_pretrained(saved, local_files_only=True, **kwargs)
+        read = auto_config.from_pretrained(saved, local_files_only=True)
+        if not kwargs:
+            return read
+        # through the config class's __init__, as for_model builds one, from the saved
+        # settings it cannot derive: a layer count given derives the layers' types again
+        return type(read).from_dict({**_underived(read), **kwargs})
 
     default = make()
     overrides = _nest(default, overrides)
@@ -202,6 +211,24 @@ def _transformers_config(
                 "check the spelling of the config override"
             )
     return config
+
+
+def _underived(config: Any) -> dict[str, Any]:
+    """The settings of ``config`` that its class's ``__init__`` would not derive from the
+    others (``layer_types`` from ``num_hidden_layers``, ``rope_parameters`` from
+    ``rope_theta``, a class default): what an override must not be checked against."""
+    data = config.to_dict()
+    kept = {}
+    for key, value in data.items():
+        try:
+            derived = type(config).from_dict(
+                {k: v for k, v in data.items() if k != key}).to_dict().get(key)
+        except Exception:  # the others cannot stand without it
+            kept[key] = value
+            continue
+        if derived != value:
+            kept[key] = value
+    return kept
 
 
 def _nest(default: Any, overrides: dict[str, Any]) -> dict[str, Any]:
