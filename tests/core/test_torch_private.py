@@ -847,3 +847,14 @@ def test_the_cpu_recurrent_kernel_keeps_a_workspace_its_fake_kernel_reports_empt
     assert asked == real.untyped_storage().nbytes()
     with torch.no_grad():  # the kernel keeps no workspace without gradients
         assert op(*args(torch.randn))[3] is None
+
+
+def test_a_workspace_kernel_that_refuses_zeros_is_not_asked() -> None:
+    from hookscope.core.torch_private import fake
+
+    def refuses(*_: Any, **__: Any) -> Any:
+        raise RuntimeError("not on zeros")
+
+    with fake.fake_mode():
+        x = torch.empty(3, 4)
+    assert fake.real_workspace_nbytes(refuses, (x,), {}) is None

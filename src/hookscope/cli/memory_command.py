@@ -10,6 +10,7 @@ plans one step on fake tensors. The table (its title is the one-line answer), or
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -92,7 +93,9 @@ def memory_command(
             _check_plot(plot)
         with model_prints_to_stderr():
             prepared = _prepare(model, inputs or [], config)
-        with model_prints_to_stderr(), dtype_hints(prepared):
+        # the hint names the model's dtype: with --dtype the plan's copy has another
+        hints = dtype_hints(prepared) if dtype is None else contextlib.nullcontext()
+        with model_prints_to_stderr(), hints:
             plan = hookscope.memory_plan(
                 prepared.loaded.model, *prepared.args, kwargs=prepared.kwargs,
                 training=not inference, optimizer=optimizer, dtype=dtype, autocast=autocast,

@@ -82,11 +82,23 @@ def _module_tensors(model: nn.Module) -> Iterator[torch.Tensor]:
     parameter)."""
     tensor = torch.Tensor
     for module in _all_modules(model):
-        for t in (*module._parameters.values(), *module._buffers.values(), *vars(module).values()):
+        for t in (*module._parameters.values(), *module._buffers.values()):
+            if t is not None:
+                yield t
+        for name, t in vars(module).items():
             if isinstance(t, tensor):
                 yield t
-            elif isinstance(t, (list, tuple, dict)) and t:
-                yield from (leaf for leaf in pytree.tree_leaves(t) if isinstance(leaf, tensor))
+            elif isinstance(t, (list, tuple, dict)) and t and name not in _MODULE_OWN:
+                try:
+                    leaves = pytree.tree_leaves(t)
+                except RecursionError:  # a list that holds itself
+                    continue
+                yield from (leaf for leaf in leaves if isinstance(leaf, tensor))
+
+
+#: ``nn.Module``'s own attributes (its registries and hook dicts), walked above or not
+#: holding the module's tensors.
+_MODULE_OWN = frozenset(vars(nn.Module()))
 
 
 def _first_parameter(model: nn.Module) -> torch.Tensor | None:

@@ -72,7 +72,7 @@ class NodeHunt:
         self._stacks = stacks
         #: ``(sequence number counted from the forward's first, node name)`` of each
         #: node found, in the order found, for a second forward to read their lines from
-        self.found_at: list[tuple[int, str]] = []
+        self.found_at: list[tuple[int | None, str]] = []
         self._handles: list[Any] = []
         self._hooked: set[int] = set()  # sequence numbers of the nodes hooked
         self._start: int | None = None  # the first sequence number of this forward's graph
@@ -133,13 +133,14 @@ class NodeHunt:
             return  # finite, or it passed on a value some node before it made
         node = torch_private.current_autograd_node()
         seq = torch_private.node_sequence_nr(node)
-        if seq is not None and self._start is not None:
-            self.found_at.append((seq - self._start, str(node.name())))
+        # one entry per node reported, in order (the report's nodes pair with them)
+        place = None if seq is None or self._start is None else seq - self._start
+        self.found_at.append((place, str(node.name())))
         self._found(node, bad, grad_inputs, grad_outputs)
 
 
 def node_lines_of_rerun(run: Callable[[], Iterable[torch.Tensor]],
-                        found_at: list[tuple[int, str]]) -> list[SourceLine | None]:
+                        found_at: list[tuple[int | None, str]]) -> list[SourceLine | None]:
     """The line of each node of ``found_at`` (:attr:`NodeHunt.found_at`) in the graph of
     a second forward, ``run()`` (its output tensors), made with stacks recorded;
     ``None`` where that forward made a different node there."""
@@ -162,7 +163,7 @@ def node_lines_of_rerun(run: Callable[[], Iterable[torch.Tensor]],
             continue
         nodes[seq - start] = node
         todo.extend(next_node for next_node, _ in node.next_functions)
-    found = [nodes.get(offset) for offset, _ in found_at]
+    found = [None if offset is None else nodes.get(offset) for offset, _ in found_at]
     return [user_line(node) if node is not None and str(node.name()) == name else None
             for node, (_, name) in zip(found, found_at, strict=True)]
 

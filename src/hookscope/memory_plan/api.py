@@ -107,6 +107,9 @@ def memory_plan(
     Raises:
         SpecError: an option is wrong, or the model reads tensor values, which fake
             tensors do not have.
+        ModelRunError: the planned step raised (``.path``: the module whose forward
+            raised, ``None`` outside one; the original exception is its cause), as a
+            torchvision detection model does in training mode without targets.
 
     Example:
         >>> import torch, hookscope
@@ -159,22 +162,21 @@ def plan_once(request: PlanRequest, *, batch_size: int | None = None) -> MemoryP
         with mode, quiet_fake_kernel_errors():
             facts = run_step(fake, args, kwargs, request.step, tracker)
     except VALUE_DEPENDENT as e:
-        where = f" in {tracker.stack[-1]!r}" if tracker.stack else ""
+        where = _where(tracker.raised_in.get(id(e)))
         raise SpecError(f"the model reads tensor values{where} ({type(e).__name__}: {e}), "
                         "which a memory plan's fake tensors do not have") from e
     except HookscopeError:
         raise
     except Exception as e:
-        last = tracker.stack[-1] if tracker.stack else tracker.last_entered
-        where = "" if last is None else (
-            " in the root module" if last == "" else f" in module {last!r}")
+        inside = tracker.raised_in.get(id(e))  # the module whose forward raised it
+        where = _where(inside)
         first_line = (str(e).strip().splitlines() or [""])[0]
         training = request.step.training and "train" in first_line.lower()
         hint = _TRAINING_HINT if training else ""
         raise ModelRunError(
-            f"the model raised {type(e).__name__}{where} in the {tracker.phase} of the "
-            f"planned step, run on fake tensors: {first_line}{hint}", trace=None,
-            path=last) from e
+            f"{type(e).__name__} raised{where} in the {tracker.phase} of the planned "
+            f"step, run on fake tensors: {first_line}{hint}", trace=None,
+            path=inside) from e
     del args, kwargs
     paths = [p for p, _ in fake.named_modules()]
     held = {p: {tracker.track(t) for t in m.parameters()} for p, m in fake.named_modules()}
@@ -196,6 +198,13 @@ def plan_once(request: PlanRequest, *, batch_size: int | None = None) -> MemoryP
         notes=_notes(request, tracker),
         structure=inspect(request.model),
     )
+
+
+def _where(path: str | None) -> str:
+    """`` in module 'a.b'`` for the module whose forward raised (``""``: none)."""
+    if path is None:
+        return ""
+    return " in the root module" if path == "" else f" in module {path!r}"
 
 
 _TRAINING_HINT = ("; a training step runs the model in training mode: give the inputs "

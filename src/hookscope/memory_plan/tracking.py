@@ -19,6 +19,7 @@ parameters, gradients and the states made from them), else the root.
 
 from __future__ import annotations
 
+import sys
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -69,7 +70,8 @@ class StorageTracker(TorchDispatchMode):  # type: ignore[no-untyped-call]  # tor
         self._total = 0
         self._seq_owner: dict[int, str] = {}
         self._owner_now = ""  # the owner of the running optimizer op's inputs
-        self.last_entered: str | None = None  # where a failure happened
+        #: ``id`` of an exception -> the innermost module whose forward it left
+        self.raised_in: dict[int, str] = {}
 
     # -- storages ---------------------------------------------------------------------
 
@@ -132,7 +134,6 @@ class StorageTracker(TorchDispatchMode):  # type: ignore[no-untyped-call]  # tor
     def enter(self, path: str) -> int | None:
         """A module's forward starts: the sequence number its first node will get."""
         self.stack.append(path)
-        self.last_entered = path
         return torch_private.next_sequence_nr()
 
     def exit(self, path: str, start: int | None) -> None:
@@ -140,6 +141,9 @@ class StorageTracker(TorchDispatchMode):  # type: ignore[no-untyped-call]  # tor
         but those of an inner module (which ended first) stay that module's."""
         if self.stack and self.stack[-1] == path:
             self.stack.pop()
+        raised = sys.exc_info()[1]  # the hook runs in torch's except block when it raised
+        if raised is not None:
+            self.raised_in.setdefault(id(raised), path)  # the innermost module ends first
         end = torch_private.next_sequence_nr()
         if start is not None and end is not None:
             for seq in range(start, end):

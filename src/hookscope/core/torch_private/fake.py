@@ -103,7 +103,14 @@ def real_workspace_nbytes(func: Any, args: tuple[Any, ...], kwargs: dict[str, An
         with dispatch_off():
             real = [torch.empty_strided(a.shape, a.stride(), dtype=a.dtype).zero_()
                     if isinstance(a, torch.Tensor) else a for a in flat]
-            out = func(*real[:len(args)], **dict(zip(kwargs, real[len(args):], strict=True)))
-            found = int(out[3].untyped_storage().nbytes())
+            try:
+                out = func(*real[:len(args)],
+                           **dict(zip(kwargs, real[len(args):], strict=True)))
+            except Exception:  # a kernel that refuses zeros: the plan goes without it
+                out = None
+        workspace = None if out is None else out[3]
+        # a torch without the dispatch guard ran the fake kernel again: nothing learnt
+        if isinstance(workspace, torch.Tensor) and not is_fake(workspace):
+            found = int(workspace.untyped_storage().nbytes())
     _workspaces[key] = found
     return found
