@@ -54,7 +54,8 @@ TableFormatOpt = Annotated[TraceFormat | None, typer.Option(
 ModelArg = Annotated[str, typer.Argument(
     metavar="MODEL", show_default=False,
     help="file.py:factory, package.module:factory, torchvision:NAME or "
-    "transformers:NAME[/TASK] (a model type, a cached checkpoint id or a config directory)",
+    "transformers:NAME[/TASK] (a model type, or a checkpoint id or directory whose "
+    "config.json is on this machine; the weights are random)",
 )]
 InputOpt = Annotated[list[str] | None, typer.Option(
     "--input", "-i", metavar="[NAME=]SHAPE[:DTYPE]", show_default=False,
