@@ -90,8 +90,9 @@ def real_workspace_nbytes(func: Any, args: tuple[Any, ...], kwargs: dict[str, An
     """
     flat = [*args, *kwargs.values()]
     tensors = [a for a in flat if isinstance(a, torch.Tensor)]
-    key = (func, torch.is_grad_enabled(), *((tuple(a.shape), a.stride(), a.dtype, a.device.type)
-                   if isinstance(a, torch.Tensor) else repr(a) for a in flat))
+    key = (func, torch.is_grad_enabled(),
+           *((tuple(a.shape), a.stride(), a.dtype, a.device.type)
+             if isinstance(a, torch.Tensor) else repr(a) for a in flat))
     if key in _workspaces:
         return _workspaces[key]
     found: int | None = None
@@ -99,7 +100,7 @@ def real_workspace_nbytes(func: Any, args: tuple[Any, ...], kwargs: dict[str, An
     # the outputs are about the size of the inputs again, the workspace a few times it
     if all(a.device.type == "cpu" for a in tensors) \
             and 8 * inputs_bytes <= WORKSPACE_QUERY_BYTES:
-        # NB: in the caller's grad mode: the kernel keeps no workspace under no_grad
+        # in the caller's grad mode: the kernel keeps no workspace under no_grad
         with dispatch_off():
             real = [torch.empty_strided(a.shape, a.stride(), dtype=a.dtype).zero_()
                     if isinstance(a, torch.Tensor) else a for a in flat]
