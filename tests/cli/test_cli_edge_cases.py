@@ -517,10 +517,14 @@ def test_ctrl_c_during_the_forward_exits_130_without_a_file(
     models: Path, tmp_path: Path
 ) -> None:
     target = tmp_path / "out.json"
+    # a job started in the background of a shell without job control (nohup ... &)
+    # inherits SIGINT ignored, and Python then keeps it ignored: give the child the
+    # default action a terminal's Ctrl-C meets
     process = subprocess.Popen(
         [console_script(), "trace", f"{models}:slow", "-i", "1,4", "-f", "json",
          "-o", str(target)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert process.stderr is not None
     for line in process.stderr:  # the model's own print, sent to stderr
