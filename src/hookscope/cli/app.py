@@ -52,15 +52,15 @@ from hookscope.cli.shared_options import (
     DtypeOpt,
     Format,
     FormatOpt,
+    FormatWithCsv,
+    FormatWithCsvOpt,
     InputOpt,
     ModelArg,
     NoColorOpt,
     NoFoldOpt,
     OpsOpt,
     OutputOpt,
-    TableFormatOpt,
     TimelineOpt,
-    TraceFormat,
     WidthOpt,
     chosen_format,
     split_names,
@@ -176,7 +176,7 @@ def trace_command(
     columns: Annotated[str | None, typer.Option(
         metavar="A,B,...", show_default=False, help="Columns to show, comma-separated.")] = None,
     depth: DepthOpt = None,
-    fmt: TableFormatOpt = None,
+    fmt: FormatWithCsvOpt = None,
     output: OutputOpt = None,
     device: DeviceOpt = None,
     config: ConfigOpt = None,
@@ -215,7 +215,7 @@ def trace_command(
     )
     from hookscope.cli.views import TraceView, check_trace_view, trace_view, unmeasured
 
-    fmt = chosen_format(fmt, output, TraceFormat)
+    fmt = chosen_format(fmt, output, FormatWithCsv)
     merged = target = OutputTarget(output, no_color, width)
     view = TraceView(split_names(columns), sort, top, depth, ops, fold=not no_fold)
     with failure_boundary(debug=debug):

@@ -20,13 +20,13 @@ from hookscope.cli.shared_options import (
     DebugOpt,
     DepthOpt,
     DeviceOpt,
+    FormatWithCsv,
+    FormatWithCsvOpt,
     InputOpt,
     ModelArg,
     NoColorOpt,
     NoFoldOpt,
     OutputOpt,
-    TableFormatOpt,
-    TraceFormat,
     WidthOpt,
     chosen_format,
 )
@@ -65,7 +65,7 @@ def compare_command(
     spill: Annotated[Path | None, typer.Option(
         metavar="DIR", show_default=False,
         help="Stream the calls' values to this new directory instead of memory.")] = None,
-    fmt: TableFormatOpt = None,
+    fmt: FormatWithCsvOpt = None,
     depth: DepthOpt = None,
     no_fold: NoFoldOpt = False,
     output: OutputOpt = None,
@@ -80,7 +80,7 @@ def compare_command(
     import hookscope
     from hookscope.cli.running import check_output, load, prepare
 
-    fmt = chosen_format(fmt, output, TraceFormat)
+    fmt = chosen_format(fmt, output, FormatWithCsv)
     target = OutputTarget(output, no_color, width)
     with failure_boundary(debug=debug):
         check_output(output)
@@ -104,9 +104,9 @@ def compare_command(
 
                     shutil.rmtree(spill, ignore_errors=True)
                 raise
-        if fmt is TraceFormat.JSON:
+        if fmt is FormatWithCsv.JSON:
             target.write(Rendered.of_text(result.to_json()))
-        elif fmt is TraceFormat.CSV:
+        elif fmt is FormatWithCsv.CSV:
             target.write(Rendered.of_text(result.to_csv()))
         else:
             from hookscope.compare.table import compare_table

@@ -18,10 +18,10 @@ from hookscope.cli.failure_boundary import failure_boundary
 from hookscope.cli.output import OutputTarget, Rendered
 from hookscope.cli.shared_options import (
     DebugOpt,
+    FormatWithCsv,
+    FormatWithCsvOpt,
     NoColorOpt,
     OutputOpt,
-    TableFormatOpt,
-    TraceFormat,
     WidthOpt,
     chosen_format,
 )
@@ -58,7 +58,7 @@ def diff_command(
         "largest change).")] = None,
     top: Annotated[int, typer.Option(
         min=0, metavar="N", help="Rows in the table, most changed first (0: all).")] = 20,
-    fmt: TableFormatOpt = None,
+    fmt: FormatWithCsvOpt = None,
     output: OutputOpt = None,
     no_color: NoColorOpt = False,
     width: WidthOpt = None,
@@ -68,14 +68,14 @@ def diff_command(
     import hookscope
     from hookscope.cli.running import check_output
 
-    fmt = chosen_format(fmt, output, TraceFormat)
+    fmt = chosen_format(fmt, output, FormatWithCsv)
     target = OutputTarget(output, no_color, width)
     with failure_boundary(debug=debug):
         check_output(output)
         result = hookscope.diff(trace_a, trace_b, match=parse_match(match), sort=sort)
-        if fmt is TraceFormat.JSON:
+        if fmt is FormatWithCsv.JSON:
             target.write(Rendered.of_text(result.to_json()))
-        elif fmt is TraceFormat.CSV:
+        elif fmt is FormatWithCsv.CSV:
             target.write(Rendered.of_text(result.to_csv()))
         else:
             from hookscope.compare.diff_table import diff_table

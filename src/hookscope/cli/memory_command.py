@@ -23,13 +23,13 @@ from hookscope.cli.shared_options import (
     ConfigOpt,
     DebugOpt,
     DtypeOpt,
+    FormatWithCsv,
+    FormatWithCsvOpt,
     InputOpt,
     ModelArg,
     NoColorOpt,
     NoFoldOpt,
     OutputOpt,
-    TableFormatOpt,
-    TraceFormat,
     WidthOpt,
     chosen_format,
 )
@@ -70,7 +70,7 @@ def memory_command(
     plot: Annotated[Path | None, typer.Option(
         metavar="FILE", show_default=False,
         help="Also draw the timeline to FILE.png (needs matplotlib).")] = None,
-    fmt: TableFormatOpt = None,
+    fmt: FormatWithCsvOpt = None,
     output: OutputOpt = None,
     config: ConfigOpt = None,
     no_color: NoColorOpt = False,
@@ -83,7 +83,7 @@ def memory_command(
     import hookscope
     from hookscope.cli.running import check_output, dtype_hints
 
-    fmt = chosen_format(fmt, output, TraceFormat)
+    fmt = chosen_format(fmt, output, FormatWithCsv)
     target = OutputTarget(output, no_color, width)
     with failure_boundary(debug=debug):
         check_output(output)

@@ -18,7 +18,7 @@ class Format(str, Enum):
     JSON = "json"
 
 
-class TraceFormat(str, Enum):
+class FormatWithCsv(str, Enum):
     """Output formats of ``trace``, ``memory``, ``compare`` and ``diff``."""
 
     TABLE = "table"
@@ -45,7 +45,7 @@ def chosen_format(given: _F | None, output: Path | None, kind: type[_F]) -> _F:
 FormatOpt = Annotated[Format | None, typer.Option(
     "--format", "-f", show_default=False,
     help="table or json. Default: json for -o FILE.json, else table.")]
-TableFormatOpt = Annotated[TraceFormat | None, typer.Option(
+FormatWithCsvOpt = Annotated[FormatWithCsv | None, typer.Option(
     "--format", "-f", show_default=False,
     help="table, json or csv. Default: as -o FILE's extension says (.json, .csv), "
     "else table.")]

@@ -201,7 +201,8 @@ def plan_once(request: PlanRequest, *, batch_size: int | None = None) -> MemoryP
 
 
 def _where(path: str | None) -> str:
-    """`` in module 'a.b'`` for the module whose forward raised (``""``: none)."""
+    """`` in module 'a.b'`` for the module whose forward raised, `` in the root
+    module`` for ``""``, nothing for ``None`` (outside any module's forward)."""
     if path is None:
         return ""
     return " in the root module" if path == "" else f" in module {path!r}"
@@ -225,7 +226,8 @@ def _notes(request: PlanRequest, tracker: StorageTracker) -> list[str]:
     for op in sorted(tracker.opaque):
         notes.append(f"{op} keeps a workspace for backward that its fake kernel reports as "
                      "empty and whose real kernel could not be asked its size (not on the "
-                     "CPU, or too large to run once): the plan is low by it")
+                     "CPU, too large to run once, or it refused zeros): the plan is low by "
+                     "it")
     return notes
 
 

@@ -17,7 +17,7 @@ import os
 import re
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -72,12 +72,12 @@ def load_transformers(
     if saved is None:
         model_type, task = _split_transformers_name(name, spec, types)
     else:
-        model_type, task = saved[1].model_type, saved[2]
+        model_type, task = saved.config.model_type, saved.task
     build_kwargs = _pop_build_kwargs(overrides)
     if dtype is not None:
         build_kwargs["dtype"] = dtype
     config = _transformers_config(transformers, model_type, overrides,
-                                  saved=None if saved is None else saved[0])
+                                  saved=None if saved is None else saved.config)
     auto = getattr(transformers, TRANSFORMERS_TASKS[task])
     if type(config) not in auto._model_mapping:
         valid = _valid_tasks(transformers, config)
@@ -114,10 +114,15 @@ def _valid_tasks(transformers: ModuleType, config: Any) -> list[str]:
     ]
 
 
-def _saved_config(transformers: ModuleType, name: str) -> tuple[str, Any, str] | None:
-    """``(where, config, task)`` of a checkpoint id whose config is in the local Hugging
-    Face cache, or a directory holding a ``config.json`` (a trailing ``/TASK`` split
-    off), else ``None``. Only local files are read: nothing is downloaded."""
+class _Saved(NamedTuple):
+    config: Any  # the config as saved
+    task: str
+
+
+def _saved_config(transformers: ModuleType, name: str) -> _Saved | None:
+    """The config of a checkpoint id in the local Hugging Face cache, or of a directory
+    holding a ``config.json``, with the task a trailing ``/TASK`` names, else ``None``.
+    Only local files are read: nothing is downloaded."""
     where, _, last = name.rpartition("/")
     tries = [(name, "base")]
     if where and TASK_ALIASES.get(last, last) in TRANSFORMERS_TASKS:
@@ -130,7 +135,7 @@ def _saved_config(transformers: ModuleType, name: str) -> tuple[str, Any, str] |
                 raise SpecError(f"the config.json in {source!r} cannot be read by "
                                 f"transformers: {describe(e)}") from e
             continue
-        return source, config, task
+        return _Saved(config, task)
     return None
 
 
@@ -176,21 +181,20 @@ def _pop_build_kwargs(overrides: dict[str, object]) -> dict[str, object]:
 
 def _transformers_config(
     transformers: ModuleType, model_type: str, overrides: dict[str, Any], *,
-    saved: str | None = None,
+    saved: Any = None,
 ) -> Any:
-    """The config of ``model_type`` (or of the checkpoint or directory ``saved``) with
+    """The config of ``model_type`` (or the ``saved`` config, as read from disk) with
     ``overrides``."""
     auto_config = transformers.AutoConfig
 
     def make(**kwargs: Any) -> Any:
         if saved is None:
             return auto_config.for_model(model_type, **kwargs)
-        read = auto_config.from_pretrained(saved, local_files_only=True)
         if not kwargs:
-            return read
+            return saved
         # through the config class's __init__, as for_model builds one, from the saved
         # settings it cannot derive: a layer count given derives the layers' types again
-        return type(read).from_dict({**_underived(read), **kwargs})
+        return type(saved).from_dict({**_underived(saved), **kwargs})
 
     default = make()
     overrides = _nest(default, overrides)

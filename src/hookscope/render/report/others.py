@@ -45,7 +45,6 @@ def write_html(html: str, path: str | os.PathLike[str]) -> Path:
     return write_text_atomically(Path(path), html, example="report.html")
 
 
-
 def structure_report(info: ModelInfo, *, fold: bool = True) -> str:
     """The page of a model's structure: totals and the folded module tree."""
     facts = [("model", info.class_name), ("modules", f"{len(info.modules):,}"),
